@@ -1,0 +1,173 @@
+"""The ``stem-jax`` subcommands: thin glue from flags to the library."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from stem_jax.cli.args import cache_root, config_from_args, dataset_spec
+from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from stem_jax.config import StemConfig, as_dict, config_fields
+from stem_jax.data.registry import load_dataset
+from stem_jax.data.types import Dataset
+from stem_jax.eval.metrics import MetricAccumulator, strict_metrics
+from stem_jax.kg.index import KGIndex, build_index
+from stem_jax.kg.paths import follow_relation_path
+from stem_jax.kg.stats import question_subgraph_sizes
+from stem_jax.progress import progress
+
+
+def _load(args: argparse.Namespace, config: StemConfig) -> tuple[Dataset, KGIndex]:
+    start = time.perf_counter()
+    dataset = load_dataset(dataset_spec(args, config))
+    index = build_index(dataset.triples)
+    hops = Counter(q.hops for q in dataset.questions)
+    print(
+        f"{dataset.name}/{args.split}: {len(dataset.questions)} questions "
+        f"({', '.join(f'{h}-hop: {n}' for h, n in sorted(hops.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))}), "
+        f"{index.num_entities} entities, {index.num_relations} relations, {index.num_triples} triples "
+        f"[{time.perf_counter() - start:.1f}s]"
+    )
+    for line in dataset.skips.lines():
+        print(f"  {line}")
+    return dataset, index
+
+
+def _subgraph_table(report: dict) -> str:
+    rows = [
+        [key, g["questions"], g["nodes"]["p50"], g["nodes"]["p90"], g["nodes"]["max"], g["triples"]["mean"],
+         g["triples"]["p90"], g["triples"]["max"], g["answers_all_inside"], g["answers_any_inside"]]
+        for key, g in report.items()
+    ]
+    return markdown_table(
+        ["hops", "questions", "nodes p50", "nodes p90", "nodes max", "triples mean", "triples p90", "triples max",
+         "all answers inside", "any answer inside"],
+        rows,
+    )
+
+
+def _gold_path_upper_bound(dataset: Dataset, index: KGIndex) -> dict | None:
+    """Follow each question's gold relation path: what a perfect planner and tracer could reach."""
+    questions = [q for q in dataset.questions if q.gold_path]
+    if not questions:
+        return None
+    names = dataset.entity_names or {}
+    acc = MetricAccumulator(group_name="hops")
+    for q in questions:
+        reached, _ = follow_relation_path(index, index.entity_id(q.topic_entities[0]), q.gold_path)
+        predicted = [names.get(index.entities[e], index.entities[e]) for e in reached]
+        gold = [names.get(a, a) for a in q.answers]
+        metrics = strict_metrics(predicted, gold)
+        acc.add({"hit": metrics["hit"], "f1": metrics["f1"], "exact_set": float(set(predicted) == set(gold))},
+                group=f"{q.hops}-hop")
+    return acc.summary()
+
+
+def _upper_bound_table(summary: dict) -> str:
+    rows = [[g, s["n"], s["mean"]["hit"], s["mean"]["f1"], s["mean"]["exact_set"]] for g, s in summary["groups"].items()]
+    return markdown_table(["hops", "questions", "any gold reached", "F1", "exact gold set"], rows)
+
+
+def cmd_data_stats(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    dataset, index = _load(args, config)
+    degree = index.degree
+    print(f"degree: mean {degree.mean():.1f}, p99 {np.percentile(degree, 99):.0f}, max {degree.max()} "
+          f"({index.entities[int(degree.argmax())]!r}); hubs over hub_cap={config.subgraph.hub_cap}: "
+          f"{int((degree > config.subgraph.hub_cap).sum())}")
+    with progress(len(dataset.questions), "subgraphs", "q", enabled=not args.no_progress) as bar:
+        report = question_subgraph_sizes(dataset.questions, index, config.subgraph, bar)
+    print("\nPer-question subgraphs (k-hop neighbourhood of the topic entity, k = hop count; hub cap "
+          f"{config.subgraph.hub_cap}):\n")
+    print(_subgraph_table(report))
+    payload = {"meta": run_metadata(), "dataset": dataset.name, "split": args.split, "config": as_dict(config),
+               "skips": dict(dataset.skips.counts), "subgraphs": report}
+    upper = _gold_path_upper_bound(dataset, index)
+    if upper is not None:
+        print("\nGold-path upper bound (follow the gold relation path from the topic entity):\n")
+        print(_upper_bound_table(upper))
+        payload["gold_path_upper_bound"] = upper
+    if args.out:
+        paths = write_report(args.out, f"data-stats-{dataset.name}-{args.split}", payload, _subgraph_table(report))
+        print(f"\nwrote {paths[0]} and {paths[1]}")
+    return 0
+
+
+def _embed(args: argparse.Namespace, config: StemConfig, dataset: Dataset, index: KGIndex):
+    from stem_jax.encoder import get_encoder
+    from stem_jax.kg.embeddings import build_kg_embeddings, cache_folder
+
+    encoder = get_encoder(config.encoder)
+    folder = cache_folder(cache_root(args), dataset.name, index, encoder)
+    print(f"embedding cache: {folder}")
+    embeddings = build_kg_embeddings(
+        index, encoder, folder, chunk_rows=config.encoder.chunk_rows, names=dataset.entity_names,
+        rebuild=args.rebuild, progress=not args.no_progress,
+    )
+    rows = []
+    for kind, table in embeddings.tables().items():
+        rate = table.encoded_rows / table.build_seconds if table.build_seconds else 0.0
+        rows.append([kind, table.n, table.dim, table.encoded_rows, round(table.build_seconds, 1),
+                     round(rate, 1) if table.encoded_rows else "cached"])
+    return encoder, embeddings, rows
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    dataset, index = _load(args, config)
+    start = time.perf_counter()
+    encoder, _, rows = _embed(args, config, dataset, index)
+    print(markdown_table(["table", "rows", "dim", "encoded now", "seconds", "strings/s"], rows))
+    truncated = getattr(encoder, "truncated", 0)
+    if truncated:
+        print(f"note: {truncated} string(s) were longer than encoder.max_length={config.encoder.max_length} tokens "
+              "and were truncated")
+    print(f"index ready in {time.perf_counter() - start:.1f}s")
+    return 0
+
+
+def _anchor_accuracy(dataset: Dataset, index: KGIndex, encoder, entity_table) -> dict[str, float]:
+    """Share of questions whose topic mention's nearest entity embedding is the topic entity."""
+    names = dataset.entity_names or {}
+    mentions = [names.get(q.topic_entities[0], q.topic_entities[0]) for q in dataset.questions]
+    queries = encoder.encode(mentions)
+    scores = queries @ entity_table.array.astype(np.float32).T
+    best = scores.argmax(axis=1)
+    truth = np.asarray([index.entity_id(q.topic_entities[0]) for q in dataset.questions])
+    return {"top1": float((best == truth).mean()), "questions": len(mentions)}
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The embedded default end to end: generated KG, index, encoder cache, stats, upper bound."""
+    config = config_from_args(args)
+    args.dataset = "demo"
+    start = time.perf_counter()
+    dataset, index = _load(args, config)
+    encoder, embeddings, embed_rows = _embed(args, config, dataset, index)
+    print("\nEncoder cache (all-MiniLM-L6-v2 in Flax, float16 in TensorStore zarr3):\n")
+    print(markdown_table(["table", "rows", "dim", "encoded now", "seconds", "strings/s"], embed_rows))
+    report = question_subgraph_sizes(dataset.questions, index, config.subgraph)
+    print("\nPer-question subgraphs:\n")
+    print(_subgraph_table(report))
+    anchors = _anchor_accuracy(dataset, index, encoder, embeddings.entities)
+    print(f"\nAnchoring (topic mention -> nearest entity embedding): top-1 {anchors['top1']:.3f} "
+          f"over {anchors['questions']} questions")
+    upper = _gold_path_upper_bound(dataset, index)
+    print("\nResult: gold-path upper bound per hop (what a perfect schema plan reaches on this KG):\n")
+    table = _upper_bound_table(upper)
+    print(table)
+    payload = {"meta": run_metadata(), "config": as_dict(config), "subgraphs": report, "anchoring": anchors,
+               "gold_path_upper_bound": upper, "seconds": time.perf_counter() - start}
+    paths = write_report(args.out or Path("runs/demo"), "demo", payload, table)
+    print(f"\nwrote {paths[0]} and {paths[1]}  [{time.perf_counter() - start:.1f}s]")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    print(markdown_table(["option", "value"], [[f"--{name}", value] for name, value, _ in config_fields(config)]))
+    return 0

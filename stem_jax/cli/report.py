@@ -1,0 +1,49 @@
+"""Tables the commands print, and the JSON/Markdown files they write."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+
+def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}" if abs(value) >= 1000 or value == 0 else f"{value:.3f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def run_metadata() -> dict[str, Any]:
+    """Machine, versions and commit, stored beside every number."""
+    import jax
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                check=False, cwd=Path(__file__).parent).stdout.strip() or None
+    except OSError:
+        commit = None
+    return {
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": commit,
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "cpu_count": __import__("os").cpu_count(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+    }
+
+
+def write_report(out_dir: Path, name: str, payload: dict[str, Any], markdown: str) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
+    json_path.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+    md_path.write_text(markdown + "\n")
+    return json_path, md_path

@@ -1,0 +1,149 @@
+"""Frozen configuration dataclasses with the STEM paper's defaults.
+
+Every field can be overridden from the command line as ``--<section>.<field>=VALUE``
+(for example ``--tracer.lam=1.2 --tracer.theta=0.5``); see :func:`apply_overrides`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class TracerConfig:
+    """Structure-tracing retrieval (paper §3.4-3.5, Algorithms 1-2)."""
+
+    lam: float = 1.5  # λ: anchor-score multiplier for entities inside the guidance graph
+    tau: float = 0.5  # τ: T-Score bonus for KG triples inside the guidance graph
+    theta: float = 0.6  # θ: Breadth-strategy threshold on T-Score
+    top_n: int = 50  # N: anchor candidates per question entity
+    breadth_cap: int = 0  # per-node cap on Breadth matches; 0 = no cap (the authors' code uses 12)
+
+
+@dataclasses.dataclass(frozen=True)
+class GuidanceConfig:
+    """Global guidance graph (paper §3.3)."""
+
+    k_prime: int = 4  # K': guidance-graph size is |T|·K' entities
+
+
+@dataclasses.dataclass(frozen=True)
+class GNNConfig:
+    """Triple-GNN (paper appendix A)."""
+
+    layers: int = 6  # L
+    d_gnn: int = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannerConfig:
+    """Schema-graph planner (paper §3.1-3.2)."""
+
+    beam: int = 4  # B: candidate schema graphs per question
+    retries: int = 5  # planner retries before falling back to Precision (paper footnote 5)
+
+
+@dataclasses.dataclass(frozen=True)
+class SubgraphConfig:
+    """Per-question k-hop neighbourhoods for datasets with one global KG."""
+
+    hops: int = 0  # 0 = use the question's own hop count (MetaQA), else a fixed radius
+    hub_cap: int = 2000  # nodes with more incident triples are kept but not expanded through
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderConfig:
+    """Text encoder (the paper's PEM)."""
+
+    name: str = "minilm"  # "minilm" (all-MiniLM-L6-v2 in Flax) or "hashing" (unit tests only)
+    batch_size: int = 128
+    max_length: int = 64  # longest token bucket; longer strings are truncated (counted)
+    chunk_rows: int = 4096  # rows per TensorStore chunk (also the resume granularity)
+
+
+@dataclasses.dataclass(frozen=True)
+class StemConfig:
+    tracer: TracerConfig = TracerConfig()
+    guidance: GuidanceConfig = GuidanceConfig()
+    gnn: GNNConfig = GNNConfig()
+    planner: PlannerConfig = PlannerConfig()
+    subgraph: SubgraphConfig = SubgraphConfig()
+    encoder: EncoderConfig = EncoderConfig()
+    seed: int = 0
+
+
+def default_data_dir() -> Path | None:
+    """``$STEM_DATA_DIR`` (the shared benchmark data), or None when unset."""
+    value = os.environ.get("STEM_DATA_DIR")
+    return Path(value) if value else None
+
+
+def default_cache_dir() -> Path:
+    """``$STEM_CACHE_DIR``, else ``~/.cache/stem_jax``: embeddings and plans live here."""
+    value = os.environ.get("STEM_CACHE_DIR")
+    return Path(value) if value else Path.home() / ".cache" / "stem_jax"
+
+
+def _convert(value: str, annotation: Any, name: str) -> Any:
+    if isinstance(annotation, str):
+        annotation = {"float": float, "int": int, "str": str, "bool": bool}.get(annotation, annotation)
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    try:
+        if annotation is bool:
+            lowered = value.lower()
+            if lowered not in ("1", "0", "true", "false", "yes", "no"):
+                raise ValueError(value)
+            return lowered in ("1", "true", "yes")
+        return annotation(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"--{name}={value!r}: expected a value of type {getattr(annotation, '__name__', annotation)}") from None
+
+
+def config_fields(config: Any = None, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """All overridable leaves as (dotted name, default value, type annotation)."""
+    config = StemConfig() if config is None else config
+    hints = typing.get_type_hints(type(config))
+    leaves = []
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        name = f"{prefix}{field.name}"
+        if dataclasses.is_dataclass(value):
+            leaves.extend(config_fields(value, name + "."))
+        else:
+            leaves.append((name, value, hints[field.name]))
+    return leaves
+
+
+def apply_overrides(config: Any, overrides: dict[str, str]) -> Any:
+    """Return ``config`` with dotted ``{"tracer.lam": "1.2"}`` overrides applied (values as strings)."""
+    known = {name: annotation for name, _, annotation in config_fields(config)}
+    for name in overrides:
+        if name not in known:
+            close = [k for k in known if k.split(".")[-1] == name.split(".")[-1]]
+            hint = f" Did you mean --{close[0]}?" if close else " See `stem-jax config` for the list."
+            raise ValueError(f"unknown config option --{name}.{hint}")
+    return _apply(config, overrides, known, "")
+
+
+def _apply(config: Any, overrides: dict[str, str], known: dict[str, Any], prefix: str) -> Any:
+    changes = {}
+    for field in dataclasses.fields(config):
+        name = f"{prefix}{field.name}"
+        value = getattr(config, field.name)
+        if dataclasses.is_dataclass(value):
+            if any(k.startswith(name + ".") for k in overrides):
+                changes[field.name] = _apply(value, overrides, known, name + ".")
+        elif name in overrides:
+            changes[field.name] = _convert(overrides[name], known[name], name)
+    return dataclasses.replace(config, **changes) if changes else config
+
+
+def as_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)

@@ -1,0 +1,73 @@
+"""One entry point that loads any supported dataset by name."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+from stem_jax.config import default_data_dir
+from stem_jax.data.demo_kg import load_demo
+from stem_jax.data.fb15k import load_fb15k237
+from stem_jax.data.metaqa import load_metaqa
+from stem_jax.data.rog import load_rog
+from stem_jax.data.types import Dataset
+from stem_jax.errors import DataError
+
+DATASETS = ("demo", "metaqa", "fb15k-237", "rog")
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    """What to load; mirrors the CLI's data flags."""
+
+    name: str = "demo"
+    split: str = "test"
+    hops: tuple[int, ...] = (1, 2, 3)
+    data_dir: Path | None = None  # defaults to $STEM_DATA_DIR
+    questions: Path | None = None  # a user's own MetaQA-format question file
+    qtypes: Path | None = None
+    kb: Path | None = None
+    rog_path: Path | None = None
+    strict: bool = False
+    limit: int | None = None  # first N questions per hop, for quick runs
+    seed: int = 0
+
+
+def _data_root(spec: DatasetSpec, folder: str) -> Path:
+    root = spec.data_dir or default_data_dir()
+    if root is None:
+        raise DataError(
+            f"no data folder for {spec.name}",
+            fix=f"set STEM_DATA_DIR (the folder holding {folder}/) or pass --data-dir",
+        )
+    return Path(root) / folder
+
+
+def load_dataset(spec: DatasetSpec) -> Dataset:
+    """Load the questions and KG ``spec`` names; raises :class:`DataError` with a fix on bad input."""
+    if spec.name == "demo":
+        dataset = load_demo(split=spec.split, seed=spec.seed)
+        dataset.questions = [q for q in dataset.questions if q.hops in spec.hops]
+    elif spec.name == "metaqa":
+        files: Sequence[tuple[Path, Path | None]] = [(spec.questions, spec.qtypes)] if spec.questions else []
+        dataset = load_metaqa(
+            _data_root(spec, "metaqa") if not (spec.questions and spec.kb) else spec.kb.parent,
+            split=spec.split, hops=spec.hops, kb_path=spec.kb, question_files=files, strict=spec.strict,
+        )
+    elif spec.name == "fb15k-237":
+        dataset = load_fb15k237(_data_root(spec, "fb15k-237"), split=spec.split, strict=spec.strict)
+    elif spec.name == "rog":
+        if spec.rog_path is None:
+            raise DataError("--dataset rog needs --rog-path", fix="pass a RoG .jsonl/.parquet file or dataset folder")
+        dataset = load_rog(spec.rog_path, split=spec.split, strict=spec.strict)
+    else:
+        raise DataError(f"unknown dataset {spec.name!r}", fix=f"choose one of {', '.join(DATASETS)}")
+    if spec.limit is not None:
+        kept, seen = [], {}
+        for q in dataset.questions:
+            seen[q.hops] = seen.get(q.hops, 0) + 1
+            if seen[q.hops] <= spec.limit:
+                kept.append(q)
+        dataset.questions = kept
+    return dataset

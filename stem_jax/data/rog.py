@@ -1,0 +1,129 @@
+"""RoG-format WebQSP / CWQ loader: jsonl files or the Hugging Face parquet layout.
+
+Each record carries ``id, question, answer, q_entity, a_entity, graph`` where ``graph`` is the
+question's own subgraph as ``[[head, relation, tail], ...]``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from stem_jax.data.types import Dataset, Question, SkipReport, Triple
+from stem_jax.errors import DataError
+
+REQUIRED_FIELDS = ("id", "question", "answer", "q_entity", "graph")
+
+
+def _records_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as err:
+                yield where, DataError(f"invalid JSON ({err.msg} at column {err.colno})", path=str(path), line=lineno)
+
+
+def _records_parquet(path: Path) -> Iterator[tuple[str, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as err:  # pyarrow raises several unrelated types for unreadable files
+        raise DataError(f"cannot read parquet file: {err}", path=str(path), fix="re-download the split") from None
+    for row, record in enumerate(table.to_pylist()):
+        yield f"{path}:row {row}", record
+
+
+def rog_files(path: Path, split: str) -> list[Path]:
+    """Resolve a file, or a folder in either layout (``{split}.jsonl`` or ``data/{split}-*.parquet``)."""
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise DataError("RoG data not found", path=str(path), fix="pass a .jsonl/.parquet file or a dataset folder")
+    candidates = sorted(path.glob(f"data/{split}-*.parquet")) or sorted(path.glob(f"{split}-*.parquet"))
+    if not candidates and (path / f"{split}.jsonl").is_file():
+        candidates = [path / f"{split}.jsonl"]
+    if not candidates:
+        raise DataError(
+            f"no {split} split found", path=str(path),
+            fix=f"expected {split}.jsonl or data/{split}-*.parquet inside the folder",
+        )
+    return candidates
+
+
+def _as_triples(graph: Any) -> list[Triple] | None:
+    if not isinstance(graph, list):
+        return None
+    triples = []
+    for item in graph:
+        if not isinstance(item, (list, tuple)) or len(item) != 3:
+            return None
+        triples.append((str(item[0]), str(item[1]), str(item[2])))
+    return triples
+
+
+def load_rog(path: Path, *, split: str = "test", name: str = "rog", strict: bool = False) -> Dataset:
+    """Load RoG-format questions with their per-question graphs.
+
+    Records with an empty graph, a missing field or a topic entity absent from their graph are
+    counted skips (or :class:`DataError` with ``strict``).
+    """
+    skips = SkipReport()
+    questions: list[Question] = []
+    union: dict[Triple, None] = {}
+    for file in rog_files(path, split):
+        records = _records_parquet(file) if file.suffix == ".parquet" else _records_jsonl(file)
+        for where, record in records:
+
+            def bad(reason: str, fix: str) -> None:
+                if strict:
+                    raise DataError(f"{where}: {reason}", fix=fix)
+                skips.skip(reason, where)  # noqa: B023 -- called before the loop variable moves on
+
+            if isinstance(record, DataError):
+                bad(record.what, "fix the line or drop --strict to skip it")
+                continue
+            missing = [f for f in REQUIRED_FIELDS if f not in record]
+            if missing:
+                bad(f"record without field(s) {', '.join(missing)}", "RoG records need " + ", ".join(REQUIRED_FIELDS))
+                continue
+            graph = _as_triples(record["graph"])
+            if graph is None:
+                bad("graph is not a list of [head, relation, tail]", "store the graph as a list of 3-item lists")
+                continue
+            if not graph:
+                bad("empty graph", "the question needs a non-empty subgraph")
+                continue
+            nodes = {h for h, _, _ in graph} | {t for _, _, t in graph}
+            topics = tuple(str(e) for e in (record["q_entity"] or []))
+            if not topics:
+                bad("no question entity (q_entity is empty)", "list the topic entities in q_entity")
+                continue
+            if not any(t in nodes for t in topics):
+                bad("topic entity not in its graph", "q_entity must name nodes of the question's graph")
+                continue
+            answers = tuple(str(a) for a in (record["answer"] or record.get("a_entity") or []))
+            if not answers:
+                bad("question without answers", "fill the answer field")
+                continue
+            for triple in graph:
+                union.setdefault(triple, None)
+            questions.append(
+                Question(
+                    qid=str(record["id"]),
+                    text=str(record["question"]),
+                    topic_entities=tuple(t for t in topics if t in nodes),
+                    answers=answers,
+                    graph=tuple(graph),
+                    source=where,
+                )
+            )
+    if not questions:
+        raise DataError("no usable questions", path=str(path), fix="see the skip reasons above: " + "; ".join(skips.lines()))
+    return Dataset(name=name, questions=questions, triples=list(union), skips=skips)

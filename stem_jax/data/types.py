@@ -1,0 +1,91 @@
+"""Typed records every loader returns: questions, KG triples and skip reports."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+Triple = tuple[str, str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class PathStep:
+    """One hop of a gold relation path: follow ``relation`` forwards (head->tail) or backwards."""
+
+    relation: str
+    forward: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Question:
+    """A question over a KG, the same shape for every dataset.
+
+    Attributes:
+      qid: stable id, unique within a dataset split (``"2-hop/test/17"`` for MetaQA).
+      text: the question as the user asked it (MetaQA's ``[brackets]`` removed).
+      topic_entities: KG entity names the question is about.
+      answers: gold answer entity names (or strings, for RoG data).
+      hops: the number of relation hops when known.
+      qtype: MetaQA's relation-path type (``movie_to_director_to_movie``), else ``None``.
+      gold_path: the gold relation path from the (first) topic entity, when known.
+      graph: the question's own subgraph (RoG data), else ``None`` (one global KG).
+      source: ``file:line`` the record came from, for error messages.
+    """
+
+    qid: str
+    text: str
+    topic_entities: tuple[str, ...]
+    answers: tuple[str, ...]
+    hops: int | None = None
+    qtype: str | None = None
+    gold_path: tuple[PathStep, ...] | None = None
+    graph: tuple[Triple, ...] | None = None
+    source: str = ""
+
+
+@dataclasses.dataclass
+class SkipReport:
+    """Counted, reasoned skips: loaders never drop a record silently."""
+
+    counts: Counter = dataclasses.field(default_factory=Counter)
+    examples: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def skip(self, reason: str, where: str) -> None:
+        self.counts[reason] += 1
+        self.examples.setdefault(reason, where)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def merge(self, other: "SkipReport") -> None:
+        self.counts.update(other.counts)
+        for reason, where in other.examples.items():
+            self.examples.setdefault(reason, where)
+
+    def lines(self) -> list[str]:
+        return [
+            f"skipped {n} record(s): {reason} (first at {self.examples[reason]})"
+            for reason, n in sorted(self.counts.items())
+        ]
+
+
+@dataclasses.dataclass
+class Dataset:
+    """Questions plus the KG they are asked over.
+
+    ``triples`` is the global KG (MetaQA, FB15k-237, demo); for RoG data it is the union of the
+    per-question graphs, which stay on each question as ``Question.graph``.
+    """
+
+    name: str
+    questions: list[Question]
+    triples: list[Triple]
+    skips: SkipReport = dataclasses.field(default_factory=SkipReport)
+    entity_names: dict[str, str] | None = None  # id -> readable name, where ids are opaque (FB15k mids)
+
+    def splits_by_hops(self) -> dict[int | None, list[Question]]:
+        groups: dict[int | None, list[Question]] = {}
+        for q in self.questions:
+            groups.setdefault(q.hops, []).append(q)
+        return groups

@@ -1,0 +1,75 @@
+"""Per-question subgraphs: k-hop neighbourhoods with a hub cap, and their statistics."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from stem_jax.kg.index import KGIndex
+
+
+def csr_gather(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Concatenate ``values[offsets[r]:offsets[r+1]]`` for every r in ``rows``, without a Python loop."""
+    rows = np.asarray(rows, dtype=np.int64)
+    starts = offsets[rows]
+    lengths = offsets[rows + 1] - starts
+    total = int(lengths.sum())
+    if total == 0:
+        return values[:0]
+    # position i of the output reads values[starts[row(i)] + (i - first output index of row(i))]
+    shifts = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    return values[shifts + np.arange(total)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Subgraph:
+    """Sorted int32 node ids and triple ids of one question's neighbourhood."""
+
+    nodes: np.ndarray
+    triple_ids: np.ndarray
+    capped_hubs: int  # hubs reached but not expanded through
+
+
+def khop_subgraph(index: KGIndex, seeds: Sequence[int], hops: int, hub_cap: int) -> Subgraph:
+    """Triples within ``hops`` undirected hops of ``seeds``.
+
+    Nodes with more than ``hub_cap`` incident triples are included when reached but not expanded
+    through (seeds are always expanded), which keeps neighbourhoods of hub-rich KGs bounded.
+    """
+    seeds = np.unique(np.asarray(seeds, dtype=np.int64))
+    degree = index.degree
+    visited = np.zeros(index.num_entities, dtype=bool)
+    visited[seeds] = True
+    frontier = seeds
+    triple_parts = []
+    capped = 0
+    for step in range(hops):
+        expand = frontier if step == 0 else frontier[degree[frontier] <= hub_cap]
+        capped += len(frontier) - len(expand)
+        if len(expand) == 0:
+            break
+        triple_ids = np.unique(csr_gather(index.csr_offsets, index.csr_triples, expand))
+        triple_parts.append(triple_ids)
+        ends = index.triples[triple_ids][:, [0, 2]].ravel()
+        new = np.unique(ends[~visited[ends]])
+        visited[new] = True
+        frontier = new
+    triples = np.unique(np.concatenate(triple_parts)) if triple_parts else np.zeros(0, np.int64)
+    return Subgraph(nodes=np.flatnonzero(visited).astype(np.int32), triple_ids=triples.astype(np.int32), capped_hubs=capped)
+
+
+def summarize(values: Sequence[float]) -> dict[str, float]:
+    """Mean and percentiles of a size distribution."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.size == 0:
+        return {"count": 0}
+    return {
+        "count": int(array.size),
+        "mean": float(array.mean()),
+        "p50": float(np.percentile(array, 50)),
+        "p90": float(np.percentile(array, 90)),
+        "p99": float(np.percentile(array, 99)),
+        "max": float(array.max()),
+    }
