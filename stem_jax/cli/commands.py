@@ -169,5 +169,5 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    print(markdown_table(["option", "value"], [[f"--{name}", value] for name, value, _ in config_fields(config)]))
+    print(markdown_table(["option", "value"], [[f"--{name}", str(value)] for name, value, _ in config_fields(config)]))
     return 0
