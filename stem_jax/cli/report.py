@@ -13,7 +13,9 @@ from typing import Any
 def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
     def cell(value: Any) -> str:
         if isinstance(value, float):
-            return f"{value:.4g}" if abs(value) >= 1000 or value == 0 else f"{value:.3f}"
+            if value.is_integer() or abs(value) >= 100:
+                return f"{value:.0f}"
+            return f"{value:.3f}"
         return str(value)
 
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
