@@ -91,10 +91,10 @@ def read_questions(
     for lineno, line in enumerate(lines, start=1):
         where = f"{qa_path}:{lineno}"
 
-        def bad(reason: str, fix: str, detail: str = "") -> None:
+        def bad(reason: str, fix: str, detail: str = "", lineno: int = lineno, where: str = where) -> None:
             if strict:
                 raise DataError(f"{reason} {detail}".strip(), path=str(qa_path), line=lineno, fix=fix)
-            skips.skip(reason, f"{where} {detail}".strip())  # noqa: B023 -- called before the loop moves on
+            skips.skip(reason, f"{where} {detail}".strip())
 
         if not line.strip():
             continue

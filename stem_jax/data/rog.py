@@ -81,10 +81,10 @@ def load_rog(path: Path, *, split: str = "test", name: str = "rog", strict: bool
         records = _records_parquet(file) if file.suffix == ".parquet" else _records_jsonl(file)
         for where, record in records:
 
-            def bad(reason: str, fix: str) -> None:
+            def bad(reason: str, fix: str, where: str = where) -> None:
                 if strict:
                     raise DataError(f"{where}: {reason}", fix=fix)
-                skips.skip(reason, where)  # noqa: B023 -- called before the loop variable moves on
+                skips.skip(reason, where)
 
             if isinstance(record, DataError):
                 bad(record.what, "fix the line or drop --strict to skip it")

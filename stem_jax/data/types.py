@@ -58,7 +58,7 @@ class SkipReport:
     def total(self) -> int:
         return sum(self.counts.values())
 
-    def merge(self, other: "SkipReport") -> None:
+    def merge(self, other: SkipReport) -> None:
         self.counts.update(other.counts)
         for reason, where in other.examples.items():
             self.examples.setdefault(reason, where)

