@@ -13,18 +13,19 @@ def csr_case(draw):
     values = np.asarray(draw(st.lists(st.integers(0, 1000), min_size=int(offsets[-1]), max_size=int(offsets[-1]))), np.int32)
     rows = np.asarray(draw(st.lists(st.integers(-1, n - 1), min_size=1, max_size=8)), np.int32)
     width = draw(st.sampled_from([1, 2, 4, 8]))
-    return offsets, values, rows, width
+    skip = draw(st.integers(0, 10))
+    return offsets, values, rows, width, skip
 
 
 @settings(max_examples=60, deadline=None)
 @given(csr_case())
 def test_gather_padded_matches_reference(case):
-    offsets, values, rows, width = case
+    offsets, values, rows, width, skip = case
     if values.size == 0:
         values = np.zeros(1, np.int32)  # a KG always has a triple; keeps the gather index in range
         offsets = np.zeros_like(offsets)
-    ids, mask, overflow = gather_padded(offsets, values, rows, width)
-    ref_ids, ref_mask, ref_overflow = gather_padded_reference(offsets, values, rows, width)
+    ids, mask, overflow = gather_padded(offsets, values, rows, width, skip)
+    ref_ids, ref_mask, ref_overflow = gather_padded_reference(offsets, values, rows, width, skip)
     np.testing.assert_array_equal(np.asarray(ids), ref_ids)
     np.testing.assert_array_equal(np.asarray(mask), ref_mask)
     np.testing.assert_array_equal(np.asarray(overflow), ref_overflow)

@@ -1,0 +1,169 @@
+"""Schema graphs: the planner's output and the tracer's input.
+
+A schema graph is a small set of triples over constants (question entities, other named
+entities) and placeholders ``[ENT1]``, ``[ENT2]``, ...; one placeholder is the answer, and a
+strategy says how the tracer selects KG triples (``Precision``: best triple per step;
+``Breadth``: every triple scoring at least θ). Tracing starts from an anchor constant and walks
+the schema edges in depth-first order (paper Algorithm 1, ``MATCH``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+from stem_jax.errors import StemError
+from stem_jax.kg.index import KGIndex, relation_text
+
+Strategy = Literal["Precision", "Breadth"]
+STRATEGIES: tuple[Strategy, ...] = ("Precision", "Breadth")
+_PLACEHOLDER = re.compile(r"^\[ENT\d+\]$")
+
+
+def is_placeholder(node: str) -> bool:
+    return bool(_PLACEHOLDER.match(node))
+
+
+@dataclasses.dataclass(frozen=True)
+class SchemaTriple:
+    head: str
+    relation: str
+    tail: str
+
+    def text(self) -> str:
+        """What the encoder sees: ``Kismet directed by [ENT1]``."""
+        return f"{self.head} {relation_text(self.relation)} {self.tail}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceStep:
+    """One schema edge in DFS order: bind ``child`` from the KG nodes already bound to ``parent``."""
+
+    edge: int  # index into SchemaGraph.triples
+    parent: str
+    child: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SchemaGraph:
+    triples: tuple[SchemaTriple, ...]
+    answer: str
+    strategy: Strategy = "Precision"
+
+    def __post_init__(self) -> None:
+        if not self.triples:
+            raise StemError("a schema graph needs at least one triple")
+        if self.strategy not in STRATEGIES:
+            raise StemError(f"unknown strategy {self.strategy!r}; use Precision or Breadth")
+        if self.answer not in self.nodes():
+            raise StemError(f"answer node {self.answer!r} is not in the schema graph {self.describe()}")
+
+    def nodes(self) -> list[str]:
+        return list(dict.fromkeys(n for t in self.triples for n in (t.head, t.tail)))
+
+    def constants(self) -> list[str]:
+        return [n for n in self.nodes() if not is_placeholder(n)]
+
+    def incident(self, node: str) -> list[int]:
+        """Schema edges touching ``node``, in triple order (Algorithm 1's GET_N on G_sch)."""
+        return [i for i, t in enumerate(self.triples) if node in (t.head, t.tail)]
+
+    def dfs_order(self, anchor: str) -> list[TraceStep]:
+        """Schema edges in the order Algorithm 1 visits them from ``anchor``.
+
+        MATCH(e) takes e's incident edges in order, skipping the edge it arrived by, and recurses
+        into each edge's other end before the next edge. Edges unreachable from the anchor are
+        never traced; a cycle back to a visited node is not followed (trees are the norm).
+        """
+        if anchor not in self.nodes():
+            raise StemError(f"anchor {anchor!r} is not a node of {self.describe()}")
+        steps: list[TraceStep] = []
+        seen_edges: set[int] = set()
+        seen_nodes = {anchor}
+
+        def visit(node: str) -> None:
+            for edge in self.incident(node):
+                if edge in seen_edges:
+                    continue
+                triple = self.triples[edge]
+                child = triple.tail if triple.head == node else triple.head
+                seen_edges.add(edge)
+                if child in seen_nodes:
+                    continue
+                seen_nodes.add(child)
+                steps.append(TraceStep(edge, node, child))
+                visit(child)
+
+        visit(anchor)
+        return steps
+
+    def describe(self) -> str:
+        body = "; ".join(f"({t.head}, {t.relation}, {t.tail})" for t in self.triples)
+        return f"{{{body}}} -> {self.answer} [{self.strategy}]"
+
+
+def match_anchor(schema: SchemaGraph, entity_name: str) -> str | None:
+    """The schema constant that names ``entity_name`` (exact, else fuzzy ratio >= 0.6), or None."""
+    constants = schema.constants()
+    if entity_name in constants:
+        return entity_name
+    lowered = {c.lower(): c for c in constants}
+    if entity_name.lower() in lowered:
+        return lowered[entity_name.lower()]
+    close = difflib.get_close_matches(entity_name.lower(), list(lowered), n=1, cutoff=0.6)
+    return lowered[close[0]] if close else None
+
+
+@dataclasses.dataclass(frozen=True)
+class GroundedPlan:
+    """A schema graph traced from one anchor, as int arrays the tracer consumes.
+
+    ``steps`` [S, 3] holds (parent slot, child slot, relation id) per DFS step, where slot 0 is
+    the anchor and slot ``s + 1`` is the child bound by step ``s``; ``-1`` marks a relation
+    absent from the KG. ``answer_slot`` is the slot of the answer node, or -1 when the
+    answer is unreachable from the anchor.
+    """
+
+    schema: SchemaGraph
+    anchor: str
+    steps: np.ndarray
+    step_edges: tuple[int, ...]
+    answer_slot: int
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.steps.shape[0])
+
+    def step_texts(self) -> list[str]:
+        return [self.schema.triples[e].text() for e in self.step_edges]
+
+
+def ground(schema: SchemaGraph, anchor: str, index: KGIndex) -> GroundedPlan:
+    order = schema.dfs_order(anchor)
+    slot = {anchor: 0}
+    rows = []
+    for s, step in enumerate(order):
+        slot[step.child] = s + 1
+        rows.append((slot[step.parent], s + 1, index.relation_ids.get(schema.triples[step.edge].relation, -1)))
+    steps = np.asarray(rows, dtype=np.int32).reshape(-1, 3)
+    return GroundedPlan(
+        schema=schema, anchor=anchor, steps=steps, step_edges=tuple(s.edge for s in order),
+        answer_slot=slot.get(schema.answer, -1),
+    )
+
+
+def pad_plans(plans: Sequence[GroundedPlan], max_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stack plans into padded arrays: steps int32 [P, max_steps, 3], step mask [P, max_steps], answer slot [P]."""
+    steps = np.full((len(plans), max_steps, 3), -1, dtype=np.int32)
+    mask = np.zeros((len(plans), max_steps), dtype=bool)
+    for i, plan in enumerate(plans):
+        if plan.num_steps > max_steps:
+            raise StemError(f"plan with {plan.num_steps} steps exceeds max_steps={max_steps}: {plan.schema.describe()}")
+        steps[i, : plan.num_steps] = plan.steps
+        mask[i, : plan.num_steps] = True
+    return steps, mask, np.asarray([p.answer_slot for p in plans], dtype=np.int32)

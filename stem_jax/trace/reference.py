@@ -1,0 +1,201 @@
+"""Reference tracer: Algorithms 1-2 of the STEM paper (appendix H), in plain Python/NumPy.
+
+This is the oracle the JAX tracer is tested against, so it favours being obviously right over
+being fast. Two orders of the used-triple list (``final_list`` / CONTRADICT) are supported:
+
+* ``order="sequential"`` is the literal algorithm: depth first, the list grows after every
+  selection, so a branch explored earlier can use up triples a later sibling would have taken.
+* ``order="level"`` is what a vectorised tracer can do: all branches bound to a schema node
+  select at once against the list as it stood before the step, and the step's kept selections
+  are added afterwards. Within a step two branches may select the same triple. Branches are then
+  ordered by cumulative score (ties: parent order, then rank within the parent) and truncated to
+  ``frontier_cap``; the triples of dropped branches are neither evidence nor used.
+
+Scores are float32 with the same operation order as the JAX tracer, so on inputs whose dot
+products are exact in float32 both tracers agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stem_jax.config import TracerConfig
+from stem_jax.kg.index import KGIndex
+from stem_jax.plan.schema import GroundedPlan
+from stem_jax.trace.types import TraceOptions, TraceResult, stable_order
+
+F32 = np.float32
+
+
+def anchor_reference(
+    entity_emb: np.ndarray, mention_emb: np.ndarray, top_n: int, lam: float, entity_guidance: np.ndarray | None
+) -> tuple[int, float]:
+    """Eqs. 8-11 and 15: top-N entities by cosine, λ-boosted inside the guidance set, best one wins."""
+    cos = np.asarray([F32(np.dot(row, mention_emb)) for row in entity_emb.astype(F32)], dtype=F32)
+    candidates = stable_order(cos)[:top_n]
+    best, best_score = -1, None
+    for e in candidates:
+        boost = F32(lam) if entity_guidance is not None and entity_guidance[e] else F32(1.0)
+        score = F32(cos[e] * boost)
+        if best_score is None or score > best_score:
+            best, best_score = int(e), score
+    return best, float(best_score)
+
+
+class _Scorer:
+    def __init__(self, index, triple_emb, step_emb, steps, config, options, triple_guidance):
+        self.index = index
+        self.triple_emb = triple_emb.astype(F32)
+        self.step_emb = step_emb.astype(F32)
+        self.steps = steps
+        self.tau = F32(config.tau)
+        self.theta = F32(config.theta)
+        self.options = options
+        self.triple_guidance = triple_guidance
+
+    def t_score(self, t: int, s: int) -> np.float32:
+        """Eq. 12-13: cos(schema triple, KG triple) + τ·[triple in guidance] (+1 relation bonus)."""
+        score = F32(np.dot(self.triple_emb[t], self.step_emb[s]))
+        score = F32(score + (self.tau if self.triple_guidance is not None and self.triple_guidance[t] else F32(0.0)))
+        if self.options.relation_bonus and self._same_relation(t, s):
+            score = F32(score + F32(1.0))
+        return score
+
+    def _same_relation(self, t: int, s: int) -> bool:
+        return int(self.steps[s, 2]) >= 0 and int(self.index.triples[t, 1]) == int(self.steps[s, 2])
+
+    def qualifies(self, t: int, s: int, score: np.float32) -> bool:
+        return bool(score >= self.theta) or (self.options.relation_bonus and self._same_relation(t, s))
+
+    def other_end(self, t: int, node: int) -> int:
+        h, _, tail = self.index.triples[t]
+        return int(tail) if int(h) == node else int(h)
+
+    def breadth_matches(self, node: int, s: int, used) -> tuple[list[tuple[int, np.float32]], int]:
+        """Qualifying (triple, T) of ``node`` for step ``s``, best first (ties: triple id), capped."""
+        found = []
+        for t in self.index.incident(node).tolist():
+            if t in used:
+                continue
+            score = self.t_score(t, s)
+            if self.qualifies(t, s, score):
+                found.append((t, score))
+        found.sort(key=lambda ts: (-ts[1], ts[0]))
+        cap = self.options.breadth_cap
+        if cap and len(found) > cap:
+            return found[:cap], len(found) - cap
+        return found, 0
+
+    def precision_match(self, node: int, s: int, base: np.float32, used) -> tuple[int, np.float32] | None:
+        """Algorithm 2 STEP_PRECISION: first triple maximising S + T, if that beats -1."""
+        best, max_score = None, F32(-1.0)
+        for t in self.index.incident(node).tolist():
+            if t in used:
+                continue
+            score = F32(base + self.t_score(t, s))
+            if score > max_score:
+                best, max_score = t, score
+        return None if best is None else (best, max_score)
+
+
+def trace_reference(
+    index: KGIndex,
+    plan: GroundedPlan,
+    *,
+    strategy: str,
+    anchor: int,
+    anchor_score: float,
+    triple_emb: np.ndarray,
+    step_emb: np.ndarray,
+    config: TracerConfig = TracerConfig(),
+    options: TraceOptions = TraceOptions(),
+    triple_guidance: np.ndarray | None = None,
+) -> TraceResult:
+    """Trace ``plan`` through the KG from ``anchor`` (whose eq.-15 score is ``anchor_score``).
+
+    ``step_emb`` [S, d] holds the embedding of each DFS step's schema triple text; ``triple_emb``
+    [m, d] the KG triples'. ``triple_guidance`` [m] bool marks guidance-graph triples (τ bonus).
+    """
+    steps = plan.steps
+    scorer = _Scorer(index, triple_emb, step_emb, steps, config, options, triple_guidance)
+    n_slots = plan.num_steps + 1
+    result = TraceResult(
+        anchor=anchor, anchor_score=float(anchor_score),
+        nodes=[[anchor]] + [[] for _ in range(n_slots - 1)],
+        scores=[[float(F32(anchor_score))]] + [[] for _ in range(n_slots - 1)],
+        via=[[-1]] + [[] for _ in range(n_slots - 1)],
+        parents=[[-1]] + [[] for _ in range(n_slots - 1)],
+    )
+    if options.order == "level":
+        _trace_level(scorer, steps, strategy, options, result)
+    elif options.order == "sequential":
+        _trace_sequential(scorer, steps, strategy, result)
+    else:
+        raise ValueError(f"unknown trace order {options.order!r}: use 'level' or 'sequential'")
+    return result
+
+
+def _trace_level(scorer: _Scorer, steps: np.ndarray, strategy: str, options: TraceOptions, result: TraceResult) -> None:
+    used: set[int] = set()
+    for s, (parent, child, _) in enumerate(steps.tolist()):
+        found = []  # (node, score, triple, parent index) in parent order, then rank within parent
+        for p_index, (node, base) in enumerate(zip(result.nodes[parent], result.scores[parent], strict=True)):
+            base = F32(base)
+            if strategy == "Precision":
+                match = scorer.precision_match(node, s, base, used)
+                if match is not None:
+                    t, total = match
+                    found.append((scorer.other_end(t, node), total, t, p_index))
+            else:
+                matches, dropped = scorer.breadth_matches(node, s, used)
+                result.overflow += dropped
+                for t, score in matches:
+                    found.append((scorer.other_end(t, node), F32(base + score), t, p_index))
+        order = stable_order(np.asarray([f[1] for f in found], dtype=F32)) if found else []
+        kept = [found[i] for i in order]
+        if options.frontier_cap and len(kept) > options.frontier_cap:
+            result.overflow += len(kept) - options.frontier_cap
+            kept = kept[: options.frontier_cap]
+        for node, score, t, p_index in kept:
+            result.nodes[child].append(node)
+            result.scores[child].append(float(score))
+            result.via[child].append(t)
+            result.parents[child].append(p_index)
+        used.update(t for _, _, t, _ in kept)
+
+
+def _trace_sequential(scorer: _Scorer, steps: np.ndarray, strategy: str, result: TraceResult) -> None:
+    used: set[int] = set()  # final_list
+    children: dict[int, list[int]] = {}
+    for s, (parent, _, _) in enumerate(steps.tolist()):
+        children.setdefault(parent, []).append(s)
+
+    def bind(slot: int, node: int, score: np.float32, t: int, p_index: int) -> int:
+        result.nodes[slot].append(node)
+        result.scores[slot].append(float(score))
+        result.via[slot].append(t)
+        result.parents[slot].append(p_index)
+        return len(result.nodes[slot]) - 1
+
+    def match(slot: int, node: int, base: np.float32, b_index: int) -> None:  # Algorithm 1 MATCH
+        for s in children.get(slot, []):
+            child = int(steps[s, 1])
+            if strategy == "Precision":  # Algorithm 2 STEP_PRECISION
+                found = scorer.precision_match(node, s, base, used)
+                if found is None:
+                    continue
+                t, total = found
+                used.add(t)
+                next_node = scorer.other_end(t, node)
+                match(child, next_node, total, bind(child, next_node, total, t, b_index))
+            else:  # Algorithm 2 STEP_BREADTH: mark every candidate used, then recurse in KG order
+                matches, dropped = scorer.breadth_matches(node, s, used)
+                result.overflow += dropped
+                matches.sort(key=lambda ts: ts[0])
+                used.update(t for t, _ in matches)
+                for t, score in matches:
+                    total = F32(base + score)
+                    next_node = scorer.other_end(t, node)
+                    match(child, next_node, total, bind(child, next_node, total, t, b_index))
+
+    match(0, result.nodes[0][0], F32(result.scores[0][0]), 0)
