@@ -1,0 +1,1 @@
+"""Answers from traced evidence: ranking, the evidence subgraph, reasoning chains."""

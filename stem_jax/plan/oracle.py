@@ -1,0 +1,371 @@
+"""The oracle planner: a question's gold relation path turned into a schema graph.
+
+Every other planner is measured against this upper bound: the oracle knows the relation path that
+leads from the topic entity to the answers, so tracing its schema graph can only fail where the KG
+itself lacks triples. Where the gold path comes from depends on the dataset:
+
+* ``Question.gold_path`` (demo KG, FB15k-237): used as is.
+* MetaQA: the question's ``qtype`` (``movie_to_director_to_movie``) is a chain of entity types;
+  each adjacent type pair maps to one KB relation and direction via :data:`METAQA_RELATION_TABLE`,
+  which was derived from the 1-hop dev questions (:func:`derive_metaqa_relation_table`).
+* RoG (WebQSP / CWQ): no path is given, so the gold relation paths are the shortest relation paths
+  from each question entity to each answer in the question's own graph
+  (:func:`shortest_relation_paths`); there may be several, hence a beam larger than 1.
+
+:func:`gold_path_triples` gives the KG triples on those paths that actually reach a gold answer:
+the ground-truth reasoning path ``R`` of the paper's coverage rate (eq. 17).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from stem_jax.data.types import Dataset, PathStep, Question, Triple
+from stem_jax.errors import StemError
+from stem_jax.kg.index import KGIndex, build_index
+from stem_jax.kg.subgraph import csr_gather
+from stem_jax.plan.schema import SchemaGraph, SchemaTriple, Strategy
+
+RelationPath = tuple[PathStep, ...]
+
+# ---------------------------------------------------------------------------------------------
+# MetaQA qtypes -> relation paths
+# ---------------------------------------------------------------------------------------------
+
+_QTYPE_SEPARATOR = "_to_"
+
+# Derived from MetaQA 1-hop dev (kb_PARTIAL_keallm_reconstruction.txt) by
+# derive_metaqa_relation_table; tests/test_oracle_metaqa.py re-derives it and checks equality.
+# The majority is clear everywhere. The closest call is director_to_movie: 524 questions vote
+# directed_by backward, 332 written_by backward (many directors also write their films).
+METAQA_RELATION_TABLE: dict[str, PathStep] = {
+    "actor_to_movie": PathStep("starred_actors", False),
+    "director_to_movie": PathStep("directed_by", False),
+    "movie_to_actor": PathStep("starred_actors", True),
+    "movie_to_director": PathStep("directed_by", True),
+    "movie_to_genre": PathStep("has_genre", True),
+    "movie_to_imdbrating": PathStep("has_imdb_rating", True),
+    "movie_to_imdbvotes": PathStep("has_imdb_votes", True),
+    "movie_to_language": PathStep("in_language", True),
+    "movie_to_tags": PathStep("has_tags", True),
+    "movie_to_writer": PathStep("written_by", True),
+    "movie_to_year": PathStep("release_year", True),
+    "tag_to_movie": PathStep("has_tags", False),
+    "writer_to_movie": PathStep("written_by", False),
+}
+
+# MetaQA spells the tag type "tags" after movie and "tag" before it; both name one entity type.
+_TOKEN_ALIASES = {"tags": "tag"}
+
+
+def _canonical(token: str) -> str:
+    return _TOKEN_ALIASES.get(token, token)
+
+
+def _pair_table(table: dict[str, PathStep]) -> dict[tuple[str, str], PathStep]:
+    """(from type, to type) -> step, with each 1-hop pair's inverse added when MetaQA lacks it.
+
+    ``genre_to_movie`` never occurs as a MetaQA qtype, but a user's own question file may use it;
+    it is ``movie_to_genre`` walked backwards, so composing it is safe.
+    """
+    pairs: dict[tuple[str, str], PathStep] = {}
+    for qtype, step in table.items():
+        source, target = (_canonical(t) for t in qtype.split(_QTYPE_SEPARATOR))
+        pairs[(source, target)] = step
+    for (source, target), step in list(pairs.items()):
+        pairs.setdefault((target, source), PathStep(step.relation, not step.forward))
+    return pairs
+
+
+_METAQA_PAIRS = _pair_table(METAQA_RELATION_TABLE)
+METAQA_TOKENS: frozenset[str] = frozenset(
+    t for qtype in METAQA_RELATION_TABLE for t in qtype.split(_QTYPE_SEPARATOR)
+)
+
+
+def metaqa_gold_path(qtype: str, table: dict[str, PathStep] | None = None) -> RelationPath:
+    """The relation path of a MetaQA qtype, composed from its 1-hop type pairs.
+
+    ``movie_to_director_to_movie`` -> (directed_by forward, directed_by backward).
+
+    Raises:
+      StemError: the qtype is malformed, names an unknown entity type, or chains two types that
+        no KB relation connects.
+    """
+    pairs = _METAQA_PAIRS if table is None else _pair_table(table)
+    known = {t for pair in pairs for t in pair} | set(_TOKEN_ALIASES)
+    tokens = qtype.strip().split(_QTYPE_SEPARATOR)
+    if len(tokens) < 2 or not all(tokens):
+        raise StemError(
+            f"malformed MetaQA qtype {qtype!r}: expected entity types joined by '_to_', e.g. movie_to_director"
+        )
+    unknown = [t for t in tokens if t not in known]
+    if unknown:
+        raise StemError(
+            f"unknown entity type {unknown[0]!r} in MetaQA qtype {qtype!r}; known types: {', '.join(sorted(known))}"
+        )
+    path = []
+    for source, target in zip(tokens, tokens[1:], strict=False):
+        step = pairs.get((_canonical(source), _canonical(target)))
+        if step is None:
+            raise StemError(
+                f"no KB relation connects {source!r} to {target!r} in MetaQA qtype {qtype!r}; "
+                "every hop must be a 1-hop qtype such as movie_to_director"
+            )
+        path.append(step)
+    return tuple(path)
+
+
+def derive_metaqa_relation_table(dataset_1hop_dev: Dataset | Iterable[Question], index: KGIndex) -> dict[str, PathStep]:
+    """Map each 1-hop qtype to the (relation, direction) that links topic entities to their answers.
+
+    Each question votes once for every (relation, direction) with at least one KB triple from its
+    topic entity to one of its gold answers; the qtype takes the majority. Voting per question
+    rather than per triple keeps questions with long answer lists (an actor's 40 films) from
+    outweighing the rest. Ties break by relation name, then forward first, so the result is
+    deterministic. Questions whose qtype has more than one hop are ignored.
+
+    Raises:
+      StemError: no 1-hop question connects to any answer (wrong file or KB).
+    """
+    questions = dataset_1hop_dev.questions if isinstance(dataset_1hop_dev, Dataset) else dataset_1hop_dev
+    votes: dict[str, Counter[tuple[str, bool]]] = defaultdict(Counter)
+    for question in questions:
+        if not question.qtype or question.qtype.count(_QTYPE_SEPARATOR) != 1 or not question.topic_entities:
+            continue
+        topic = index.entity_ids.get(question.topic_entities[0])
+        answers = [index.entity_ids[a] for a in question.answers if a in index.entity_ids]
+        if topic is None or not answers:
+            continue
+        rows = index.triples[index.incident(topic)]
+        forward = rows[:, 0] == topic
+        other = np.where(forward, rows[:, 2], rows[:, 0])
+        hit = np.isin(other, answers)
+        for relation, fwd in set(zip(rows[hit, 1].tolist(), forward[hit].tolist(), strict=True)):
+            votes[question.qtype][(index.relations[relation], bool(fwd))] += 1
+    if not votes:
+        raise StemError("no 1-hop question reaches a gold answer in one KB hop; pass MetaQA 1-hop questions and their KB")
+    table = {}
+    for qtype in sorted(votes):
+        (relation, forward), _ = min(votes[qtype].items(), key=lambda kv: (-kv[1], kv[0][0], not kv[0][1]))
+        table[qtype] = PathStep(relation, forward)
+    return table
+
+
+# ---------------------------------------------------------------------------------------------
+# Path -> schema graph
+# ---------------------------------------------------------------------------------------------
+
+
+def strategy_for(answers: Sequence[str]) -> Strategy:
+    """The paper's training rule (appendix C): one gold answer -> Precision, several -> Breadth."""
+    return "Precision" if len(set(answers)) == 1 else "Breadth"
+
+
+def schema_from_path(topic: str, path: Sequence[PathStep], strategy: Strategy = "Precision") -> SchemaGraph:
+    """Chain ``topic -[r1]- [ENT1] -[r2]- [ENT2] ...``; the last placeholder is the answer.
+
+    Each triple keeps the KB relation's orientation, so a backward step from ``prev`` to ``next``
+    is written ``(next, r, prev)``: ``movie_to_director_to_movie`` from ``Kismet`` becomes
+    ``(Kismet, directed_by, [ENT1]), ([ENT2], directed_by, [ENT1])`` with answer ``[ENT2]``.
+
+    Raises:
+      StemError: empty path.
+    """
+    if not path:
+        raise StemError(f"cannot build a schema graph for {topic!r} from an empty relation path")
+    triples = []
+    previous = topic
+    for i, step in enumerate(path, start=1):
+        current = f"[ENT{i}]"
+        head, tail = (previous, current) if step.forward else (current, previous)
+        triples.append(SchemaTriple(head, step.relation, tail))
+        previous = current
+    return SchemaGraph(triples=tuple(triples), answer=previous, strategy=strategy)
+
+
+# ---------------------------------------------------------------------------------------------
+# RoG: shortest relation paths in the question's graph
+# ---------------------------------------------------------------------------------------------
+
+
+def _path_key(path: RelationPath) -> list[tuple[str, bool]]:
+    """Sort key for relation paths (PathStep is not orderable): relation names, forward first."""
+    return [(step.relation, not step.forward) for step in path]
+
+
+def shortest_relation_paths(
+    graph: Iterable[Triple], source: str, targets: Iterable[str], *, max_hops: int = 4, max_paths: int = 8
+) -> list[RelationPath]:
+    """Distinct relation paths along shortest undirected walks from ``source`` to any of ``targets``.
+
+    A breadth-first search over the graph, ignoring edge direction (RoG graphs hold each fact in
+    one direction only, and questions walk them either way), gives each node its distance from
+    ``source``; each node on a shortest-path layer then collects the relation paths that reach it
+    along shortest walks. Relation paths, not entity paths, are kept because the schema graph
+    only names relations; many entity walks share one relation path. Paths are distinct, sorted
+    (shorter first, then by relation names) and at most ``max_paths``; each node keeps at most
+    ``max_paths`` partial paths, which bounds the work on hub-heavy graphs. Each target counts at
+    its own shortest distance, so a question whose answers lie 1 and 2 hops away gets both paths.
+    Targets farther than ``max_hops`` or disconnected give nothing; so does a target equal to the
+    source.
+    """
+    adjacency: dict[str, list[tuple[str, PathStep]]] = defaultdict(list)
+    for head, relation, tail in graph:
+        adjacency[head].append((tail, PathStep(relation, True)))
+        if tail != head:
+            adjacency[tail].append((head, PathStep(relation, False)))
+    wanted = {t for t in targets if t in adjacency and t != source}
+    if source not in adjacency or not wanted:
+        return []
+    distance = {source: 0}
+    partial: dict[str, set[RelationPath]] = {source: {()}}
+    found: set[RelationPath] = set()
+    layer = [source]
+    for depth in range(1, max_hops + 1):
+        reached: dict[str, set[RelationPath]] = defaultdict(set)
+        for node in layer:
+            for neighbour, step in adjacency[node]:
+                if distance.get(neighbour, depth) < depth:
+                    continue  # already reached by a shorter walk: not on a shortest path
+                distance[neighbour] = depth
+                bucket = reached[neighbour]
+                for prefix in sorted(partial[node], key=_path_key):
+                    if len(bucket) >= max_paths:
+                        break
+                    bucket.add((*prefix, step))
+        for node in wanted & reached.keys():
+            found |= reached[node]
+        wanted -= reached.keys()
+        if not wanted or not reached:
+            break
+        partial = reached
+        layer = sorted(reached)
+    return sorted(found, key=lambda p: (len(p), _path_key(p)))[:max_paths]
+
+
+# ---------------------------------------------------------------------------------------------
+# The planner
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class GoldPaths:
+    """A question's gold relation paths, each from a topic entity, or why there are none.
+
+    ``source`` says where they came from: ``"gold_path"``, ``"qtype"`` or ``"shortest"`` (RoG).
+    """
+
+    paths: tuple[tuple[str, RelationPath], ...]
+    source: str | None = None
+    reason: str | None = None
+
+
+def gold_paths(question: Question, *, max_hops: int = 4, max_paths: int = 8) -> GoldPaths:
+    """The gold relation paths of ``question`` (see the module docstring for the precedence).
+
+    A MetaQA qtype or a stored gold path is returned even when the KG lacks the triples to walk it:
+    the oracle's plan is right, the KG is incomplete, and tracing will show that.
+    """
+    if not question.topic_entities:
+        return GoldPaths((), reason="question has no topic entity")
+    topic = question.topic_entities[0]
+    if question.gold_path:
+        return GoldPaths(((topic, tuple(question.gold_path)),), source="gold_path")
+    if question.graph is not None:
+        found = []
+        for entity in dict.fromkeys(question.topic_entities):
+            for path in shortest_relation_paths(
+                question.graph, entity, question.answers, max_hops=max_hops, max_paths=max_paths
+            ):
+                found.append((entity, path))
+        if not found:
+            return GoldPaths((), reason=f"no answer within {max_hops} hops of a question entity in its graph")
+        return GoldPaths(tuple(found[:max_paths]), source="shortest")
+    if question.qtype:
+        try:
+            return GoldPaths(((topic, metaqa_gold_path(question.qtype)),), source="qtype")
+        except StemError as err:
+            return GoldPaths((), reason=str(err))
+    return GoldPaths((), reason="no gold path, MetaQA qtype or question graph to derive one from")
+
+
+@dataclasses.dataclass(frozen=True)
+class OraclePlanner:
+    """Plans from gold relation paths: the upper bound for every learned or prompted planner.
+
+    ``plan`` returns one schema graph per gold path: one for gold-path and MetaQA questions, up to
+    ``max_paths`` for RoG questions whose answers several shortest relation paths reach (a beam
+    larger than 1, as the paper's B candidate plans). Questions with no gold path (unknown qtype,
+    answer unreachable within ``max_hops``) get ``[]``; :func:`gold_paths` says why, so callers
+    can count them.
+    """
+
+    max_hops: int = 4
+    max_paths: int = 8
+
+    def plan(self, question: Question, index: KGIndex | None = None) -> list[SchemaGraph]:
+        """Schema graphs for ``question``; ``index`` is unused (the oracle needs no KG lookups)."""
+        del index  # same signature as the other planners; the gold paths never need the KG
+        found = gold_paths(question, max_hops=self.max_hops, max_paths=self.max_paths)
+        strategy = strategy_for(question.answers)
+        return [schema_from_path(topic, path, strategy) for topic, path in found.paths]
+
+
+# ---------------------------------------------------------------------------------------------
+# Gold evidence: triples on gold paths that reach an answer (coverage, paper eq. 17)
+# ---------------------------------------------------------------------------------------------
+
+
+def path_walk_triples(index: KGIndex, topic: int, path: Sequence[PathStep], answers: np.ndarray) -> np.ndarray:
+    """Triple ids on walks of ``path`` from ``topic`` that end in one of ``answers``, sorted.
+
+    Walks forward step by step as :func:`stem_jax.kg.paths.follow_relation_path` does (the topic is
+    never an intermediate or final node, as in MetaQA), recording each step's triples with their
+    source and target, then prunes backwards: a last-step triple is kept when its target is an
+    answer, an earlier one when its target is the source of a kept triple one step later.
+    """
+    frontier = np.asarray([topic], dtype=np.int64)
+    steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (triple ids, sources, targets)
+    for step in path:
+        relation = index.relation_ids.get(step.relation)
+        if relation is None or frontier.size == 0:
+            return np.zeros(0, np.int32)
+        candidates = np.unique(csr_gather(index.csr_offsets, index.csr_triples, frontier))
+        rows = index.triples[candidates]
+        source, target = (rows[:, 0], rows[:, 2]) if step.forward else (rows[:, 2], rows[:, 0])
+        keep = (rows[:, 1] == relation) & np.isin(source, frontier) & (target != topic)
+        steps.append((candidates[keep], source[keep], target[keep]))
+        frontier = np.unique(target[keep])
+    kept: list[np.ndarray] = []
+    wanted = np.asarray(answers, dtype=np.int64)
+    for ids, source, target in reversed(steps):
+        on_path = np.isin(target, wanted)
+        kept.append(ids[on_path])
+        wanted = np.unique(source[on_path])
+    return np.unique(np.concatenate(kept)).astype(np.int32) if kept else np.zeros(0, np.int32)
+
+
+def gold_path_triples(question: Question, index: KGIndex, *, max_hops: int = 4, max_paths: int = 8) -> set[Triple]:
+    """The ground-truth reasoning path ``R`` of ``question`` as (head, relation, tail) strings.
+
+    The union over the question's gold paths (:func:`gold_paths`) of the KG triples on walks from
+    the topic entity that reach a gold answer. RoG questions walk their own graph; all others walk
+    ``index``. Empty when there is no gold path, the topic is not in the KG, or no walk reaches an
+    answer; coverage callers should count such questions rather than score them.
+    """
+    found = gold_paths(question, max_hops=max_hops, max_paths=max_paths)
+    if not found.paths:
+        return set()
+    kg = build_index(question.graph) if question.graph is not None and found.source == "shortest" else index
+    answers = np.asarray([kg.entity_ids[a] for a in question.answers if a in kg.entity_ids], dtype=np.int64)
+    evidence: set[Triple] = set()
+    for topic, path in found.paths:
+        if topic not in kg.entity_ids or answers.size == 0:
+            continue
+        evidence.update(kg.triple_strings(path_walk_triples(kg, kg.entity_ids[topic], path, answers)))
+    return evidence
