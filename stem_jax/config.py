@@ -67,6 +67,20 @@ class EncoderConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    """Capacities and batching of the JAX tracer (not paper hyper-parameters)."""
+
+    frontier: int = 64  # bindings kept per schema node in Breadth runs (Precision needs 1)
+    node_matches: int = 16  # Breadth matches per node and step when tracer.breadth_cap is 0
+    window: int = 32  # incident triples read per CSR window
+    guidance: int = 64  # guidance entities per run
+    batch_precision: int = 256  # runs per compiled Precision batch
+    batch_breadth: int = 32  # runs per compiled Breadth batch
+    relation_bonus: bool = False  # the authors' code: +1 T-Score for exact relation matches
+    chunk_questions: int = 2048  # questions written to predictions.jsonl per resumable chunk
+
+
+@dataclasses.dataclass(frozen=True)
 class StemConfig:
     tracer: TracerConfig = TracerConfig()
     guidance: GuidanceConfig = GuidanceConfig()
@@ -74,6 +88,7 @@ class StemConfig:
     planner: PlannerConfig = PlannerConfig()
     subgraph: SubgraphConfig = SubgraphConfig()
     encoder: EncoderConfig = EncoderConfig()
+    engine: EngineConfig = EngineConfig()
     seed: int = 0
 
 

@@ -14,6 +14,7 @@ from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import StemConfig, as_dict, config_fields
 from stem_jax.data.registry import load_dataset
 from stem_jax.data.types import Dataset
+from stem_jax.errors import StemError
 from stem_jax.eval.metrics import MetricAccumulator, strict_metrics
 from stem_jax.kg.index import KGIndex, build_index
 from stem_jax.kg.paths import follow_relation_path
@@ -171,3 +172,53 @@ def cmd_config(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     print(markdown_table(["option", "value"], [[f"--{name}", str(value)] for name, value, _ in config_fields(config)]))
     return 0
+
+
+def _summary_table(summary: dict) -> str:
+    columns = [("hit", "Hit"), ("hit_at_1", "Hit@1"), ("f1", "F1"), ("precision", "Precision"), ("recall", "Recall"),
+               ("rog_hit", "RoG Hit"), ("coverage", "Coverage"), ("overflow_questions", "overflowed")]
+    rows = []
+    groups = dict(summary["groups"])
+    groups["all"] = summary["overall"]
+    for name, stats in groups.items():
+        mean = stats["mean"]
+        rows.append([name, stats["n"]] + [round(100 * mean[k], 2) if k in mean else "-" for k, _ in columns])
+    return markdown_table(["hops", "questions"] + [title for _, title in columns], rows)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Full-split evaluation with a planner, resumable, into --out."""
+    from stem_jax.eval.runner import Evaluator, evaluate
+    from stem_jax.plan.oracle import OraclePlanner
+
+    config = config_from_args(args)
+    start = time.perf_counter()
+    dataset, index = _load(args, config)
+    encoder, embeddings, _ = _embed(args, config, dataset, index)
+    if args.planner != "oracle":
+        raise StemError(f"planner {args.planner!r} is not available yet", fix="use --planner oracle")
+    planner = OraclePlanner().plan
+    out = args.out or Path("runs") / f"{dataset.name}-{args.split}-{args.planner}"
+    evaluator = Evaluator(dataset, index, embeddings, encoder, config,
+                          cache_dir=cache_root(args) / dataset.name / "schema-texts")
+    summary = evaluate(evaluator, dataset.questions, planner, out, show_progress=not args.no_progress)
+    wall = time.perf_counter() - start
+    table = _summary_table(summary)
+    print(f"\n{dataset.name}/{args.split}, planner {args.planner} (percent; F1/precision/recall are strict set "
+          "metrics over normalised entity names):\n")
+    print(table)
+    if summary.get("plan_skips"):
+        print(f"runs not traced: {summary['plan_skips']}")
+    print(f"overflow (matches dropped by capacities) per hop: {summary['overflow_total']}")
+    payload = {"meta": run_metadata(), "dataset": dataset.name, "split": args.split, "planner": args.planner,
+               "config": as_dict(config), "dataset_skips": dict(dataset.skips.counts), "wall_seconds": wall,
+               "compiles": _compile_counts(), **summary}
+    paths = write_report(out, "metrics", payload, table)
+    print(f"\nwrote {out / 'predictions.jsonl'}, {paths[0]} and {paths[1]}  [{wall:.1f}s]")
+    return 0
+
+
+def _compile_counts() -> dict[str, int]:
+    from stem_jax.trace.tracer import anchor_batch, trace_batch
+
+    return {"trace_batch": trace_batch._cache_size(), "anchor_batch": anchor_batch._cache_size()}

@@ -18,6 +18,7 @@ EXAMPLES = """examples:
   stem-jax demo                                   # generated KG, offline, end to end
   stem-jax data-stats --dataset metaqa --hops 1,2 # needs STEM_DATA_DIR (folder holding metaqa/)
   stem-jax index --dataset metaqa                 # encode the MetaQA KB once (resumable)
+  stem-jax eval --dataset metaqa --planner oracle # full test split, resumable, predictions.jsonl
   stem-jax config --tracer.lam=1.2                # show every option and its value
 """
 
@@ -55,6 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--out", type=Path, default=None, help="write JSON + Markdown here")
     stats.add_argument("--no-progress", action="store_true", help="hide progress bars")
     stats.set_defaults(func=commands.cmd_data_stats)
+
+    evaluate = sub.add_parser("eval", help="trace a whole split and score it (resumable)",
+                              description="Plan, anchor and trace every question of a split, write predictions.jsonl "
+                              "(resumable: a rerun skips finished questions), metrics.json and metrics.md.")
+    add_dataset_flags(evaluate)
+    add_cache_flags(evaluate)
+    add_config_flags(evaluate)
+    evaluate.add_argument("--planner", choices=("oracle",), default="oracle", help="schema-graph planner")
+    evaluate.add_argument("--out", type=Path, default=None, help="run folder (default runs/<dataset>-<split>-<planner>)")
+    evaluate.set_defaults(func=commands.cmd_eval)
 
     config = sub.add_parser("config", help="print every config option with its value")
     add_config_flags(config)
