@@ -45,7 +45,9 @@ def minilm_model_dir() -> Path:
             f"  how to fix: {WEIGHTS_FIX}   (or use --encoder.name=hashing for tests)"
         ) from None
     model_dir = Path(str(root / "model"))
-    missing = [f for f in ("model.safetensors", "tokenizer.json", "config.json") if not (model_dir / f).is_file()]
+    missing = [
+        f for f in ("model.safetensors", "tokenizer.json", "config.json") if not (model_dir / f).is_file()
+    ]
     if missing:
         raise StemError(
             f"{model_dir}: the weights package is incomplete (missing {', '.join(missing)})\n"

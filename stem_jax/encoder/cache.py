@@ -170,9 +170,17 @@ def open_or_build(
         try:
             manifest = json.loads(manifest_path.read_text())
         except (OSError, ValueError) as e:
-            raise CacheError(f"{manifest_path}: unreadable manifest ({e})\n  how to fix: {_FIX.format(path=path)}") from None
+            raise CacheError(
+                f"{manifest_path}: unreadable manifest ({e})\n  how to fix: {_FIX.format(path=path)}"
+            ) from None
         _check_manifest(path, manifest, expected)
-        store = ts.open(_spec(path, n, dim, chunk_rows), open=True, create=True).result()
+        try:
+            # create=True too: a build killed right after its first manifest has no array yet.
+            store = ts.open(_spec(path, n, dim, chunk_rows), open=True, create=True).result()
+        except ValueError as e:
+            raise CacheError(
+                f"{path}: cannot open the embedding array ({e})\n  how to fix: {_FIX.format(path=path)}"
+            ) from None
     else:
         if path.exists() and any(path.iterdir()):
             raise CacheError(
@@ -203,7 +211,11 @@ def open_or_build(
         if ok:
             out[lo:hi] = block
         else:
-            warnings.warn(f"{path}: chunk {i} (rows {lo}-{hi - 1}) is corrupt ({reason}); recomputing it", CacheWarning, stacklevel=2)
+            warnings.warn(
+                f"{path}: chunk {i} (rows {lo}-{hi - 1}) is corrupt ({reason}); recomputing it",
+                CacheWarning,
+                stacklevel=2,
+            )
             del done[key]
             recomputed.append(i)
     if recomputed:
@@ -213,12 +225,21 @@ def open_or_build(
     encoded, start = 0, time.perf_counter()
     if todo:
         finished_rows = n - sum(min(n, (i + 1) * chunk_rows) - i * chunk_rows for i in todo)
-        with tqdm(total=n, initial=finished_rows, desc=desc or path.name, unit="str", unit_scale=True, disable=not progress) as bar:
+        with tqdm(
+            total=n,
+            initial=finished_rows,
+            desc=desc or path.name,
+            unit="str",
+            unit_scale=True,
+            disable=not progress,
+        ) as bar:
             for i in todo:
                 lo, hi = i * chunk_rows, min(n, (i + 1) * chunk_rows)
                 vectors = np.asarray(encoder.encode(texts[lo:hi]), dtype=np.float32)
                 if vectors.shape != (hi - lo, dim):
-                    raise CacheError(f"encoder {encoder.name} returned shape {vectors.shape}, expected {(hi - lo, dim)}")
+                    raise CacheError(
+                        f"encoder {encoder.name} returned shape {vectors.shape}, expected {(hi - lo, dim)}"
+                    )
                 # Re-normalise in float32 so the table is unit-norm whatever the encoder did.
                 vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
                 block = vectors.astype(np.float16)

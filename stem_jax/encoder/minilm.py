@@ -7,6 +7,7 @@ fixed-shape rows so the single jitted forward compiles at most a few times.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import json
@@ -40,7 +41,10 @@ class BertConfig:
     @classmethod
     def from_json(cls, path: Path) -> BertConfig:
         raw = json.loads(path.read_text())
-        if raw.get("hidden_act", "gelu") != "gelu" or raw.get("position_embedding_type", "absolute") != "absolute":
+        if (
+            raw.get("hidden_act", "gelu") != "gelu"
+            or raw.get("position_embedding_type", "absolute") != "absolute"
+        ):
             raise ValueError(f"{path}: only BERT with exact GELU and absolute positions is supported")
         return cls(**{f.name: raw[f.name] for f in dataclasses.fields(cls)})
 
@@ -80,8 +84,12 @@ class MiniLM(nn.Module):
     def __call__(self, tokens: jax.Array, segments: jax.Array, positions: jax.Array) -> jax.Array:
         cfg = self.cfg
         x = nn.Embed(cfg.vocab_size, cfg.hidden_size, name="word")(tokens)
-        pos = self.param("position", nn.initializers.normal(0.02), (cfg.max_position_embeddings, cfg.hidden_size))
-        token_type = self.param("token_type", nn.initializers.normal(0.02), (cfg.type_vocab_size, cfg.hidden_size))
+        pos = self.param(
+            "position", nn.initializers.normal(0.02), (cfg.max_position_embeddings, cfg.hidden_size)
+        )
+        token_type = self.param(
+            "token_type", nn.initializers.normal(0.02), (cfg.type_vocab_size, cfg.hidden_size)
+        )
         # Single-sentence inputs always have token_type_ids == 0.
         x = x + pos[positions] + token_type[0]
         x = nn.LayerNorm(cfg.layer_norm_eps, name="embed_ln")(x)
@@ -132,7 +140,8 @@ def load_params(safetensors_path: Path, cfg: BertConfig) -> dict[str, Any]:
     # Fail loudly on any name/shape drift rather than running with a half-loaded model.
     expected = jax.eval_shape(MiniLM(cfg).init, jax.random.key(0), *(jnp.zeros((1, 8), jnp.int32),) * 3)
     got = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), {"params": params})
-    if jax.tree.structure(expected) != jax.tree.structure(got) or jax.tree.leaves(expected) != jax.tree.leaves(got):
+    same_tree = jax.tree.structure(expected) == jax.tree.structure(got)
+    if not same_tree or jax.tree.leaves(expected) != jax.tree.leaves(got):
         raise ValueError(f"{safetensors_path}: weights do not match the MiniLM parameter tree")
     return {"params": params}
 
@@ -162,15 +171,18 @@ class MiniLMEncoder:
         model_dir = Path(model_dir)
         self.cfg = BertConfig.from_json(model_dir / "config.json")
         if max_length > self.cfg.max_position_embeddings:
-            raise ValueError(f"max_length={max_length} exceeds the model's {self.cfg.max_position_embeddings} positions")
+            raise ValueError(
+                f"max_length={max_length} exceeds the model's {self.cfg.max_position_embeddings} positions"
+            )
         self.batch_size = batch_size
         self.max_length = max_length
         self.dim = self.cfg.hidden_size
         self.name = f"all-MiniLM-L6-v2:{_fingerprint(model_dir)}:len{max_length}"
         self.tokenizer = TruncatingTokenizer(model_dir / "tokenizer.json", max_length)
         full = max(1, batch_size * 16 // max_length)
-        # A small bucket keeps single queries cheap; the middle one bounds tail-batch waste.
-        self.row_buckets = tuple(sorted({1, max(1, full // 8), full}))
+        # Powers of two up to a full batch: a single query runs one row, and the last batch of
+        # a call wastes less than half its rows.
+        self.row_buckets = tuple(sorted({min(2**k, full) for k in range(full.bit_length() + 1)}))
         self.params = jax.device_put(load_params(model_dir / "model.safetensors", self.cfg))
         self.compile_count = 0
         model = MiniLM(self.cfg)
@@ -194,15 +206,23 @@ class MiniLMEncoder:
         ids = self.tokenizer.tokenize(texts)
         rows = pack([len(r) for r in ids], self.max_length)
         full = self.row_buckets[-1]
-        pending = []
+        pending: collections.deque[tuple[list[list[int]], jax.Array]] = collections.deque()
+
+        def collect() -> None:
+            batch, result = pending.popleft()
+            vectors = np.asarray(result)
+            for r, members in enumerate(batch):
+                out[members] = vectors[r, : len(members)]
+
         for start in range(0, len(rows), full):
             batch = rows[start : start + full]
             n_rows = next(b for b in self.row_buckets if b >= len(batch))
             arrays = pack_batch(ids, batch, n_rows, self.max_length)
-            # Dispatch is asynchronous: the next batch is packed while this one runs.
+            # Dispatch is asynchronous, so the next batch is packed while this one runs; keeping
+            # only two in flight bounds memory when a caller passes a huge list.
             pending.append((batch, self._forward(self.params, *arrays)))
-        for batch, result in pending:
-            vectors = np.asarray(result)
-            for r, members in enumerate(batch):
-                out[members] = vectors[r, : len(members)]
+            if len(pending) > 2:
+                collect()
+        while pending:
+            collect()
         return out

