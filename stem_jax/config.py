@@ -46,6 +46,8 @@ class PlannerConfig:
 
     beam: int = 4  # B: candidate schema graphs per question
     retries: int = 5  # planner retries before falling back to Precision (paper footnote 5)
+    min_prob: float = 0.0  # pattern planner: drop beams (after the first) below this probability; 0 keeps B
+    max_triples: int = 8  # T_max of a plan store: longer schema graphs are dropped and counted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +74,7 @@ class EngineConfig:
 
     frontier: int = 64  # bindings kept per schema node in Breadth runs (Precision needs 1)
     node_matches: int = 16  # Breadth matches per node and step when tracer.breadth_cap is 0
-    window: int = 32  # incident triples read per CSR window
+    window: int = 2048  # incident edges scored per block (all runs of a batch share blocks)
     guidance: int = 64  # guidance entities per run
     batch_precision: int = 256  # runs per compiled Precision batch
     batch_breadth: int = 32  # runs per compiled Breadth batch

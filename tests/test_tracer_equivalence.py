@@ -63,7 +63,7 @@ def _plan(steps: np.ndarray) -> GroundedPlan:
     return GroundedPlan(schema=schema, anchor="a", steps=steps, step_edges=tuple(range(len(steps))), answer_slot=1)
 
 
-SHAPES = [TracerShapes(frontier=4, node_matches=2, window=4, guidance=16),
+SHAPES = [TracerShapes(frontier=4, node_matches=2, window=8, guidance=16),
           TracerShapes(frontier=8, node_matches=8, window=16, guidance=16)]
 
 

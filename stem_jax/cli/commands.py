@@ -14,7 +14,6 @@ from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import StemConfig, as_dict, config_fields
 from stem_jax.data.registry import load_dataset
 from stem_jax.data.types import Dataset
-from stem_jax.errors import StemError
 from stem_jax.eval.metrics import MetricAccumulator, strict_metrics
 from stem_jax.kg.index import KGIndex, build_index
 from stem_jax.kg.paths import follow_relation_path
@@ -188,16 +187,14 @@ def _summary_table(summary: dict) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Full-split evaluation with a planner, resumable, into --out."""
+    from stem_jax.cli.planning import eval_planner
     from stem_jax.eval.runner import Evaluator, evaluate
-    from stem_jax.plan.oracle import OraclePlanner
 
     config = config_from_args(args)
     start = time.perf_counter()
     dataset, index = _load(args, config)
     encoder, embeddings, _ = _embed(args, config, dataset, index)
-    if args.planner != "oracle":
-        raise StemError(f"planner {args.planner!r} is not available yet", fix="use --planner oracle")
-    planner = OraclePlanner().plan
+    planner, planner_info = eval_planner(args, config, dataset, index, encoder)
     out = args.out or Path("runs") / f"{dataset.name}-{args.split}-{args.planner}"
     evaluator = Evaluator(dataset, index, embeddings, encoder, config,
                           cache_dir=cache_root(args) / dataset.name / "schema-texts")
@@ -211,7 +208,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"runs not traced: {summary['plan_skips']}")
     print(f"overflow (matches dropped by capacities) per hop: {summary['overflow_total']}")
     payload = {"meta": run_metadata(), "dataset": dataset.name, "split": args.split, "planner": args.planner,
-               "config": as_dict(config), "dataset_skips": dict(dataset.skips.counts), "wall_seconds": wall,
+               "planner_info": planner_info, "config": as_dict(config), "dataset_skips": dict(dataset.skips.counts), "wall_seconds": wall,
                "compiles": _compile_counts(), **summary}
     paths = write_report(out, "metrics", payload, table)
     print(f"\nwrote {out / 'predictions.jsonl'}, {paths[0]} and {paths[1]}  [{wall:.1f}s]")
@@ -222,3 +219,33 @@ def _compile_counts() -> dict[str, int]:
     from stem_jax.trace.tracer import anchor_batch, trace_batch
 
     return {"trace_batch": trace_batch._cache_size(), "anchor_batch": anchor_batch._cache_size()}
+
+
+def cmd_bench_trace(args: argparse.Namespace) -> int:
+    """JAX tracer vs reference tracer on the same runs; writes experiments/results/bench-trace-*."""
+    from stem_jax.bench.trace import bench_trace
+    from stem_jax.eval.runner import Evaluator
+    from stem_jax.plan.oracle import OraclePlanner
+
+    config = config_from_args(args)
+    dataset, index = _load(args, config)
+    encoder, embeddings, _ = _embed(args, config, dataset, index)
+    questions = dataset.questions[: args.num_questions]
+    evaluator = Evaluator(dataset, index, embeddings, encoder, config,
+                          cache_dir=cache_root(args) / dataset.name / "schema-texts")
+    per_question, _ = evaluator.plan_all(questions, OraclePlanner().plan)
+    runs = [run for runs in per_question for run in runs]
+    evaluator.embed_texts([t for run in runs for t in run.plan.step_texts()], not args.no_progress)
+    result = bench_trace(evaluator, runs, repeats=args.repeats)
+    rows = [[k, round(v, 4) if isinstance(v, float) else v] for k, v in result.items() if not isinstance(v, (dict, list))]
+    table = markdown_table(["measure", "value"], rows)
+    print(table)
+    print(f"compiles: {result['compiles']}")
+    meta = run_metadata()
+    payload = {"meta": meta, "command": "stem-jax " + " ".join(args.argv), "dataset": dataset.name,
+               "split": args.split, "hops": list(args.hops), "questions": len(questions), "config": as_dict(config),
+               **result}
+    name = f"bench-trace-{dataset.name}-{'-'.join(map(str, args.hops))}hop-{meta['backend']}"
+    paths = write_report(args.out, name, payload, f"Command: `{payload['command']}`\n\n{table}")
+    print(f"wrote {paths[0]} and {paths[1]}")
+    return 0

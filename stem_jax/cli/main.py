@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from stem_jax.cli import commands
+from stem_jax.cli import commands, planning
 from stem_jax.cli.args import add_cache_flags, add_config_flags, add_dataset_flags
 from stem_jax.errors import StemError
 
@@ -19,6 +19,9 @@ EXAMPLES = """examples:
   stem-jax data-stats --dataset metaqa --hops 1,2 # needs STEM_DATA_DIR (folder holding metaqa/)
   stem-jax index --dataset metaqa                 # encode the MetaQA KB once (resumable)
   stem-jax eval --dataset metaqa --planner oracle # full test split, resumable, predictions.jsonl
+  stem-jax train-planner --dataset metaqa         # learn the CPU `pattern` planner (MetaQA dev split)
+  stem-jax plan --dataset metaqa --planner pattern # plans -> TensorStore store (resumable)
+  stem-jax eval --dataset metaqa --planner pattern # or --plans STORE to read a plan store
   stem-jax config --tracer.lam=1.2                # show every option and its value
 """
 
@@ -63,9 +66,25 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataset_flags(evaluate)
     add_cache_flags(evaluate)
     add_config_flags(evaluate)
-    evaluate.add_argument("--planner", choices=("oracle",), default="oracle", help="schema-graph planner")
+    planning.add_planner_flags(evaluate, plans=True)
     evaluate.add_argument("--out", type=Path, default=None, help="run folder (default runs/<dataset>-<split>-<planner>)")
     evaluate.set_defaults(func=commands.cmd_eval)
+    planning.add_train_planner_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
+    planning.add_plan_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
+
+    bench = sub.add_parser("bench", help="benchmarks (tables + JSON under experiments/results/)")
+    bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
+    bench_trace = bench_sub.add_parser("trace", help="jit tracer vs reference tracer on the same runs",
+                                       description="Trace the same oracle-planned questions with the JAX tracer and the "
+                                       "reference tracer; report the speed ratio, compiles, memory and agreement.")
+    add_dataset_flags(bench_trace, default="metaqa")
+    bench_trace.set_defaults(hops=(2,))
+    add_cache_flags(bench_trace)
+    add_config_flags(bench_trace)
+    bench_trace.add_argument("--num-questions", dest="num_questions", type=int, default=256, help="questions to trace (default 256)")
+    bench_trace.add_argument("--repeats", type=int, default=3, help="timed JAX repeats after the compile call")
+    bench_trace.add_argument("--out", type=Path, default=Path("experiments/results"), help="where to write results")
+    bench_trace.set_defaults(func=commands.cmd_bench_trace)
 
     config = sub.add_parser("config", help="print every config option with its value")
     add_config_flags(config)
@@ -76,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -85,7 +85,8 @@ class Evaluator:
         self.cache_dir = cache_dir
         self.names = dataset.entity_names or {}
         self.kg = KGArrays.from_index(index, embeddings.triples.array)
-        self.entity_emb = jnp.asarray(embeddings.entities.array)
+        # float32 on device once: anchoring reads the whole table for every batch
+        self.entity_emb = jnp.asarray(np.asarray(embeddings.entities.array, dtype=np.float32))
         engine = config.engine
         node_matches = config.tracer.breadth_cap or engine.node_matches
         self.shapes = {

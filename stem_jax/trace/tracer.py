@@ -1,14 +1,24 @@
 """JAX tracer: the reference's level-synchronous search as padded frontier expansion in one jit.
 
-Per schema step every run holds a frontier of at most ``frontier`` bindings (KG node, cumulative
-score) for the step's parent slot. Incident triples are read through the CSR in windows of
-``window`` entries (a ``lax.while_loop`` over windows, so a hub with thousands of triples costs
-more iterations, not a wider array), scored against the schema triple's embedding, masked by the
-run's used-triple bitmap, and folded into a running argmax (Precision) or running top-K above θ
-(Breadth). The step's candidates [frontier, K] are then cut back to ``frontier`` by cumulative
-score with ``lax.top_k`` and become the child slot's bindings. Everything dropped by a capacity is
-counted in ``overflow``. Runs are vmapped over a batch; shapes depend only on
-(strategy, steps bucket, batch), so a whole split compiles a handful of times.
+A batch of runs (question x plan x anchor) is traced together, one schema step at a time
+(``lax.scan``). At a step, every run's frontier (at most ``frontier`` bindings of the step's
+parent slot) is flattened into B·F (run, node) pairs, and all their incident triples are laid
+end to end: a global edge list whose length is the sum of the frontier degrees. That list is
+read in fixed blocks of ``window`` edges (``lax.while_loop``), so the work follows the real
+number of incident triples: a hub with thousands of triples costs a few more blocks for the
+batch, instead of padding every node, or every run, to the largest degree. Each edge is scored
+(eq. 12-13: cosine to the schema triple + τ if both endpoints are guidance entities), masked by
+the run's used-triple bitmap and
+
+* Precision: folded into a running per-pair argmax of S + T (segment max, earliest edge on ties,
+  strictly above -1 as Algorithm 2 starts from ``max_score = -1``);
+* Breadth: kept when T >= θ (or, with the relation bonus, when the relation matches) in a
+  candidate buffer that is compacted to each pair's best ``node_matches`` whenever it fills.
+
+The step's candidates are then ranked per run by cumulative score (ties: parent position, then
+rank within the parent, exactly as the reference orders them) and the best ``frontier`` become
+the child slot's bindings. Whatever a capacity drops is counted in ``overflow``. Shapes depend
+only on (strategy, steps bucket, batch size), so a whole split compiles a handful of times.
 """
 
 from __future__ import annotations
@@ -21,7 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels import NEG_INF, gather_padded, merge_topk, running_argmax
+NEG_INF = -jnp.inf
+BIG = np.iinfo(np.int32).max
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +41,7 @@ class TracerShapes:
 
     frontier: int = 64  # bindings kept per schema node (F)
     node_matches: int = 16  # Breadth matches kept per frontier node and step (K)
-    window: int = 32  # incident triples read per CSR window (D)
+    window: int = 2048  # incident edges scored per block
     guidance: int = 64  # guidance entities per run (G), padded with -1
 
 
@@ -38,7 +49,7 @@ class KGArrays(NamedTuple):
     """The KG as device arrays (one copy shared by every batch)."""
 
     csr_offsets: jax.Array  # int32 [n + 1]
-    csr_triples: jax.Array  # int32 [nnz]
+    csr_triples: jax.Array  # int32 [2m]
     triples: jax.Array  # int32 [m, 3]
     triple_emb: jax.Array  # float16/float32 [m, d]
     degree: jax.Array  # int32 [n]
@@ -62,7 +73,7 @@ class KGArrays(NamedTuple):
 
 
 class TraceBatch(NamedTuple):
-    """One padded batch of runs (a run = question x plan x anchor)."""
+    """One padded batch of runs."""
 
     steps: jax.Array  # int32 [B, S, 3]: parent slot, child slot, relation id (-1: not in KG)
     step_mask: jax.Array  # bool [B, S]
@@ -91,101 +102,210 @@ def _in_guidance(entities: jax.Array, guidance: jax.Array) -> jax.Array:
     return jnp.any((entities[..., None] == guidance) & (guidance >= 0), axis=-1)
 
 
-def _step_candidates(kg, shapes, precision, relation_bonus, hyper, used, guidance, nodes, base, step, query):
-    """Best matches of every frontier node for one schema step: ([F, K] triple ids, T, count)."""
-    f = nodes.shape[0]
-    k = 1 if precision else shapes.node_matches
-    valid_node = nodes >= 0
-    max_degree = jnp.max(jnp.where(valid_node, kg.degree[jnp.where(valid_node, nodes, 0)], 0))
-    relation = step[2]
+def _rank_within(sorted_keys: jax.Array) -> jax.Array:
+    """Position of each entry within its run of equal keys (keys already sorted)."""
+    first = jnp.searchsorted(sorted_keys, sorted_keys, side="left")
+    return jnp.arange(sorted_keys.shape[0]) - first
 
-    def window_scores(skip):
-        ids, mask, _ = gather_padded(kg.csr_offsets, kg.csr_triples, nodes, shapes.window, skip)
-        safe = jnp.where(mask, ids, 0)
-        mask &= ~used[safe]
-        dots = jnp.einsum("fwd,d->fw", kg.triple_emb[safe].astype(jnp.float32), query)
-        ends = kg.triples[safe]
-        in_guidance = _in_guidance(ends[..., 0], guidance) & _in_guidance(ends[..., 2], guidance)
-        t_score = dots + jnp.where(in_guidance, hyper.tau, 0.0)
-        same_relation = (ends[..., 1] == relation) & (relation >= 0)
-        if relation_bonus:
-            t_score = t_score + jnp.where(same_relation, 1.0, 0.0)
-        return ids, mask, t_score, same_relation
+
+class _Edges(NamedTuple):
+    pair: jax.Array
+    run: jax.Array
+    triple: jax.Array
+    t_score: jax.Array
+    same_relation: jax.Array
+    valid: jax.Array
+
+
+def _score_block(kg, hyper, relation_bonus, block, cum, pair_nodes, runs_of_pair, used, queries, relation, guidance, window):
+    """Score edges [block*W, (block+1)*W) of the step's global edge list."""
+    n_pairs = pair_nodes.shape[0]
+    m = kg.triples.shape[0]
+    pos = block * window + jnp.arange(window, dtype=jnp.int32)
+    valid = pos < cum[-1]
+    pair = jnp.clip(jnp.searchsorted(cum, pos, side="right") - 1, 0, n_pairs - 1).astype(jnp.int32)
+    node = jnp.where(valid, pair_nodes[pair], 0)
+    triple = kg.csr_triples[jnp.where(valid, kg.csr_offsets[node] + pos - cum[pair], 0)]
+    run = runs_of_pair[pair]
+    valid &= ~used[run * m + triple]
+    ends = kg.triples[triple]
+    dots = jnp.einsum("wd,wd->w", kg.triple_emb[triple].astype(jnp.float32), queries[run])
+    run_guidance = guidance[run]
+    in_guidance = _in_guidance(ends[:, 0], run_guidance) & _in_guidance(ends[:, 2], run_guidance)
+    t_score = dots + jnp.where(in_guidance, hyper.tau, 0.0)
+    same_relation = (ends[:, 1] == relation[run]) & (relation[run] >= 0)
+    if relation_bonus:
+        t_score = t_score + jnp.where(same_relation, 1.0, 0.0)
+    return _Edges(pair, run, triple, t_score, same_relation, valid)
+
+
+class _Ranked(NamedTuple):
+    """Candidates sorted by (run, -total, parent position, rank within parent); ``keep`` = in the run's top F."""
+
+    run: jax.Array
+    pair: jax.Array
+    triple: jax.Array
+    t_score: jax.Array
+    total: jax.Array
+    run_rank: jax.Array
+    keep: jax.Array
+
+
+def _rank_runs(pair, triple, t_score, total, node_rank, ok, frontier, k, n_runs) -> _Ranked:
+    """Order candidates the way the reference orders a step's bindings and mark each run's best F."""
+    run = jnp.where(ok, pair // frontier, n_runs)
+    tie = (pair % frontier) * k + node_rank
+    order = jnp.lexsort((tie, -jnp.where(ok, total, 0.0), run))
+    run = run[order]
+    run_rank = _rank_within(run)
+    keep = (run < n_runs) & (run_rank < frontier)
+    return _Ranked(run, pair[order], triple[order], t_score[order], total[order], run_rank, keep)
+
+
+def _precision_candidates(kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, used, queries, relation,
+                          guidance, window, frontier):
+    """Per pair: the first edge maximising S + T, kept only when S + T > -1 (Algorithm 2)."""
+    n_pairs = pair_nodes.shape[0]
+    n_runs = n_pairs // frontier
 
     def body(carry):
-        skip, best_val, best_id, count = carry
-        ids, mask, t_score, same_relation = window_scores(skip)
-        if precision:
-            total = jnp.where(mask, base[:, None] + t_score, NEG_INF)
-            best_val, best_id = running_argmax(best_val[:, 0], best_id[:, 0], total, ids)
-            best_val, best_id = best_val[:, None], best_id[:, None]
-        else:
-            ok = mask & (t_score >= hyper.theta)
-            if relation_bonus:
-                ok |= mask & same_relation
-            count = count + ok.sum(axis=-1)
-            best_val, best_id = merge_topk(best_val, best_id, jnp.where(ok, t_score, NEG_INF), ids)
-        return skip + shapes.window, best_val, best_id, count
+        block, best_val, best_triple = carry
+        e = _score_block(kg, hyper, relation_bonus, block, cum, pair_nodes, runs_of_pair, used, queries, relation,
+                         guidance, window)
+        total = jnp.where(e.valid, pair_base[e.pair] + e.t_score, NEG_INF)
+        block_max = jax.ops.segment_max(total, e.pair, num_segments=n_pairs)
+        is_max = e.valid & (total == block_max[e.pair])
+        order = jnp.where(is_max, jnp.arange(window, dtype=jnp.int32), BIG)
+        first = jax.ops.segment_min(order, e.pair, num_segments=n_pairs)
+        block_triple = e.triple[jnp.clip(first, 0, window - 1)]
+        better = (first < BIG) & (block_max > best_val)
+        return block + 1, jnp.where(better, block_max, best_val), jnp.where(better, block_triple, best_triple)
 
-    start_val = jnp.full((f, k), -1.0 if precision else NEG_INF, jnp.float32)
-    init = (jnp.int32(0), start_val, jnp.full((f, k), -1, jnp.int32), jnp.zeros(f, jnp.int32))
-    _, best_val, best_id, count = jax.lax.while_loop(lambda c: c[0] < max_degree, body, init)
-    if precision:
-        found = best_id >= 0
-        total = jnp.where(found, best_val, NEG_INF)  # running value is already S + T
-        dropped = jnp.int32(0)
-    else:
-        found = jnp.isfinite(best_val)
-        total = jnp.where(found, base[:, None] + best_val, NEG_INF)
-        dropped = jnp.maximum(count - k, 0).sum()
-    return jnp.where(found, best_id, -1), total, dropped
+    blocks = (cum[-1] + window - 1) // window
+    init = (jnp.int32(0), jnp.full(n_pairs, -1.0, jnp.float32), jnp.full(n_pairs, -1, jnp.int32))
+    _, best_val, best_triple = jax.lax.while_loop(lambda c: c[0] < blocks, body, init)
+    found = best_triple >= 0
+    ranked = _rank_runs(jnp.arange(n_pairs, dtype=jnp.int32), best_triple, best_val, best_val,
+                        jnp.zeros(n_pairs, jnp.int32), found, frontier, 1, n_runs)
+    return ranked, found.astype(jnp.int32)
 
 
-def _trace_one(kg, shapes, precision, relation_bonus, hyper, steps, step_mask, step_emb, anchor, anchor_score, guidance):
-    n_steps = steps.shape[0]
-    f = shapes.frontier
-    k = 1 if precision else shapes.node_matches
-    slots = n_steps + 1
-    nodes = jnp.full((slots, f), -1, jnp.int32).at[0, 0].set(anchor)
-    scores = jnp.full((slots, f), NEG_INF, jnp.float32).at[0, 0].set(jnp.where(anchor >= 0, anchor_score, NEG_INF))
-    via = jnp.full((slots, f), -1, jnp.int32)
-    parents = jnp.full((slots, f), -1, jnp.int32)
-    used = jnp.zeros(kg.triples.shape[0], bool)
+def _compact(buffer, count, pair_base, frontier, k, n_runs) -> tuple[tuple, jax.Array, _Ranked]:
+    """Cut the candidate buffer to what can still be selected: each run's best F of each node's best K.
 
-    def step_fn(carry, s):
-        nodes, scores, via, parents, used, overflow = carry
-        step = steps[s]
-        parent_nodes = jnp.where(step_mask[s], nodes[step[0]], -1)
-        ids, total, dropped = _step_candidates(
-            kg, shapes, precision, relation_bonus, hyper, used, guidance, parent_nodes, scores[step[0]], step, step_emb[s]
-        )
-        flat_total, flat_ids = total.reshape(-1), ids.reshape(-1)
-        kept_total, pos = jax.lax.top_k(flat_total, f)
-        kept_ids = flat_ids[pos]
-        kept = kept_ids >= 0
-        overflow += dropped + jnp.maximum((flat_ids >= 0).sum() - f, 0)
-        from_node = parent_nodes[pos // k]
-        ends = kg.triples[jnp.where(kept, kept_ids, 0)]
-        child = jnp.where(ends[:, 0] == from_node, ends[:, 2], ends[:, 0])
-        c = step[1]
-        nodes = nodes.at[c].set(jnp.where(kept, child, -1))
-        scores = scores.at[c].set(jnp.where(kept, kept_total, NEG_INF))
-        via = via.at[c].set(jnp.where(kept, kept_ids, -1))
-        parents = parents.at[c].set(jnp.where(kept, pos // k, -1).astype(jnp.int32))
-        used = used.at[jnp.where(kept, kept_ids, kg.triples.shape[0])].set(True, mode="drop")
-        return (nodes, scores, via, parents, used, overflow), None
+    Exact mid-stream: later edges can only push an entry further down its node's and its run's
+    order, never up, so an entry outside either cap now stays outside. Entries are packed to the
+    front in their final order.
+    """
+    pair, t_score, triple = buffer
+    capacity = pair.shape[0]
+    n_pairs = pair_base.shape[0]
+    live = jnp.arange(capacity) < count
+    pair_key = jnp.where(live, pair, n_pairs)
+    order = jnp.lexsort((triple, -jnp.where(live, t_score, 0.0), pair_key))
+    pair, t_score, triple, pair_key = pair[order], t_score[order], triple[order], pair_key[order]
+    node_rank = _rank_within(pair_key)
+    ok = (pair_key < n_pairs) & (node_rank < k)
+    safe_pair = jnp.minimum(pair, n_pairs - 1)
+    total = pair_base[safe_pair] + t_score
+    ranked = _rank_runs(safe_pair, triple, t_score, total, node_rank, ok, frontier, k, n_runs)
+    slot = jnp.where(ranked.keep, jnp.cumsum(ranked.keep) - 1, capacity)
+    packed = (
+        jnp.full(capacity, n_pairs, jnp.int32).at[slot].set(ranked.pair, mode="drop"),
+        jnp.full(capacity, NEG_INF, jnp.float32).at[slot].set(ranked.t_score, mode="drop"),
+        jnp.full(capacity, -1, jnp.int32).at[slot].set(ranked.triple, mode="drop"),
+    )
+    return packed, ranked.keep.sum().astype(jnp.int32), ranked
 
-    init = (nodes, scores, via, parents, used, jnp.int32(0))
-    (nodes, scores, via, parents, _, overflow), _ = jax.lax.scan(step_fn, init, jnp.arange(n_steps))
-    return TraceOutput(nodes, scores, via, parents, overflow)
+
+def _breadth_candidates(kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, used, queries, relation,
+                        guidance, window, frontier, node_matches):
+    """Per pair: edges with T >= θ, best ``node_matches`` per node (ties: lower triple id)."""
+    n_pairs = pair_nodes.shape[0]
+    n_runs = n_pairs // frontier
+    capacity = n_runs * frontier + window
+
+    def body(carry):
+        block, buffer, count, qualified = carry
+        buffer, count = jax.lax.cond(count + window > capacity,
+                                     lambda b, c: _compact(b, c, pair_base, frontier, node_matches, n_runs)[:2],
+                                     lambda b, c: (b, c), buffer, count)
+        e = _score_block(kg, hyper, relation_bonus, block, cum, pair_nodes, runs_of_pair, used, queries, relation,
+                         guidance, window)
+        ok = e.valid & (e.t_score >= hyper.theta)
+        if relation_bonus:
+            ok |= e.valid & e.same_relation
+        slot = jnp.where(ok, count + jnp.cumsum(ok) - 1, capacity)
+        buffer = tuple(a.at[slot].set(v, mode="drop") for a, v in zip(buffer, (e.pair, e.t_score, e.triple), strict=True))
+        qualified = qualified + jax.ops.segment_sum(ok.astype(jnp.int32), e.pair, num_segments=n_pairs)
+        return block + 1, buffer, count + ok.sum().astype(jnp.int32), qualified
+
+    blocks = (cum[-1] + window - 1) // window
+    empty = (jnp.full(capacity, n_pairs, jnp.int32), jnp.full(capacity, NEG_INF, jnp.float32),
+             jnp.full(capacity, -1, jnp.int32))
+    init = (jnp.int32(0), empty, jnp.int32(0), jnp.zeros(n_pairs, jnp.int32))
+    _, buffer, count, qualified = jax.lax.while_loop(lambda c: c[0] < blocks, body, init)
+    _, _, ranked = _compact(buffer, count, pair_base, frontier, node_matches, n_runs)
+    return ranked, qualified
 
 
 @functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus"))
 def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: TracerShapes, precision: bool,
                 relation_bonus: bool = False) -> TraceOutput:
     """Trace a padded batch of runs that share one strategy; see the module docstring."""
-    run = functools.partial(_trace_one, kg, shapes, precision, relation_bonus, hyper)
-    return jax.vmap(run)(batch.steps, batch.step_mask, batch.step_emb, batch.anchor, batch.anchor_score, batch.guidance)
+    n_runs, n_steps = batch.steps.shape[:2]
+    f = shapes.frontier
+    k = 1 if precision else shapes.node_matches
+    m = kg.triples.shape[0]
+    runs = jnp.arange(n_runs)
+    runs_of_pair = jnp.repeat(runs, f).astype(jnp.int32)
+
+    nodes = jnp.full((n_runs, n_steps + 1, f), -1, jnp.int32).at[:, 0, 0].set(batch.anchor)
+    scores = jnp.full((n_runs, n_steps + 1, f), NEG_INF, jnp.float32)
+    scores = scores.at[:, 0, 0].set(jnp.where(batch.anchor >= 0, batch.anchor_score, NEG_INF))
+    via = jnp.full((n_runs, n_steps + 1, f), -1, jnp.int32)
+    parents = jnp.full((n_runs, n_steps + 1, f), -1, jnp.int32)
+    used = jnp.zeros(n_runs * m, bool)
+
+    def step_fn(carry, s):
+        nodes, scores, via, parents, used, overflow = carry
+        step = batch.steps[:, s]
+        active = batch.step_mask[:, s]
+        parent_slot = jnp.clip(step[:, 0], 0, n_steps)
+        pair_nodes = jnp.where(active[:, None], nodes[runs, parent_slot], -1).reshape(-1)
+        pair_base = scores[runs, parent_slot].reshape(-1)
+        degree = jnp.where(pair_nodes >= 0, kg.degree[jnp.maximum(pair_nodes, 0)], 0)
+        cum = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(degree).astype(jnp.int32)])
+        args = (kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, used, batch.step_emb[:, s],
+                step[:, 2], batch.guidance, shapes.window)
+        if precision:
+            ranked, qualified = _precision_candidates(*args, f)
+        else:
+            ranked, qualified = _breadth_candidates(*args, f, shapes.node_matches)
+        run, pair, triple, total, rank, keep = (ranked.run, ranked.pair, ranked.triple, ranked.total, ranked.run_rank,
+                                                ranked.keep)
+        safe_triple = jnp.maximum(triple, 0)
+        ends = kg.triples[safe_triple]
+        from_node = pair_nodes[pair]
+        child_node = jnp.where(ends[:, 0] == from_node, ends[:, 2], ends[:, 0])
+        target_run = jnp.where(keep, run, n_runs)  # out of range: dropped by the scatters
+        child_slot = step[jnp.clip(run, 0, n_runs - 1), 1]
+        rank = jnp.clip(rank, 0, f - 1)
+        nodes = nodes.at[target_run, child_slot, rank].set(child_node, mode="drop")
+        scores = scores.at[target_run, child_slot, rank].set(total, mode="drop")
+        via = via.at[target_run, child_slot, rank].set(triple, mode="drop")
+        parents = parents.at[target_run, child_slot, rank].set((pair % f).astype(jnp.int32), mode="drop")
+        used = used.at[jnp.where(keep, run * m + safe_triple, n_runs * m)].set(True, mode="drop")
+        # What the caps dropped, from counts alone (the buffer forgets early what cannot be selected):
+        # matches beyond K per node, then beyond F per run among the per-node survivors.
+        node_excess = jax.ops.segment_sum(jnp.maximum(qualified - k, 0), runs_of_pair, num_segments=n_runs)
+        survivors = jax.ops.segment_sum(jnp.minimum(qualified, k), runs_of_pair, num_segments=n_runs)
+        overflow = overflow + node_excess + jnp.maximum(survivors - f, 0)
+        return (nodes, scores, via, parents, used, overflow), None
+
+    init = (nodes, scores, via, parents, used, jnp.zeros(n_runs, jnp.int32))
+    (nodes, scores, via, parents, _, overflow), _ = jax.lax.scan(step_fn, init, jnp.arange(n_steps))
+    return TraceOutput(nodes, scores, via, parents, overflow)
 
 
 @functools.partial(jax.jit, static_argnames=("top_n",))

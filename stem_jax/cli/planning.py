@@ -1,0 +1,263 @@
+"""``stem-jax train-planner`` and ``stem-jax plan``, and the planner choice ``stem-jax eval`` uses.
+
+Kept out of :mod:`stem_jax.cli.commands` so the planner flags and their wiring live in one place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stem_jax.cli.args import cache_root, config_from_args
+from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from stem_jax.config import StemConfig, as_dict
+from stem_jax.data.registry import load_dataset
+from stem_jax.data.types import Dataset, Question
+from stem_jax.errors import StemError
+from stem_jax.kg.index import KGIndex
+
+PLANNERS = ("oracle", "pattern", "vllm")
+
+
+def add_planner_flags(parser: argparse.ArgumentParser, *, plans: bool = False) -> None:
+    """``--planner`` and what each planner needs (trained weights, a vLLM model or server)."""
+    group = parser.add_argument_group("planner")
+    group.add_argument("--planner", choices=PLANNERS, default="oracle",
+                       help="oracle (gold paths), pattern (learned, CPU; train with `stem-jax train-planner`) or "
+                       "vllm (LLM SGDA+SAGB); beam and min_prob: --planner.beam, --planner.min_prob")
+    group.add_argument("--planner-path", type=Path, default=None,
+                       help="trained pattern planner folder (default <cache>/<dataset>/planners/pattern-<encoder>)")
+    group.add_argument("--pattern-method", choices=("mlp", "knn"), default="mlp",
+                       help="pattern planner scorer: the Flax head (mlp) or the nearest-neighbour vote (knn)")
+    group.add_argument("--train-split", default=None,
+                       help="split with training questions (few-shot examples for vllm); default: dev for "
+                       "metaqa (its train QA text is not available), train otherwise")
+    group.add_argument("--vllm-model", default=None, help="model for --planner vllm (offline vllm.LLM, or the served name)")
+    group.add_argument("--vllm-url", default=None,
+                       help="OpenAI-compatible server (e.g. http://host:8000/v1 from `vllm serve`) instead of offline vLLM")
+    if plans:
+        group.add_argument("--plans", type=Path, default=None,
+                           help="read schema graphs from a plan store written by `stem-jax plan` (overrides --planner)")
+
+
+def default_planner_path(args: argparse.Namespace, config: StemConfig, dataset_name: str) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", config.encoder.name)
+    return cache_root(args) / dataset_name / "planners" / f"pattern-{slug}"
+
+
+def training_questions(args: argparse.Namespace, config: StemConfig, dataset: Dataset) -> list[Question]:
+    """The training split's questions (MetaQA: dev, whose qids hash-split into train/val)."""
+    from stem_jax.cli.args import dataset_spec
+
+    split = args.train_split or ("dev" if dataset.name == "metaqa" else "train")
+    spec = dataclasses.replace(dataset_spec(args, config), split=split, limit=None, questions=None, qtypes=None)
+    return load_dataset(spec).questions
+
+
+def _encoder(config: StemConfig):
+    from stem_jax.encoder import get_encoder
+
+    return get_encoder(config.encoder)
+
+
+def make_planner(args: argparse.Namespace, config: StemConfig, dataset: Dataset, index: KGIndex, encoder=None):
+    """The :class:`~stem_jax.plan.base.BatchPlanner` that ``--planner`` names, and a JSON-able description."""
+    from stem_jax.plan.base import SingleQuestionPlanner
+    from stem_jax.plan.oracle import OraclePlanner
+
+    names = dataset.entity_names
+    if args.planner == "oracle":
+        return SingleQuestionPlanner(OraclePlanner().plan, "oracle", index), {"planner": "oracle"}
+    if args.planner == "pattern":
+        from stem_jax.plan.pattern import PatternPlanner
+
+        path = args.planner_path or default_planner_path(args, config, dataset.name)
+        planner = PatternPlanner.load(path, encoder=encoder or _encoder(config), method=args.pattern_method,
+                                      beam=config.planner.beam, min_prob=config.planner.min_prob, names=names)
+        planner.name = f"pattern-{args.pattern_method}"
+        return planner, {"planner": "pattern", "path": str(path), "method": args.pattern_method,
+                         "beam": config.planner.beam, "min_prob": config.planner.min_prob,
+                         "templates": len(planner.templates)}
+    if args.planner == "vllm":
+        from stem_jax.kg.index import relation_text
+        from stem_jax.plan.pattern import hash_split
+        from stem_jax.plan.vllm import (
+            FewShotPool,
+            OpenAIBackend,
+            RelationGrounder,
+            VLLMBackend,
+            VLLMPlanner,
+            examples_from_training,
+        )
+
+        if not args.vllm_model:
+            raise StemError("--planner vllm needs --vllm-model (and --vllm-url for a remote `vllm serve`)")
+        backend = OpenAIBackend(args.vllm_url, args.vllm_model) if args.vllm_url else VLLMBackend(args.vllm_model)
+        encoder = encoder or _encoder(config)
+        train, _ = hash_split(training_questions(args, config, dataset))
+        pool = FewShotPool(examples_from_training(train, names), encoder=encoder, names=names)
+        relation_emb = encoder.encode([relation_text(r) for r in index.relations])
+        grounder = RelationGrounder(index.relations, encoder, relation_emb)
+        planner = VLLMPlanner(backend, index.relations, pool, grounder, beam=config.planner.beam,
+                              retries=config.planner.retries)
+        return planner, {"planner": "vllm", "model": args.vllm_model, "url": args.vllm_url,
+                         "beam": config.planner.beam, "retries": config.planner.retries}
+    raise StemError(f"unknown planner {args.planner!r}; choose one of {', '.join(PLANNERS)}")
+
+
+def eval_planner(args: argparse.Namespace, config: StemConfig, dataset: Dataset, index: KGIndex, encoder=None):
+    """The evaluator's per-question planner for ``stem-jax eval``, plus planning statistics.
+
+    With ``--plans`` the schema graphs come from a plan store; otherwise the chosen planner plans
+    every question once, in batches, before tracing, and its questions/s is reported.
+    """
+    from stem_jax.plan.base import precomputed_planner
+    from stem_jax.plan.store import PlanStore
+
+    if getattr(args, "plans", None):
+        store = PlanStore.open(args.plans)
+        store.check_index(index)
+        manifest = store.manifest
+        rate = manifest["planned_questions"] / manifest["plan_seconds"] if manifest["plan_seconds"] else None
+        args.planner = f"plans-{Path(args.plans).name}"  # names the run folder and the printed table
+        return store.as_planner(), {"planner": manifest["planner"], "plans": str(args.plans),
+                                    "plan_questions_per_second_when_stored": rate}
+    planner, info = make_planner(args, config, dataset, index, encoder)
+    began = time.perf_counter()
+    plan, beams = precomputed_planner(planner, dataset.questions)
+    seconds = time.perf_counter() - began
+    info.update({"plan_seconds": seconds, "plan_questions_per_second": len(dataset.questions) / max(seconds, 1e-9),
+                 "mean_beams": float(np.mean([len(b) for b in beams.values()])) if beams else 0.0})
+    if hasattr(planner, "stats"):
+        info["stats"] = dict(planner.stats)
+    print(f"planned {len(dataset.questions)} questions with {getattr(planner, 'name', args.planner)} in {seconds:.1f}s "
+          f"({info['plan_questions_per_second']:.0f} questions/s, {info['mean_beams']:.2f} beams each)")
+    return plan, info
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------------------------
+
+
+def _report_table(report: dict[str, Any]) -> str:
+    rows = []
+    for method in ("mlp", "knn"):
+        r = report[method]
+        rows.append([method, r["template"]["n"], r["template"]["top1"], r["template"]["top4"], r["strategy"]["accuracy"],
+                     r["strategy"]["ans_eq_1_precision_share"], r["strategy"]["ans_ge_2_breadth_share"]])
+    base = report.get("strategy_baselines", {})
+    if base:
+        rows.append(["always Breadth", "", "", "", base["always_breadth"], 0.0, 1.0])
+        rows.append(["template majority (gold template)", "", "", "",
+                     base["template_majority_with_gold_template"], "", ""])
+    return markdown_table(["method", "val questions", "template top-1", "template top-4", "strategy acc",
+                           "Ans=1: Precision", "Ans>=2: Breadth"], rows)
+
+
+def cmd_train_planner(args: argparse.Namespace) -> int:
+    """Train the pattern planner on the training split's oracle plans; save it; print validation accuracy."""
+    from stem_jax.cli.commands import _load
+    from stem_jax.plan.pattern import TrainConfig, hash_split, train_pattern_planner
+
+    config = config_from_args(args)
+    if args.split is None:
+        args.split = args.train_split or ("dev" if args.dataset == "metaqa" else "train")
+    dataset, _ = _load(args, config)
+    train, val = hash_split(dataset.questions, args.val_fraction)
+    encoder = _encoder(config)
+    train_config = TrainConfig(epochs=args.epochs, seed=config.seed)
+    folder = cache_root(args) / dataset.name / "question-texts"
+
+    def embed(texts: list[str]) -> np.ndarray:
+        from stem_jax.encoder.cache import open_or_build, texts_fingerprint
+
+        table = open_or_build(folder / f"masked-{texts_fingerprint(texts)[:16]}.zarr", texts, encoder,
+                              config.encoder.chunk_rows, progress=not args.no_progress, desc="encode questions")
+        return table.array.astype(np.float32)
+
+    began = time.perf_counter()
+    planner = train_pattern_planner(train, val, encoder, names=dataset.entity_names, config=train_config, embed=embed)
+    out = args.out or default_planner_path(args, config, dataset.name)
+    planner.report.update({"dataset": dataset.name, "split": args.split, "val_fraction": args.val_fraction,
+                           "meta": run_metadata(), "seconds": time.perf_counter() - began})
+    planner.save(out)
+    table = _report_table(planner.report)
+    print(f"\nvalidation ({args.val_fraction:.0%} of {dataset.name}/{args.split} by qid hash):\n")
+    print(table)
+    print(f"\nsaved {out}  [{time.perf_counter() - began:.1f}s]")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Plan a split into a TensorStore plan store (resumable, chunk by chunk)."""
+    from stem_jax.cli.commands import _load
+    from stem_jax.plan.store import write_plan_store
+    from stem_jax.progress import progress
+
+    config = config_from_args(args)
+    dataset, index = _load(args, config)
+    planner, info = make_planner(args, config, dataset, index)
+    suffix = f"-limit{args.limit}" if args.limit else ""
+    name = info["planner"] + (f"-{info['method']}" if "method" in info else "")
+    out = args.out or cache_root(args) / dataset.name / "plans" / f"{args.split}-{name}{suffix}"
+    planner_id = "|".join(f"{k}={v}" for k, v in sorted(info.items()) if k not in ("path", "url"))
+    began = time.perf_counter()
+    with progress(len(dataset.questions), "plan", "q", enabled=not args.no_progress) as bar:
+        store = write_plan_store(out, dataset.questions, planner, index, beam=config.planner.beam,
+                                 max_triples=config.planner.max_triples, chunk_rows=args.chunk_rows,
+                                 names=dataset.entity_names, planner_id=planner_id, rebuild=args.rebuild_plans,
+                                 progress=bar.update, log=print)
+    seconds = time.perf_counter() - began
+    m = store.manifest
+    rate = m["planned_questions"] / m["plan_seconds"] if m["plan_seconds"] else float("nan")
+    valid = sum(int((b.strategy >= 0).sum()) for b in store.iter_batches(store.chunk_rows))
+    print(f"plan store {out}: {store.n} questions, {valid} plans (beam {store.beam}, T_max {store.max_triples}), "
+          f"dropped beams {m['dropped_beams']}; planning {rate:.0f} questions/s  [{seconds:.1f}s]")
+    if hasattr(planner, "stats") and planner.stats:
+        print(f"planner stats: {dict(planner.stats)}")
+    write_report(out, "plan-report", {"meta": run_metadata(), "dataset": dataset.name, "split": args.split,
+                                      "planner": info, "config": as_dict(config), "questions": store.n,
+                                      "plans": valid, "dropped_beams": m["dropped_beams"],
+                                      "plan_questions_per_second": rate, "wall_seconds": seconds},
+                 f"{store.n} questions, {valid} plans, {rate:.0f} questions/s")
+    return 0
+
+
+def add_train_planner_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags) -> None:
+    p = sub.add_parser("train-planner", help="train the pattern planner (question -> schema template, CPU)",
+                       description="Learn question wording -> schema template + strategy from the training split's "
+                       "oracle plans (MetaQA: the dev split, hash-split into train/val), with the topic mention masked. "
+                       "Saves a Flax head and a nearest-neighbour bank; prints validation accuracy.")
+    add_dataset_flags(p)
+    add_cache_flags(p)
+    add_config_flags(p)
+    p.set_defaults(split=None)
+    p.add_argument("--train-split", default=None, help="alias of --split for training (default: dev for metaqa, else train)")
+    p.add_argument("--val-fraction", type=float, default=0.1, help="share of questions held out by qid hash")
+    p.add_argument("--epochs", type=int, default=30, help="training epochs of the head")
+    p.add_argument("--out", type=Path, default=None,
+                   help="planner folder (default <cache>/<dataset>/planners/pattern-<encoder>)")
+    p.set_defaults(func=cmd_train_planner)
+
+
+def add_plan_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags) -> None:
+    p = sub.add_parser("plan", help="plan a split into a TensorStore plan store (resumable)",
+                       description="Run a planner over a split and stream its grounded schema graphs to TensorStore: "
+                       "int32 [Q, B, T_max, 3] triples, strategy and answer arrays, a JSONL sidecar; a rerun skips "
+                       "finished chunks. `stem-jax eval --plans PATH` reads it back.")
+    add_dataset_flags(p)
+    add_cache_flags(p)
+    add_config_flags(p)
+    add_planner_flags(p)
+    p.add_argument("--out", type=Path, default=None,
+                   help="store folder (default <cache>/<dataset>/plans/<split>-<planner>)")
+    p.add_argument("--chunk-rows", type=int, default=1024, help="questions per chunk (the resume granularity)")
+    p.add_argument("--rebuild-plans", action="store_true", help="delete the store first and plan everything again")
+    p.set_defaults(func=cmd_plan)
