@@ -42,10 +42,12 @@ def test_demo_end_to_end_with_hashing_encoder(tmp_path, capsys):
             "--no-progress", "--limit", "20"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "gold-path upper bound" in out and "| 3-hop | 20 |" in out
+    assert "Gold-path upper bound" in out and "| 3-hop | 20 |" in out and "relation bonus" in out
     report = json.loads((tmp_path / "out" / "demo.json").read_text())
     assert report["gold_path_upper_bound"]["groups"]["2-hop"]["mean"]["exact_set"] == 1.0
     assert report["anchoring"]["questions"] == 60
+    bonus = report["results"]["relation bonus"]["groups"]["1-hop"]
+    assert bonus["n"] == 20 and bonus["mean"]["hit"] > 0.9  # exact relations make 1-hop easy
     # the second run reads every embedding from the cache
     assert main(argv) == 0
     assert "| entities |" in capsys.readouterr().out.replace("cached", "| entities |")
