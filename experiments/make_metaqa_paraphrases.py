@@ -34,7 +34,7 @@ PARAPHRASES: dict[str, tuple[str, ...]] = {
     "movie_to_director": ("Who helmed {}?",
                           "Name the filmmaker behind {}",
                           "Which person was behind the camera on {}?"),
-    "movie_to_genre": ("What kind of film is {}?",
+    "movie_to_genre": ("What sort of picture is {} considered?",
                        "Which category of cinema does {} belong to?",
                        "Classify {} by genre"),
     "movie_to_imdbrating": ("What score does {} have on IMDb?",

@@ -178,7 +178,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(_upper_bound_table(upper))
     tables = []
     for name, summary in results.items():
-        title = ("STEM tracer, oracle planner, paper defaults (λ=1.5, τ=0.5, θ=0.6, N=50)" if name == "paper" else
+        t = results and variants[name].tracer
+        title = (f"STEM tracer, oracle planner, λ={t.lam}, τ={t.tau}, θ={t.theta}, N={t.top_n}"
+                 + (", relation bonus on" if variants[name].engine.relation_bonus else "") if name == "paper" else
                  "same, plus the authors' code's relation bonus (--engine.relation_bonus=true)")
         tables.append(f"{title}:\n\n{_summary_table(summary)}")
         print(f"\nResult: {tables[-1]}")

@@ -31,7 +31,7 @@ def anchor_reference(
     entity_emb: np.ndarray, mention_emb: np.ndarray, top_n: int, lam: float, entity_guidance: np.ndarray | None
 ) -> tuple[int, float]:
     """Eqs. 8-11 and 15: top-N entities by cosine, λ-boosted inside the guidance set, best one wins."""
-    cos = np.asarray([F32(np.dot(row, mention_emb)) for row in entity_emb.astype(F32)], dtype=F32)
+    cos = entity_emb.astype(F32, copy=False) @ mention_emb.astype(F32, copy=False)
     candidates = stable_order(cos)[:top_n]
     best, best_score = -1, None
     for e in candidates:
@@ -45,8 +45,8 @@ def anchor_reference(
 class _Scorer:
     def __init__(self, index, triple_emb, step_emb, steps, config, options, triple_guidance):
         self.index = index
-        self.triple_emb = triple_emb.astype(F32)
-        self.step_emb = step_emb.astype(F32)
+        self.triple_emb = triple_emb.astype(F32, copy=False)
+        self.step_emb = step_emb.astype(F32, copy=False)
         self.steps = steps
         self.tau = F32(config.tau)
         self.theta = F32(config.theta)
