@@ -74,10 +74,10 @@ class EngineConfig:
 
     frontier: int = 64  # bindings kept per schema node in Breadth runs (Precision needs 1)
     node_matches: int = 16  # Breadth matches per node and step when tracer.breadth_cap is 0
-    window: int = 2048  # incident edges scored per block (all runs of a batch share blocks)
+    window: int = 512  # incident edges scored per block (all runs of a batch share blocks)
     guidance: int = 64  # guidance entities per run
     batch_precision: int = 256  # runs per compiled Precision batch
-    batch_breadth: int = 32  # runs per compiled Breadth batch
+    batch_breadth: int = 64  # runs per compiled Breadth batch
     relation_bonus: bool = False  # the authors' code: +1 T-Score for exact relation matches
     chunk_questions: int = 2048  # questions written to predictions.jsonl per resumable chunk
 
