@@ -211,6 +211,7 @@ def _summary_table(summary: dict) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Full-split evaluation with a planner, resumable, into --out."""
+    from stem_jax.cli.gnn import guidance_provider
     from stem_jax.cli.planning import eval_planner
     from stem_jax.eval.runner import Evaluator, evaluate
 
@@ -221,7 +222,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     planner, planner_info = eval_planner(args, config, dataset, index, encoder)
     out = args.out or Path("runs") / f"{dataset.name}-{args.split}-{args.planner}"
     evaluator = Evaluator(dataset, index, embeddings, encoder, config,
-                          cache_dir=cache_root(args) / dataset.name / "schema-texts")
+                          cache_dir=cache_root(args) / dataset.name / "schema-texts",
+                          guidance=guidance_provider(args, config, dataset, index, embeddings, encoder))
     summary = evaluate(evaluator, dataset.questions, planner, out, show_progress=not args.no_progress)
     wall = time.perf_counter() - start
     table = _summary_table(summary)
@@ -254,7 +256,8 @@ def cmd_bench_trace(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     dataset, index = _load(args, config)
     encoder, embeddings, _ = _embed(args, config, dataset, index)
-    questions = dataset.questions[: args.num_questions]
+    stride = max(1, len(dataset.questions) // args.num_questions)  # evenly spread over the hops
+    questions = dataset.questions[::stride][: args.num_questions]
     evaluator = Evaluator(dataset, index, embeddings, encoder, config,
                           cache_dir=cache_root(args) / dataset.name / "schema-texts")
     per_question, _ = evaluator.plan_all(questions, OraclePlanner().plan)
@@ -269,7 +272,8 @@ def cmd_bench_trace(args: argparse.Namespace) -> int:
     payload = {"meta": meta, "command": "stem-jax " + " ".join(args.argv), "dataset": dataset.name,
                "split": args.split, "hops": list(args.hops), "questions": len(questions), "config": as_dict(config),
                **result}
-    name = f"bench-trace-{dataset.name}-{'-'.join(map(str, args.hops))}hop-{meta['backend']}"
+    bonus = "-relation-bonus" if config.engine.relation_bonus else ""
+    name = f"bench-trace-{dataset.name}-{'-'.join(map(str, args.hops))}hop{bonus}-{meta['backend']}"
     paths = write_report(args.out, name, payload, f"Command: `{payload['command']}`\n\n{table}")
     print(f"wrote {paths[0]} and {paths[1]}")
     return 0

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from stem_jax.cli import commands, planning
+from stem_jax.cli import commands, gnn, planning
 from stem_jax.cli.args import add_cache_flags, add_config_flags, add_dataset_flags
 from stem_jax.errors import StemError
 
@@ -22,6 +22,9 @@ EXAMPLES = """examples:
   stem-jax train-planner --dataset metaqa         # learn the CPU `pattern` planner (MetaQA dev split)
   stem-jax plan --dataset metaqa --planner pattern # plans -> TensorStore store (resumable)
   stem-jax eval --dataset metaqa --planner pattern # or --plans STORE to read a plan store
+  stem-jax train-gnn --dataset metaqa             # Triple-GNN for the guidance graph (resumable)
+  stem-jax eval --dataset metaqa --guidance gnn --gnn-checkpoint runs/gnn-metaqa
+  stem-jax ablate-guidance --dataset metaqa --gnn-checkpoint runs/gnn-metaqa  # Table 7/12 rows
   stem-jax config --tracer.lam=1.2                # show every option and its value
 """
 
@@ -67,10 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_cache_flags(evaluate)
     add_config_flags(evaluate)
     planning.add_planner_flags(evaluate, plans=True)
+    gnn.add_guidance_flags(evaluate)
     evaluate.add_argument("--out", type=Path, default=None, help="run folder (default runs/<dataset>-<split>-<planner>)")
     evaluate.set_defaults(func=commands.cmd_eval)
     planning.add_train_planner_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
     planning.add_plan_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
+    gnn.add_train_gnn_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
+    gnn.add_ablate_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags, planning.add_planner_flags)
 
     bench = sub.add_parser("bench", help="benchmarks (tables + JSON under experiments/results/)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")

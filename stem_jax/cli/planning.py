@@ -79,7 +79,8 @@ def make_planner(args: argparse.Namespace, config: StemConfig, dataset: Dataset,
 
         path = args.planner_path or default_planner_path(args, config, dataset.name)
         planner = PatternPlanner.load(path, encoder=encoder or _encoder(config), method=args.pattern_method,
-                                      beam=config.planner.beam, min_prob=config.planner.min_prob, names=names)
+                                      beam=config.planner.beam, min_prob=config.planner.min_prob, names=names,
+                                      index=index)
         planner.name = f"pattern-{args.pattern_method}"
         return planner, {"planner": "pattern", "path": str(path), "method": args.pattern_method,
                          "beam": config.planner.beam, "min_prob": config.planner.min_prob,
@@ -172,7 +173,9 @@ def cmd_train_planner(args: argparse.Namespace) -> int:
     dataset, _ = _load(args, config)
     train, val = hash_split(dataset.questions, args.val_fraction)
     encoder = _encoder(config)
-    train_config = TrainConfig(epochs=args.epochs, seed=config.seed)
+    train_config = TrainConfig(seed=config.seed)
+    if args.epochs is not None:
+        train_config = dataclasses.replace(train_config, epochs=args.epochs)
     folder = cache_root(args) / dataset.name / "question-texts"
 
     def embed(texts: list[str]) -> np.ndarray:
@@ -241,7 +244,7 @@ def add_train_planner_parser(sub, add_dataset_flags, add_cache_flags, add_config
     p.set_defaults(split=None)
     p.add_argument("--train-split", default=None, help="alias of --split for training (default: dev for metaqa, else train)")
     p.add_argument("--val-fraction", type=float, default=0.1, help="share of questions held out by qid hash")
-    p.add_argument("--epochs", type=int, default=30, help="training epochs of the head")
+    p.add_argument("--epochs", type=int, default=None, help="training epochs of the head (default 100)")
     p.add_argument("--out", type=Path, default=None,
                    help="planner folder (default <cache>/<dataset>/planners/pattern-<encoder>)")
     p.set_defaults(func=cmd_train_planner)

@@ -27,6 +27,7 @@ from stem_jax.config import StemConfig
 from stem_jax.data.types import Dataset, Question
 from stem_jax.encoder.base import TextEncoder
 from stem_jax.encoder.cache import open_or_build, texts_fingerprint
+from stem_jax.errors import StemError
 from stem_jax.eval.metrics import MetricAccumulator, coverage_rate, rog_question_metrics, strict_metrics
 from stem_jax.kg.embeddings import KGEmbeddings
 from stem_jax.kg.index import KGIndex
@@ -46,6 +47,7 @@ class Run:
     question: int  # index into the chunk
     plan: GroundedPlan
     anchor_entity: int  # KG id of the question entity the run starts from
+    guidance: np.ndarray | None = None  # int32 guidance entity ids (set by a guidance provider)
 
 
 def steps_bucket(n_steps: int) -> int:
@@ -76,8 +78,11 @@ class Evaluator:
     """Holds the device-side KG and compiled tracers for one dataset; evaluates questions."""
 
     def __init__(self, dataset: Dataset, index: KGIndex, embeddings: KGEmbeddings, encoder: TextEncoder,
-                 config: StemConfig, *, cache_dir: Path | None = None):
+                 config: StemConfig, *, cache_dir: Path | None = None, guidance: Any = None):
+        """``guidance``: optional provider with ``attach(questions, runs_per_question, show_progress=)``
+        that sets ``run.guidance`` (e.g. :class:`stem_jax.gnn.provider.GNNGuidance`); None = no guidance."""
         self.dataset = dataset
+        self.guidance = guidance
         self.index = index
         self.embeddings = embeddings
         self.encoder = encoder
@@ -145,8 +150,8 @@ class Evaluator:
         outputs: list[dict[str, np.ndarray] | None] = [None] * len(runs)
         if not runs:
             return [], timings
-        guidance_width = self.shapes[True].guidance
-        anchors, anchor_scores = self._anchor([r.anchor_entity for r in runs], guidance_width, timings)
+        guidance = self._guidance_rows(runs)
+        anchors, anchor_scores = self._anchor([r.anchor_entity for r in runs], guidance, timings)
         groups: dict[tuple[bool, int], list[int]] = defaultdict(list)
         for i, run in enumerate(runs):
             precision = run.plan.schema.strategy == "Precision"
@@ -155,7 +160,8 @@ class Evaluator:
             size = self.batch[precision]
             for start in range(0, len(members), size):
                 chunk = members[start : start + size]
-                batch = self._batch([runs[i] for i in chunk], anchors[chunk], anchor_scores[chunk], size, bucket)
+                batch = self._batch([runs[i] for i in chunk], anchors[chunk], anchor_scores[chunk], size, bucket,
+                                    guidance[chunk])
                 began = time.perf_counter()
                 out = trace_batch(self.kg, batch, self.hyper, shapes=self.shapes[precision], precision=precision,
                                   relation_bonus=self.config.engine.relation_bonus)
@@ -165,8 +171,22 @@ class Evaluator:
                     outputs[i] = {k: getattr(host, k)[row] for k in ("nodes", "scores", "via", "parents", "overflow")}
         return outputs, timings
 
-    def _anchor(self, entities: list[int], guidance_width: int, timings: dict[str, float]):
+    def _guidance_rows(self, runs: Sequence[Run]) -> np.ndarray:
+        """int32 [len(runs), G]: each run's guidance entity ids, -1 padded."""
+        width = self.shapes[True].guidance
+        rows = np.full((len(runs), width), -1, np.int32)
+        for i, run in enumerate(runs):
+            if run.guidance is None:
+                continue
+            if len(run.guidance) > width:
+                raise StemError(f"a run has {len(run.guidance)} guidance entities but engine.guidance={width}\n"
+                                f"  how to fix: pass --engine.guidance={1 << (len(run.guidance) - 1).bit_length()}")
+            rows[i, : len(run.guidance)] = run.guidance
+        return rows
+
+    def _anchor(self, entities: list[int], guidance_rows: np.ndarray, timings: dict[str, float]):
         size = self.batch[True]
+        guidance_width = guidance_rows.shape[1]
         anchors = np.zeros(len(entities), np.int32)
         scores = np.zeros(len(entities), np.float32)
         began = time.perf_counter()
@@ -175,7 +195,8 @@ class Evaluator:
             part = entities[start : start + size]
             ids[: len(part)] = part
             mentions = self.entity_emb[jnp.asarray(ids)].astype(jnp.float32)
-            guidance = jnp.full((size, guidance_width), -1, jnp.int32)
+            guidance = np.full((size, guidance_width), -1, np.int32)
+            guidance[: len(part)] = guidance_rows[start : start + len(part)]
             a, s = jax.device_get(anchor_batch(self.entity_emb, mentions, guidance, jnp.float32(self.config.tracer.lam),
                                                top_n=self.config.tracer.top_n))
             anchors[start : start + len(part)] = a[: len(part)]
@@ -183,7 +204,8 @@ class Evaluator:
         timings["anchor"] += time.perf_counter() - began
         return anchors, scores
 
-    def _batch(self, runs: Sequence[Run], anchors, anchor_scores, size: int, bucket: int) -> TraceBatch:
+    def _batch(self, runs: Sequence[Run], anchors, anchor_scores, size: int, bucket: int,
+               guidance_rows: np.ndarray | None = None) -> TraceBatch:
         dim = self.text_emb.shape[1]
         steps = np.full((size, bucket, 3), -1, np.int32)
         mask = np.zeros((size, bucket), bool)
@@ -198,6 +220,8 @@ class Evaluator:
             anchor[row] = anchors[row]
             anchor_score[row] = anchor_scores[row]
         guidance = np.full((size, self.shapes[True].guidance), -1, np.int32)
+        if guidance_rows is not None:
+            guidance[: len(runs)] = guidance_rows
         return TraceBatch(jnp.asarray(steps), jnp.asarray(mask), jnp.asarray(step_emb), jnp.asarray(anchor),
                           jnp.asarray(anchor_score), jnp.asarray(guidance))
 
@@ -254,6 +278,9 @@ def evaluate(
     began = time.perf_counter()
     evaluator.embed_texts(texts, show_progress)
     encode_seconds = time.perf_counter() - began
+    guidance_stats = None
+    if evaluator.guidance is not None:
+        guidance_stats = evaluator.guidance.attach(questions, all_runs, show_progress=show_progress)
     runs_of = {q.qid: runs for q, runs in zip(questions, all_runs, strict=True)}
 
     chunk_size = evaluator.config.engine.chunk_questions
@@ -291,6 +318,8 @@ def evaluate(
             bar.update(len(chunk))
     summary = score_predictions(predictions, wanted)
     summary["plan_skips"] = skipped
+    if guidance_stats is not None:
+        summary["guidance"] = guidance_stats
     summary["stage_ms_total_this_run"] = dict(stage_totals)
     return summary
 

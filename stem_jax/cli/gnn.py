@@ -1,0 +1,250 @@
+"""``stem-jax train-gnn``, ``stem-jax ablate-guidance`` and the ``--guidance`` flags of ``eval``.
+
+Kept out of :mod:`stem_jax.cli.commands` so the Triple-GNN wiring lives in one place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+from stem_jax.cli.args import cache_root, config_from_args
+from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from stem_jax.config import GNNConfig, StemConfig, as_dict
+from stem_jax.data.types import Dataset, Question
+from stem_jax.errors import StemError
+from stem_jax.kg.index import KGIndex
+
+
+def add_guidance_flags(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    group = parser.add_argument_group("guidance graph (Triple-GNN)")
+    if not required:
+        group.add_argument("--guidance", choices=("none", "gnn"), default="none",
+                           help="none: no guidance graph (λ and τ have no effect); gnn: top |T|·K' entities of a "
+                           "trained Triple-GNN (--gnn-checkpoint), K' = --guidance.k_prime")
+    group.add_argument("--gnn-checkpoint", type=Path, default=None,
+                       help="run folder of `stem-jax train-gnn` (its latest checkpoint is used)")
+
+
+def subset(questions: list[Question], per_hop: int | None) -> list[Question]:
+    """Deterministic stratified subset: per hop count, the ``per_hop`` questions with the lowest
+    sha256(qid), in their original order (None keeps everything)."""
+    if per_hop is None:
+        return questions
+    groups: dict[Any, list[Question]] = {}
+    for q in questions:
+        groups.setdefault(q.hops, []).append(q)
+    keep = set()
+    for group in groups.values():
+        ranked = sorted(group, key=lambda q: hashlib.sha256(q.qid.encode()).hexdigest())
+        keep.update(q.qid for q in ranked[:per_hop])
+    return [q for q in questions if q.qid in keep]
+
+
+def example_factory(config: StemConfig, dataset: Dataset, index: KGIndex, embeddings, encoder):
+    from stem_jax.gnn.data import ExampleFactory
+    from stem_jax.gnn.features import SchemaFeaturizer
+
+    featurizer = SchemaFeaturizer(index, embeddings, encoder, dataset.entity_names)
+    return ExampleFactory(index, featurizer, config.subgraph, dataset.entity_names)
+
+
+def guidance_provider(args: argparse.Namespace, config: StemConfig, dataset: Dataset, index: KGIndex, embeddings,
+                      encoder, *, force: bool = False):
+    """The evaluator's guidance provider for ``--guidance gnn`` (None for ``--guidance none``)."""
+    if not force and getattr(args, "guidance", "none") == "none":
+        return None
+    if args.gnn_checkpoint is None:
+        raise StemError("--guidance gnn needs --gnn-checkpoint RUN_FOLDER\n"
+                        f"  how to fix: train one with `stem-jax train-gnn --dataset {dataset.name} --out runs/gnn-"
+                        f"{dataset.name}` and pass --gnn-checkpoint runs/gnn-{dataset.name}")
+    from stem_jax.gnn.infer import load_checkpoint
+    from stem_jax.gnn.provider import GNNGuidance
+
+    spec, params, info = load_checkpoint(args.gnn_checkpoint)
+    print(f"Triple-GNN: {args.gnn_checkpoint} step {info['step']} (L={spec.layers}, d={spec.d_gnn}, "
+          f"params {info['params_sha']}); guidance K = |T|·{config.guidance.k_prime}")
+    return GNNGuidance(spec, params, info, example_factory(config, dataset, index, embeddings, encoder),
+                       k_prime=config.guidance.k_prime, width=config.engine.guidance,
+                       cache_dir=cache_root(args) / dataset.name / "gnn-guidance")
+
+
+# ---------------------------------------------------------------------------------------------
+# train-gnn
+# ---------------------------------------------------------------------------------------------
+
+
+def add_train_gnn_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags) -> None:
+    p = sub.add_parser(
+        "train-gnn", help="train the Triple-GNN that builds the guidance graph (resumable)",
+        description="Train the Triple-GNN (paper appendix A, C.1-C.2) with AdamW on balanced BCE: questions of "
+        "--split (hash-split by question id into train/val; MetaQA has no train QA text, so dev) planned by the "
+        "oracle, plus random-walk examples (reverse generation, Phase 1). Orbax checkpoints in --out; rerunning "
+        "the same command resumes from the last one. Writes curves.png, history.json, train-summary.json.")
+    add_dataset_flags(p)
+    p.set_defaults(split="dev")
+    add_cache_flags(p)
+    add_config_flags(p)
+    p.add_argument("--out", type=Path, default=None, help="run folder (default runs/gnn-<dataset>)")
+    p.add_argument("--preset", choices=("small", "paper"), default="small",
+                   help="architecture: small = L=3, d=64 (CPU, the default); paper = L=6, d=512. "
+                   "--gnn.layers / --gnn.d_gnn override either")
+    p.add_argument("--steps", type=int, default=300, help="optimisation steps (default 300, a few minutes on CPU)")
+    p.add_argument("--graphs-per-step", dest="graphs_per_step", type=int, default=8, help="graphs per step (default 8)")
+    p.add_argument("--lr", type=float, default=1e-3, help="peak AdamW learning rate (default 1e-3)")
+    p.add_argument("--synthetic-ratio", dest="synthetic_ratio", type=float, default=0.25,
+                   help="share of random-walk (reverse-generation) examples (default 0.25)")
+    p.add_argument("--val-percent", dest="val_percent", type=int, default=10,
+                   help="percent of question ids held out for validation (default 10)")
+    p.add_argument("--val-questions", dest="val_questions", type=int, default=192,
+                   help="validation questions per evaluation, stratified by hop (default 192)")
+    p.add_argument("--val-every", dest="val_every", type=int, default=50, help="steps between validations")
+    p.add_argument("--ckpt-every", dest="ckpt_every", type=int, default=50, help="steps between checkpoints")
+    p.set_defaults(func=cmd_train_gnn)
+
+
+def gnn_architecture(args: argparse.Namespace, config: StemConfig) -> GNNConfig:
+    from stem_jax.gnn.model import PRESETS
+
+    preset = PRESETS[args.preset]
+    return GNNConfig(
+        layers=config.gnn.layers if getattr(args, "cfg:gnn.layers", None) is not None else preset.layers,
+        d_gnn=config.gnn.d_gnn if getattr(args, "cfg:gnn.d_gnn", None) is not None else preset.d_gnn,
+    )
+
+
+def cmd_train_gnn(args: argparse.Namespace) -> int:
+    from stem_jax.cli.commands import _embed, _load
+    from stem_jax.gnn.data import question_examples, split_by_qid
+    from stem_jax.gnn.model import ModelSpec
+    from stem_jax.gnn.train import TrainConfig, stratified, train
+    from stem_jax.kg.embeddings import kg_fingerprint
+    from stem_jax.plan.oracle import OraclePlanner
+
+    config = config_from_args(args)
+    started = time.perf_counter()
+    dataset, index = _load(args, config)
+    encoder, embeddings, _ = _embed(args, config, dataset, index)
+    factory = example_factory(config, dataset, index, embeddings, encoder)
+    train_q, val_q = split_by_qid(dataset.questions, args.val_percent)
+    train_pairs, skipped = question_examples(factory, train_q, OraclePlanner().plan)
+    val_pairs, _ = question_examples(factory, val_q, OraclePlanner().plan)
+    arch = gnn_architecture(args, config)
+    spec = ModelSpec(layers=arch.layers, d_gnn=arch.d_gnn, d_pem=factory.featurizer.dim,
+                     num_relations=index.num_relations)
+    tc = TrainConfig(steps=args.steps, graphs_per_step=args.graphs_per_step, lr=args.lr,
+                     synthetic_ratio=args.synthetic_ratio, val_questions=args.val_questions,
+                     val_every=args.val_every, ckpt_every=args.ckpt_every, k_prime=config.guidance.k_prime,
+                     seed=config.seed)
+    val_pairs = stratified(val_pairs, tc.val_questions)
+    out = args.out or Path("runs") / f"gnn-{dataset.name}"
+    print(f"train-gnn: {len(train_pairs)} training questions ({args.split} ids with hash bucket >= {args.val_percent}), "
+          f"{len(val_pairs)} validation questions, skipped {skipped or 'none'}; L={spec.layers}, d={spec.d_gnn}, "
+          f"d_pem={spec.d_pem}; {tc.steps} steps x {tc.graphs_per_step} graphs -> {out}")
+    info = {"dataset": dataset.name, "split": args.split, "val_percent": args.val_percent, "encoder": encoder.name,
+            "kg": kg_fingerprint(index), "subgraph": as_dict(config.subgraph), "train_questions": len(train_pairs)}
+    summary = train(factory, train_pairs, val_pairs, spec, tc, out, run_info=info, show_progress=not args.no_progress)
+    last = summary["val"][-1] if summary["val"] else None
+    rows = [["steps (total / this run)", f"{summary['steps_total']} / {summary['steps_this_run']}"],
+            ["wall seconds (this run, incl. compiles)", round(summary["wall_seconds_this_run"], 1)],
+            ["steps/s steady (compiled shapes only)", _fmt(summary["steps_per_second_steady"])],
+            ["steps/s overall", _fmt(summary["steps_per_second_overall"])],
+            ["compiled shapes", summary["compiled_shapes"]],
+            ["loss first -> last", f"{_fmt(summary['first_loss'])} -> {_fmt(summary['last_loss'])}"]]
+    if last:
+        rows.append([f"val recall@|T|·{tc.k_prime} (step {last['step']})",
+                     f"{last['recall']:.3f} " + " ".join(f"{h}: {v:.3f}" for h, v in last["per_hop"].items())])
+    table = markdown_table(["measure", "value"], rows)
+    print("\n" + table)
+    payload = {"meta": run_metadata(), "command": "stem-jax " + " ".join(getattr(args, "argv", [])),
+               "config": as_dict(config), "train": dataclasses.asdict(tc), "spec": spec.as_dict(), **info, **summary,
+               "total_seconds": time.perf_counter() - started}
+    paths = write_report(out, "train-gnn", payload, table)
+    print(f"\nwrote {out / 'curves.png'}, {paths[0]} and checkpoints under {out / 'checkpoints'}")
+    return 0
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# ablate-guidance
+# ---------------------------------------------------------------------------------------------
+
+
+def add_ablate_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags, add_planner_flags) -> None:
+    p = sub.add_parser(
+        "ablate-guidance", help="full guidance vs without entity / triple / both biases (one command)",
+        description="The paper's Table 7/12 analogue: evaluate a split four times (full guidance, λ=1, τ=0, both) "
+        "with one evaluator, one set of schema-text embeddings and one cached set of GNN outputs; prints Hit@1, F1 "
+        "and coverage per hop for each row. Each row is resumable under --out/<row>/.")
+    add_dataset_flags(p)
+    add_cache_flags(p)
+    add_config_flags(p)
+    add_planner_flags(p)
+    add_guidance_flags(p, required=True)
+    p.add_argument("--subset", type=int, default=None,
+                   help="deterministic stratified subset: per hop, the N questions with the lowest sha256(qid)")
+    p.add_argument("--out", type=Path, default=None, help="run folder (default runs/ablate-<dataset>-<split>)")
+    p.set_defaults(func=cmd_ablate_guidance)
+
+
+ABLATION_COLUMNS = (("hit_at_1", "Hit@1"), ("f1", "F1"), ("coverage", "Coverage"), ("hit", "Hit"))
+
+
+def ablation_table(results: dict[str, dict[str, Any]]) -> str:
+    from stem_jax.eval.ablation import GUIDANCE_ABLATIONS
+
+    groups = sorted({g for summary in results.values() for g in summary["groups"]}) + ["all"]
+    order = {name: i for i, (name, *_) in enumerate(GUIDANCE_ABLATIONS)}
+    rows = []
+    for name, summary in sorted(results.items(), key=lambda kv: order.get(kv[0], len(order))):
+        for group in groups:
+            stats = summary["overall"] if group == "all" else summary["groups"].get(group)
+            if not stats:
+                continue
+            mean = stats["mean"]
+            rows.append([name, group, stats["n"]] + [round(100 * mean[k], 2) if k in mean else "-"
+                                                     for k, _ in ABLATION_COLUMNS])
+    return markdown_table(["variant", "hops", "questions"] + [t for _, t in ABLATION_COLUMNS], rows)
+
+
+def cmd_ablate_guidance(args: argparse.Namespace) -> int:
+    from stem_jax.cli.commands import _embed, _load
+    from stem_jax.cli.planning import eval_planner
+    from stem_jax.eval.ablation import run_guidance_ablation
+    from stem_jax.eval.runner import Evaluator
+
+    config = config_from_args(args)
+    started = time.perf_counter()
+    dataset, index = _load(args, config)
+    dataset.questions = subset(dataset.questions, args.subset)
+    if args.subset is not None:
+        print(f"stratified subset: {len(dataset.questions)} questions ({args.subset} per hop, lowest sha256(qid))")
+    encoder, embeddings, _ = _embed(args, config, dataset, index)
+    planner, planner_info = eval_planner(args, config, dataset, index, encoder)
+    provider = guidance_provider(args, config, dataset, index, embeddings, encoder, force=True)
+    evaluator = Evaluator(dataset, index, embeddings, encoder, config,
+                          cache_dir=cache_root(args) / dataset.name / "schema-texts", guidance=provider)
+    out = args.out or Path("runs") / f"ablate-{dataset.name}-{args.split}"
+    results = run_guidance_ablation(evaluator, dataset.questions, planner, out, show_progress=not args.no_progress)
+    table = ablation_table(results)
+    t = config.tracer
+    title = (f"{dataset.name}/{args.split}, planner {args.planner}, guidance K=|T|·{config.guidance.k_prime}, "
+             f"λ={t.lam}, τ={t.tau}, θ={t.theta}, relation bonus {'on' if config.engine.relation_bonus else 'off'} "
+             "(percent)")
+    print(f"\n{title}:\n\n{table}")
+    wall = time.perf_counter() - started
+    payload = {"meta": run_metadata(), "command": "stem-jax " + " ".join(getattr(args, "argv", [])),
+               "dataset": dataset.name, "split": args.split, "subset_per_hop": args.subset,
+               "questions": len(dataset.questions), "planner_info": planner_info, "config": as_dict(config),
+               "gnn": {"checkpoint": str(args.gnn_checkpoint), **{k: v for k, v in provider.info.items()}},
+               "results": results, "wall_seconds": wall}
+    paths = write_report(out, "ablation", payload, f"{title}\n\n{table}")
+    print(f"\nwrote {paths[0]} and {paths[1]}  [{wall:.1f}s]")
+    return 0

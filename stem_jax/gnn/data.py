@@ -1,0 +1,125 @@
+"""Training and inference examples for the Triple-GNN: questions, their plans, and random walks.
+
+* Question examples (appendix C.1): the oracle planner's schema graph is the query, the
+  question's topic entities are the question entities, and the labels are the gold-evidence
+  entities (endpoints of :func:`stem_jax.plan.oracle.gold_path_triples`, eq. 36).
+* Walk examples (appendix C.2, Phase 1): :func:`stem_jax.gnn.sampler.random_walk`.
+
+The subgraph radius is ``subgraph.hops`` when set, else the depth of the schema graph from the
+question entity (the oracle's hop count), so inference never reads the dataset's hop label.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from stem_jax.config import SubgraphConfig
+from stem_jax.data.types import Question
+from stem_jax.gnn.batching import GraphExample, build_example
+from stem_jax.gnn.features import SchemaFeaturizer
+from stem_jax.gnn.sampler import random_walk
+from stem_jax.kg.index import KGIndex
+from stem_jax.plan.oracle import gold_path_triples
+from stem_jax.plan.schema import SchemaGraph, match_anchor
+
+Planner = Callable[[Question, KGIndex], list[SchemaGraph]]
+
+
+def qid_bucket(qid: str) -> int:
+    """A stable 0..99 bucket of a question id (sha256, not Python's salted hash)."""
+    return int(hashlib.sha256(qid.encode("utf-8")).hexdigest()[:8], 16) % 100
+
+
+def split_by_qid(questions: Sequence[Question], val_percent: int) -> tuple[list[Question], list[Question]]:
+    """(train, val): a question is in val when its id's bucket is below ``val_percent``."""
+    train = [q for q in questions if qid_bucket(q.qid) >= val_percent]
+    val = [q for q in questions if qid_bucket(q.qid) < val_percent]
+    return train, val
+
+
+def gold_entities(question: Question, index: KGIndex) -> np.ndarray:
+    """KG ids of the endpoints of the question's gold-evidence triples (empty when none)."""
+    ids = {index.entity_ids[n] for h, _, t in gold_path_triples(question, index) for n in (h, t)}
+    return np.asarray(sorted(ids), dtype=np.int32)
+
+
+def schema_depth(schema: SchemaGraph, anchor: str | None) -> int:
+    """Longest DFS distance from ``anchor`` in the schema graph (|T| when there is no anchor)."""
+    if anchor is None:
+        return len(schema.triples)
+    depth = {anchor: 0}
+    for step in schema.dfs_order(anchor):
+        depth[step.child] = depth[step.parent] + 1
+    return max(depth.values()) if len(depth) > 1 else 1
+
+
+class ExampleFactory:
+    """Builds :class:`GraphExample` s for one KG (see the module docstring)."""
+
+    def __init__(self, index: KGIndex, featurizer: SchemaFeaturizer, subgraph: SubgraphConfig,
+                 names: dict[str, str] | None = None):
+        self.index = index
+        self.featurizer = featurizer
+        self.subgraph = subgraph
+        self.names = names or {}
+
+    def display(self, entity: str) -> str:
+        return self.names.get(entity, entity)
+
+    def seeds(self, question: Question) -> list[int]:
+        return [self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids]
+
+    def radius(self, question: Question, schema: SchemaGraph) -> int:
+        if self.subgraph.hops:
+            return self.subgraph.hops
+        anchor = None
+        for topic in question.topic_entities:
+            anchor = match_anchor(schema, self.display(topic))
+            if anchor is not None:
+                break
+        return schema_depth(schema, anchor)
+
+    def for_plan(self, question: Question, schema: SchemaGraph, *, labels: bool = False,
+                 key: str | None = None) -> GraphExample | None:
+        """The example of one (question, schema graph); None when no topic entity is in the KG."""
+        seeds = self.seeds(question)
+        if not seeds:
+            return None
+        positives = gold_entities(question, self.index) if labels else None
+        return build_example(self.index, seeds, self.radius(question, schema), self.subgraph.hub_cap,
+                             self.featurizer(schema), positives=positives, key=key or question.qid)
+
+    def from_walk(self, rng: np.random.Generator, max_hops: int, key: str) -> GraphExample | None:
+        walk = random_walk(self.index, rng, max_hops=max_hops, hub_cap=self.subgraph.hub_cap, names=self.names)
+        if walk is None:
+            return None
+        hops = self.subgraph.hops or len(walk.triples)
+        return build_example(self.index, [walk.start], hops, self.subgraph.hub_cap, self.featurizer(walk.schema),
+                             positives=list(walk.entities), key=key)
+
+
+def question_examples(factory: ExampleFactory, questions: Sequence[Question], planner: Planner,
+                      ) -> tuple[list[tuple[Question, SchemaGraph]], dict[str, int]]:
+    """Labelled (question, oracle schema) pairs, and counts of questions left out (with reasons).
+
+    A question is kept when it has a plan and a topic entity in the KG; only the first plan is
+    used for training (the oracle gives one for MetaQA and the demo). Questions whose gold
+    evidence turns out empty are masked out of the loss when their batch is built.
+    """
+    kept: list[tuple[Question, SchemaGraph]] = []
+    skipped: dict[str, int] = {}
+    for q in questions:
+        plans = planner(q, factory.index)
+        reason = None
+        if not plans:
+            reason = "no plan"
+        elif not factory.seeds(q):
+            reason = "topic entity not in KG"
+        if reason:
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        kept.append((q, plans[0]))
+    return kept, skipped

@@ -1,0 +1,155 @@
+"""Guidance for the evaluator: GNN top-K entities per (question, schema graph), cached on disk.
+
+:class:`GNNGuidance` is what ``Evaluator(..., guidance=...)`` takes. ``attach`` looks up (or
+computes, batched and jitted, then caches in TensorStore) the top ``width`` entities of every
+query, and gives each run the first K = |T|·K' of them as ``run.guidance``. Changing K', λ or τ
+reuses the cached rows; only a new checkpoint, KG, subgraph setting or question set recomputes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stem_jax.data.types import Question
+from stem_jax.errors import StemError
+from stem_jax.gnn.cache import GuidanceTable, fingerprint, open_or_compute
+from stem_jax.gnn.data import ExampleFactory
+from stem_jax.gnn.guidance import guidance_size, select_top
+from stem_jax.gnn.infer import MAX_BATCH_EDGES, MAX_BATCH_GRAPHS, iter_predict
+from stem_jax.gnn.model import ModelSpec
+from stem_jax.kg.embeddings import kg_fingerprint
+from stem_jax.plan.schema import SchemaGraph
+
+
+def query_key(question: Question, schema: SchemaGraph) -> str:
+    return f"{question.qid}\x1f{schema.describe()}\x1f{'|'.join(question.topic_entities)}"
+
+
+class GNNGuidance:
+    """Top-K guidance entities from a trained Triple-GNN (see the module docstring).
+
+    Args:
+      spec, params, info: from :func:`stem_jax.gnn.infer.load_checkpoint`.
+      factory: builds the query subgraphs (same KG, encoder features and subgraph settings).
+      k_prime: K' (guidance size is |T|·K').
+      width: entities stored per query and the most a run may get (``engine.guidance``).
+      cache_dir: where the TensorStore caches live (None: compute in memory every time).
+      chunk_rows: queries per resumable chunk.
+    """
+
+    def __init__(self, spec: ModelSpec, params: Any, info: dict[str, Any], factory: ExampleFactory, *,
+                 k_prime: int, width: int, cache_dir: Path | None = None, chunk_rows: int = 1024,
+                 max_edges: int = MAX_BATCH_EDGES, max_graphs: int = MAX_BATCH_GRAPHS):
+        if spec.num_relations != factory.index.num_relations:
+            raise StemError(f"the GNN checkpoint was trained on a KG with {spec.num_relations} relations, "
+                            f"this KG has {factory.index.num_relations}\n  how to fix: train on this dataset "
+                            "(stem-jax train-gnn --dataset ...) and pass that --gnn-checkpoint")
+        if spec.d_pem != factory.featurizer.dim:
+            raise StemError(f"the GNN checkpoint expects {spec.d_pem}-dim encoder features, the encoder gives "
+                            f"{factory.featurizer.dim}\n  how to fix: use the encoder the GNN was trained with "
+                            f"({info.get('encoder', 'see model.json')})")
+        self.spec, self.params, self.info = spec, params, info
+        self.factory = factory
+        self.k_prime = k_prime
+        self.width = width
+        self.cache_dir = cache_dir
+        self.chunk_rows = chunk_rows
+        self.max_edges, self.max_graphs = max_edges, max_graphs
+        self.stats: dict[str, Any] = {}
+
+    def with_k_prime(self, k_prime: int) -> GNNGuidance:
+        """The same provider (and cache) with another K'."""
+        other = GNNGuidance.__new__(GNNGuidance)
+        other.__dict__.update(self.__dict__)
+        other.k_prime = k_prime
+        other.stats = {}
+        return other
+
+    def _inputs(self) -> dict[str, Any]:
+        sub = self.factory.subgraph
+        return {"params_sha": self.info.get("params_sha"), "spec": self.spec.as_dict(),
+                "kg": kg_fingerprint(self.factory.index), "encoder": self.factory.featurizer.encoder.name,
+                "hops": sub.hops, "hub_cap": sub.hub_cap}
+
+    def table(self, pairs: Sequence[tuple[Question, SchemaGraph]], *, show_progress: bool = True) -> GuidanceTable:
+        """Top-``width`` (ids, probs) of every (question, schema) pair, from the cache when possible."""
+        keys = [query_key(q, s) for q, s in pairs]
+        self.factory.featurizer.prepare(s for _, s in pairs)
+
+        def compute(rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+            rows = list(rows)
+            ids = np.full((len(rows), self.width), -1, np.int32)
+            probs = np.zeros((len(rows), self.width), np.float32)
+            examples, where = [], []
+            for r, row in enumerate(rows):
+                question, schema = pairs[row]
+                example = self.factory.for_plan(question, schema)
+                if example is not None:
+                    examples.append(example)
+                    where.append(r)
+            relation_emb = self.factory.featurizer.relation_matrix()
+            for members, batch_probs in iter_predict(self.params, self.spec, examples, relation_emb,
+                                                     max_edges=self.max_edges, max_graphs=self.max_graphs):
+                for i, p in zip(members, batch_probs, strict=True):
+                    top, top_p = select_top(p, examples[i].entities, self.width)
+                    ids[where[i], : len(top)] = top
+                    probs[where[i], : len(top)] = top_p
+            return ids, probs
+
+        if self.cache_dir is None or not pairs:
+            began = time.perf_counter()
+            ids, probs = compute(range(len(pairs)))
+            return GuidanceTable(ids=ids, probs=probs, path=Path("."), computed_rows=len(pairs),
+                                 seconds=time.perf_counter() - began)
+        inputs = self._inputs()
+        digest = hashlib.sha256((fingerprint(inputs) + fingerprint(keys)).encode()).hexdigest()[:16]
+        folder = Path(self.cache_dir) / f"gnn-{self.info.get('params_sha', 'unknown')}-w{self.width}-{digest}"
+        return open_or_compute(folder, keys, self.width, compute, inputs=inputs, chunk_rows=self.chunk_rows,
+                               show_progress=show_progress, desc="gnn guidance")
+
+    def guidance_for(self, schema: SchemaGraph, row_ids: np.ndarray) -> np.ndarray:
+        k = guidance_size(len(schema.triples), self.k_prime)
+        if k > self.width:
+            raise StemError(f"a schema graph with |T|={len(schema.triples)} and K'={self.k_prime} needs {k} "
+                            f"guidance entities, but only engine.guidance={self.width} fit\n  how to fix: pass "
+                            f"--engine.guidance={1 << (k - 1).bit_length()} (or a smaller --guidance.k_prime)")
+        chosen = row_ids[:k]
+        return chosen[chosen >= 0].astype(np.int32)
+
+    @staticmethod
+    def queries(questions: Sequence[Question], runs_per_question: Sequence[Sequence[Any]],
+                ) -> tuple[list[tuple[Question, SchemaGraph]], dict[str, int]]:
+        """The distinct (question, schema) queries of the runs, in run order, and their row numbers
+        (what :meth:`attach` caches; other tools use it to read the same cache rows)."""
+        rows: dict[str, int] = {}
+        pairs: list[tuple[Question, SchemaGraph]] = []
+        for question, runs in zip(questions, runs_per_question, strict=True):
+            for run in runs:
+                key = query_key(question, run.plan.schema)
+                if key not in rows:
+                    rows[key] = len(pairs)
+                    pairs.append((question, run.plan.schema))
+        return pairs, rows
+
+    def attach(self, questions: Sequence[Question], runs_per_question: Sequence[Sequence[Any]], *,
+               show_progress: bool = True) -> dict[str, Any]:
+        """Set ``run.guidance`` (int32 KG ids) on every run; returns timing and cache statistics."""
+        began = time.perf_counter()
+        pairs, rows = self.queries(questions, runs_per_question)
+        table = self.table(pairs, show_progress=show_progress)
+        sizes = []
+        for question, runs in zip(questions, runs_per_question, strict=True):
+            for run in runs:
+                run.guidance = self.guidance_for(run.plan.schema, table.ids[rows[query_key(question, run.plan.schema)]])
+                sizes.append(len(run.guidance))
+        self.stats = {"queries": len(pairs), "computed_queries": table.computed_rows,
+                      "gnn_seconds": table.seconds, "attach_seconds": time.perf_counter() - began,
+                      "cache": str(table.path) if self.cache_dir is not None else None,
+                      "mean_guidance_size": float(np.mean(sizes)) if sizes else 0.0, "k_prime": self.k_prime}
+        return self.stats

@@ -1,0 +1,349 @@
+"""Training the Triple-GNN (paper appendix C.1-C.2): AdamW on balanced BCE, orbax, resumable.
+
+Each step takes ``graphs_per_step`` examples. A slot is a random-walk example (Phase-1 reverse
+generation, :mod:`stem_jax.gnn.sampler`) with probability ``synthetic_ratio``, else the next
+question of a per-epoch permutation; both are pure functions of (seed, step, slot), so a run
+resumed from a checkpoint at step k sees exactly the batches an uninterrupted run sees from k on.
+
+Loss: the paper's eq. 37 keeps only the positive term of BCE, which a model can minimise by
+predicting 1 everywhere. We use both terms, each averaged within its graph (positives are a few
+nodes among thousands, so a plain node mean would be all negatives), then the mean over real
+graphs that have at least one positive:
+``L = mean_g [ mean_{pos}(-log p) + mean_{neg}(-log(1 - p)) ]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from stem_jax.data.types import Question
+from stem_jax.errors import StemError
+from stem_jax.gnn.batching import MAX_SCHEMA_TRIPLES, GraphExample, pad_batch
+from stem_jax.gnn.checkpoint import CheckpointStore
+from stem_jax.gnn.data import ExampleFactory
+from stem_jax.gnn.guidance import guidance_size, select_top
+from stem_jax.gnn.infer import CHECKPOINTS, MODEL_FILE, params_fingerprint, predict
+from stem_jax.gnn.model import ModelSpec, TripleGNN, build_model, node_graph_index
+from stem_jax.jraph_compat import jraph
+from stem_jax.plan.schema import SchemaGraph
+from stem_jax.progress import progress
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation and data mixing. The paper trains 2 epochs at lr 1e-5 on GPUs; a CPU budget
+    of a few hundred steps needs a larger rate (1e-3 with warm-up and cosine decay)."""
+
+    steps: int = 300
+    graphs_per_step: int = 8
+    lr: float = 1e-3
+    warmup: int = 20
+    weight_decay: float = 1e-4
+    grad_clip: float = 1.0
+    synthetic_ratio: float = 0.25  # share of slots filled with random-walk examples
+    walk_hops: int = 3
+    val_questions: int = 192  # validation questions per evaluation (stratified by hop)
+    val_every: int = 50
+    ckpt_every: int = 50
+    k_prime: int = 4  # K' for the validation recall
+    seed: int = 0
+
+
+def init_params(spec: ModelSpec, key: jax.Array) -> Any:
+    """Parameters for ``spec`` (their shapes never depend on the graph size)."""
+    return _init_fn(spec)(key)
+
+
+@functools.lru_cache(maxsize=8)
+def _init_fn(spec: ModelSpec) -> Callable:
+    """Jitted ``key -> params`` of one architecture, cached: Flax init compiles slowly on CPU."""
+    graph = jraph.GraphsTuple(
+        nodes={"question": jnp.ones(2), "label": jnp.zeros(2), "graph": jnp.zeros(2, jnp.int32),
+               "valid": jnp.ones(2, bool)},
+        edges={"relation": jnp.zeros(2, jnp.int32)},
+        senders=jnp.asarray([0, 1], jnp.int32), receivers=jnp.asarray([0, 1], jnp.int32),
+        globals={"schema": jnp.zeros((1, MAX_SCHEMA_TRIPLES, 3 * spec.d_pem)),
+                 "schema_mask": jnp.ones((1, MAX_SCHEMA_TRIPLES), bool), "valid": jnp.ones(1, bool)},
+        n_node=jnp.asarray([2], jnp.int32), n_edge=jnp.asarray([2], jnp.int32),
+    )
+    relation_emb = jnp.zeros((spec.num_relations, spec.d_pem))
+    model = build_model(spec)
+    return jax.jit(lambda key: model.init(key, graph, relation_emb))
+
+
+def bce_loss(logits: jax.Array, graph: jraph.GraphsTuple) -> tuple[jax.Array, jax.Array]:
+    """(loss, number of graphs that counted); see the module docstring."""
+    n_graph = graph.n_node.shape[0]
+    node_mask = graph.nodes["valid"].astype(logits.dtype)
+    graph_mask = graph.globals["valid"]
+    label = graph.nodes["label"]
+    seg = node_graph_index(graph)
+    total = lambda x: jax.ops.segment_sum(x, seg, num_segments=n_graph)  # noqa: E731
+    n_pos = total(label * node_mask)
+    n_neg = total((1.0 - label) * node_mask)
+    pos = total(jax.nn.softplus(-logits) * label * node_mask) / jnp.maximum(n_pos, 1.0)
+    neg = total(jax.nn.softplus(logits) * (1.0 - label) * node_mask) / jnp.maximum(n_neg, 1.0)
+    counted = graph_mask & (n_pos > 0)
+    n = counted.sum()
+    return jnp.where(counted, pos + neg, 0.0).sum() / jnp.maximum(n, 1), n
+
+
+def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
+    """Clipped AdamW with warm-up and cosine decay, over the flattened parameter vector
+    (``optax.flatten``: one fused update instead of one per parameter leaf, faster to compile)."""
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, config.lr, max(1, min(config.warmup, config.steps - 1)), max(config.steps, 2), end_value=config.lr * 0.1
+    )
+    return optax.flatten(optax.chain(optax.clip_by_global_norm(config.grad_clip),
+                                     optax.adamw(schedule, weight_decay=config.weight_decay)))
+
+
+class TrainStep:
+    """One optimisation step as two jitted functions: the loss gradient, compiled once per graph
+    shape bucket, and the optimizer update, compiled once (its shapes never change). Splitting
+    them keeps the per-bucket compile small, which on CPU is most of a short run's time."""
+
+    def __init__(self, model: TripleGNN, optimizer: optax.GradientTransformation):
+        def loss_fn(params, graph, relation_emb):
+            return bce_loss(model.apply(params, graph, relation_emb), graph)
+
+        def update(params, opt_state, grads):
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state
+
+        self.grad = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
+        self.update = jax.jit(update)
+
+    def __call__(self, params, opt_state, graph, relation_emb):
+        (loss, counted), grads = self.grad(params, graph, relation_emb)
+        params, opt_state = self.update(params, opt_state, grads)
+        return params, opt_state, loss, counted
+
+    def compiled_shapes(self) -> int:
+        return self.grad._cache_size()
+
+
+@functools.lru_cache(maxsize=8)
+def make_train_step(spec: ModelSpec, config: TrainConfig) -> TrainStep:
+    """The (cached) training step of one architecture and optimiser setting: a resumed or repeated
+    run in the same process reuses its compiled shapes."""
+    return TrainStep(build_model(spec), make_optimizer(config))
+
+
+class StepData:
+    """The examples of training step ``s``: a pure function of (seed, s) (see the module docstring)."""
+
+    def __init__(self, factory: ExampleFactory, pairs: Sequence[tuple[Question, SchemaGraph]], config: TrainConfig):
+        if not pairs and config.synthetic_ratio < 1.0:
+            raise StemError("no training questions (all skipped?) and --synthetic-ratio < 1")
+        self.factory = factory
+        self.pairs = pairs
+        self.config = config
+        self._perms: dict[int, np.ndarray] = {}
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        if epoch not in self._perms:
+            self._perms = {epoch: np.random.default_rng([self.config.seed, 7, epoch]).permutation(len(self.pairs))}
+        return self._perms[epoch]
+
+    def __call__(self, step: int) -> list[GraphExample]:
+        config = self.config
+        chooser = np.random.default_rng([config.seed, 1, step])
+        out: list[GraphExample] = []
+        for slot in range(config.graphs_per_step):
+            example = None
+            if not self.pairs or chooser.random() < config.synthetic_ratio:
+                rng = np.random.default_rng([config.seed, 2, step, slot])
+                example = self.factory.from_walk(rng, config.walk_hops, key=f"walk/{step}/{slot}")
+            if example is None and self.pairs:
+                count = step * config.graphs_per_step + slot
+                epoch, position = divmod(count, len(self.pairs))
+                question, schema = self.pairs[int(self._perm(epoch)[position])]
+                example = self.factory.for_plan(question, schema, labels=True)
+            if example is not None:
+                out.append(example)
+        return out
+
+
+def stratified(pairs: Sequence[tuple[Question, SchemaGraph]], limit: int) -> list[tuple[Question, SchemaGraph]]:
+    """Up to ``limit`` pairs, the same number per hop count, lowest question ids first."""
+    groups: dict[Any, list] = {}
+    for pair in sorted(pairs, key=lambda p: p[0].qid):
+        groups.setdefault(pair[0].hops, []).append(pair)
+    per = max(1, limit // max(1, len(groups)))
+    return [p for key in sorted(groups, key=str) for p in groups[key][:per]]
+
+
+def guidance_recall(examples: Sequence[GraphExample], probs: Sequence[np.ndarray], k_prime: int) -> list[float]:
+    """Per example: share of gold entities (inside or outside the subgraph) in the top |T|·K'."""
+    out = []
+    for example, p in zip(examples, probs, strict=True):
+        n_gold = int(example.labels.sum()) + example.positives_outside
+        if n_gold == 0:
+            out.append(float("nan"))
+            continue
+        top, _ = select_top(p, np.arange(example.n_node), guidance_size(example.schema.shape[0], k_prime))
+        out.append(float(example.labels[top].sum()) / n_gold)
+    return out
+
+
+def _plot(history: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(10, 3.6))
+    if history["loss"]:
+        steps, losses = zip(*history["loss"], strict=True)
+        ax_loss.plot(steps, losses, lw=0.6, alpha=0.5, label="step")
+        smooth, value = [], losses[0]
+        for loss in losses:
+            value = 0.9 * value + 0.1 * loss
+            smooth.append(value)
+        ax_loss.plot(steps, smooth, lw=1.5, label="EMA 0.9")
+        ax_loss.legend()
+    ax_loss.set(xlabel="step", ylabel="balanced BCE", title="training loss")
+    if history["val"]:
+        steps = [v["step"] for v in history["val"]]
+        ax_val.plot(steps, [v["recall"] for v in history["val"]], "o-", label="all")
+        for hop in sorted({h for v in history["val"] for h in v["per_hop"]}):
+            ax_val.plot(steps, [v["per_hop"].get(hop, math.nan) for v in history["val"]], ".--", label=hop)
+        ax_val.legend()
+    ax_val.set(xlabel="step", ylabel="recall", ylim=(0, 1.02), title="val recall of gold entities in top |T|·K'")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def train(
+    factory: ExampleFactory,
+    train_pairs: Sequence[tuple[Question, SchemaGraph]],
+    val_pairs: Sequence[tuple[Question, SchemaGraph]],
+    spec: ModelSpec,
+    config: TrainConfig,
+    out_dir: Path,
+    *,
+    run_info: dict[str, Any] | None = None,
+    show_progress: bool = True,
+    log: Callable[[str], None] = print,
+    stop_at: int | None = None,
+) -> dict[str, Any]:
+    """Train (or resume) into ``out_dir``; returns a summary (losses, recall, steps/s, wall time).
+
+    ``out_dir`` gets ``model.json`` (architecture and data description), ``checkpoints/<step>``
+    (orbax), ``history.json`` and ``curves.png``. ``stop_at`` ends the run after that many steps
+    as if it had been killed (tests use it to check that resuming gives the same result).
+    """
+    began = time.perf_counter()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model_file = out_dir / MODEL_FILE
+    info = {"spec": spec.as_dict(), "train": dataclasses.asdict(config), **(run_info or {})}
+    if model_file.exists():
+        found = json.loads(model_file.read_text())
+        if found.get("spec") != info["spec"]:
+            raise StemError(f"{out_dir} holds a run of another architecture ({found.get('spec')} vs {info['spec']})\n"
+                            "  how to fix: pass a new --out folder or the same --preset / --gnn.* flags")
+    model_file.write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+
+    optimizer = make_optimizer(config)
+    params = init_params(spec, jax.random.key(config.seed))
+    opt_state = optimizer.init(params)
+    train_step = make_train_step(spec, _without_schedule_free_fields(config))
+    history: dict[str, Any] = {"loss": [], "val": [], "skipped_graphs": 0}
+    store = CheckpointStore(out_dir / CHECKPOINTS)
+    start = store.latest_step() or 0
+    if start:
+        params, opt_state, history = store.restore(start, params, opt_state)
+        log(f"resuming from checkpoint step {start} in {out_dir / CHECKPOINTS}")
+    relation_emb = jnp.asarray(factory.featurizer.relation_matrix())
+    data = StepData(factory, train_pairs, config)
+    val_examples = [ex for ex in (factory.for_plan(q, s, labels=True) for q, s in val_pairs) if ex is not None]
+    val_keys = [ex.key for ex in val_examples]
+    hop_of = {q.qid: q.hops for q, _ in val_pairs}
+
+    def validate(step: int) -> None:
+        if not val_examples:
+            return
+        probs = predict(params, spec, val_examples, relation_emb)
+        recalls = guidance_recall(val_examples, probs, config.k_prime)
+        per_hop: dict[str, list[float]] = {}
+        for key, r in zip(val_keys, recalls, strict=True):
+            if not math.isnan(r):
+                per_hop.setdefault(f"{hop_of.get(key)}-hop", []).append(r)
+        values = [r for r in recalls if not math.isnan(r)]
+        history["val"].append({"step": step, "recall": float(np.mean(values)) if values else math.nan,
+                               "per_hop": {h: float(np.mean(v)) for h, v in sorted(per_hop.items())}})
+
+    end = config.steps if stop_at is None else min(config.steps, stop_at)
+    step_seconds: list[float] = []
+    compiles_before = train_step.compiled_shapes()
+    compile_steps = 0
+    if start == 0 and not history["val"]:
+        validate(0)
+    with progress(config.steps, "train-gnn", "step", enabled=show_progress, initial=start) as bar:
+        for step in range(start, end):
+            examples = data(step)
+            graph = pad_batch(examples, n_graph=_graph_bucket(config.graphs_per_step))
+            t0 = time.perf_counter()
+            cache = train_step.compiled_shapes()
+            params, opt_state, loss, counted = train_step(params, opt_state, graph, relation_emb)
+            loss = float(loss)
+            elapsed = time.perf_counter() - t0
+            if train_step.compiled_shapes() > cache:
+                compile_steps += 1
+            else:
+                step_seconds.append(elapsed)
+            history["skipped_graphs"] += len(examples) - int(counted)
+            history["loss"].append([step + 1, loss])
+            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            bar.update(1)
+            done = step + 1
+            if done % config.val_every == 0 or done == config.steps:
+                validate(done)
+            if done % config.ckpt_every == 0 or done == end:
+                store.save(done, params, opt_state, history)
+    store.close()
+    (out_dir / "history.json").write_text(json.dumps(history, indent=1) + "\n")
+    _plot(history, out_dir / "curves.png")
+    wall = time.perf_counter() - began
+    ran = end - start
+    summary = {
+        "steps_total": end,
+        "steps_this_run": ran,
+        "wall_seconds_this_run": wall,
+        "steps_per_second_steady": (len(step_seconds) / sum(step_seconds)) if step_seconds else None,
+        "steps_per_second_overall": ran / wall if wall > 0 else None,
+        "compiled_shapes": train_step.compiled_shapes() - compiles_before,
+        "compile_steps": compile_steps,
+        "first_loss": history["loss"][0][1] if history["loss"] else None,
+        "last_loss": history["loss"][-1][1] if history["loss"] else None,
+        "val": history["val"],
+        "params_sha": params_fingerprint(params),
+    }
+    (out_dir / "train-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def _without_schedule_free_fields(config: TrainConfig) -> TrainConfig:
+    """``config`` with the fields the compiled step does not depend on reset, so runs that differ
+    only in data, validation or checkpoint settings share one cached :class:`TrainStep`."""
+    return dataclasses.replace(config, synthetic_ratio=0.0, walk_hops=0, val_questions=0, val_every=0,
+                               ckpt_every=0, k_prime=0, seed=0, graphs_per_step=0)
+
+
+def _graph_bucket(graphs_per_step: int) -> int:
+    return max(2, 1 << graphs_per_step.bit_length())  # > graphs_per_step: room for the padding graph

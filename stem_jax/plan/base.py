@@ -1,0 +1,71 @@
+"""What every planner returns, and adapters between per-question and batched planners.
+
+A planner maps a question to up to ``B`` candidate schema graphs in beam order (paper §3.1: the
+SGDA's beam of ``B`` assertion-strategy pairs). The evaluator's :data:`Planner` signature takes
+one question at a time; planners that batch (the pattern head encodes all questions in one
+forward, vLLM sends a whole batch through one ``generate`` call) implement :class:`BatchPlanner`
+and are turned into a per-question callable by :func:`precomputed_planner`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from stem_jax.data.types import Question
+from stem_jax.kg.index import KGIndex
+from stem_jax.plan.schema import SchemaGraph
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoredSchema:
+    """One beam entry: a schema graph and the planner's confidence in it (probability or 1.0)."""
+
+    schema: SchemaGraph
+    score: float = 1.0
+
+
+@runtime_checkable
+class BatchPlanner(Protocol):
+    """Plans a batch of questions at once; entry ``i`` of the result is question ``i``'s beam."""
+
+    name: str
+
+    def plan_batch(self, questions: Sequence[Question]) -> list[list[ScoredSchema]]:
+        ...
+
+
+@dataclasses.dataclass
+class SingleQuestionPlanner:
+    """Wraps a per-question planner (the oracle) as a :class:`BatchPlanner`."""
+
+    fn: Callable[[Question, KGIndex | None], list[SchemaGraph]]
+    name: str = "planner"
+    index: KGIndex | None = None
+
+    def plan_batch(self, questions: Sequence[Question]) -> list[list[ScoredSchema]]:
+        return [[ScoredSchema(s) for s in self.fn(q, self.index)] for q in questions]
+
+
+def precomputed_planner(
+    planner: BatchPlanner, questions: Sequence[Question], batch_size: int = 1024
+) -> tuple[Callable[[Question, KGIndex], list[SchemaGraph]], dict[str, list[ScoredSchema]]]:
+    """Plan ``questions`` in batches once; return the evaluator's per-question callable and the beams.
+
+    The callable looks each question up by ``qid`` and plans unseen questions on the fly, one
+    at a time (slower, but never wrong).
+    """
+    beams: dict[str, list[ScoredSchema]] = {}
+    for start in range(0, len(questions), batch_size):
+        chunk = questions[start : start + batch_size]
+        for question, beam in zip(chunk, planner.plan_batch(chunk), strict=True):
+            beams[question.qid] = beam
+
+    def plan(question: Question, index: KGIndex | None = None) -> list[SchemaGraph]:
+        del index
+        if question.qid not in beams:
+            beams[question.qid] = planner.plan_batch([question])[0]
+        return [entry.schema for entry in beams[question.qid]]
+
+    return plan, beams

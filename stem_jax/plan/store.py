@@ -1,0 +1,406 @@
+"""Plans streamed through TensorStore: padded int32 arrays plus a JSONL sidecar, chunk by chunk.
+
+Layout of a plan store folder (``Q`` questions, beam ``B``, ``T`` = ``max_triples``,
+``N`` = ``2 * T`` node slots)::
+
+    triples.zarr   int32 [Q, B, T, 3]  (head node slot, relation id, tail node slot); -1 = padding
+    nodes.zarr     int32 [Q, B, N]     KG entity id of a constant node, PLACEHOLDER (-2) for [ENTk],
+                                       UNKNOWN_ENTITY (-3) for a constant not in the KG, -1 = padding
+    answer.zarr    int32 [Q, B]        node slot of the answer placeholder; -1 = no plan in this beam
+    strategy.zarr  int32 [Q, B]        0 = Precision, 1 = Breadth, -1 = no plan
+    score.zarr     float32 [Q, B]      the planner's confidence (1.0 for the oracle)
+    sidecar/chunk-<i>.jsonl            per question: id, question text and each beam's schema graph as text
+    manifest.json                      inputs fingerprint, vocabulary, finished chunks with sha256
+
+A relation absent from the KG vocabulary has id -1 (its name is in the sidecar), as in
+:func:`stem_jax.plan.schema.ground`. Node slots follow the order of first appearance in the
+schema's triples. Questions are written ``chunk_rows`` at a time, each chunk as soon as the
+planner has produced it: arrays first, then the sidecar (temp file + rename), then the manifest
+entry, so a killed run resumes at the first unfinished chunk and a rerun plans nothing.
+Beams that do not fit (more than ``T`` triples) are dropped and counted in the manifest, never
+silently truncated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorstore as ts
+
+from stem_jax.data.types import Question
+from stem_jax.errors import CacheError
+from stem_jax.kg.index import KGIndex
+from stem_jax.plan.base import BatchPlanner, ScoredSchema
+from stem_jax.plan.schema import STRATEGIES, SchemaGraph, SchemaTriple, is_placeholder
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+PAD = -1
+PLACEHOLDER = -2
+UNKNOWN_ENTITY = -3
+_ARRAYS = {"triples": "int32", "nodes": "int32", "answer": "int32", "strategy": "int32", "score": "float32"}
+_FIX = "delete the folder {path} or pass --rebuild"
+
+
+class PlanStoreWarning(UserWarning):
+    """A stored chunk failed its checksum and is being planned again."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanBatch:
+    """A batch of rows read from a store: numpy arrays with the layouts in the module docstring."""
+
+    rows: np.ndarray  # int64 [n] row numbers
+    qids: list[str]
+    triples: np.ndarray  # [n, B, T, 3]
+    nodes: np.ndarray  # [n, B, N]
+    answer: np.ndarray  # [n, B]
+    strategy: np.ndarray  # [n, B]
+    score: np.ndarray  # [n, B]
+    sidecar: list[dict[str, Any]]
+
+    @property
+    def valid(self) -> np.ndarray:
+        """bool [n, B]: beams holding a plan."""
+        return self.strategy >= 0
+
+
+def _sha(*blocks: np.ndarray, text: bytes = b"") -> str:
+    digest = hashlib.sha256()
+    for block in blocks:
+        digest.update(np.ascontiguousarray(block).tobytes())
+    digest.update(text)
+    return digest.hexdigest()
+
+
+def _fingerprint(items: Sequence[str]) -> str:
+    digest = hashlib.sha256()
+    for item in items:
+        data = item.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def _spec(path: Path, shape: Sequence[int], chunk: Sequence[int], dtype: str) -> dict[str, Any]:
+    return {
+        "driver": "zarr3",
+        "kvstore": {"driver": "file", "path": str(path)},
+        "metadata": {
+            "shape": list(shape),
+            "data_type": dtype,
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunk)}},
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                       {"name": "zstd", "configuration": {"level": 3, "checksum": False}}],
+            "fill_value": -1 if dtype == "int32" else 0.0,
+        },
+    }
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding one beam
+# ---------------------------------------------------------------------------------------------
+
+
+def encode_schema(schema: SchemaGraph, index: KGIndex, names_to_ids: dict[str, int], max_triples: int):
+    """(triples [T, 3], nodes [2T], answer slot, strategy) of one schema graph, or None if too long."""
+    if len(schema.triples) > max_triples:
+        return None
+    nodes = schema.nodes()
+    slot = {n: i for i, n in enumerate(nodes)}
+    triples = np.full((max_triples, 3), PAD, np.int32)
+    for i, t in enumerate(schema.triples):
+        triples[i] = (slot[t.head], index.relation_ids.get(t.relation, -1), slot[t.tail])
+    node_ids = np.full(2 * max_triples, PAD, np.int32)
+    for i, n in enumerate(nodes):
+        node_ids[i] = PLACEHOLDER if is_placeholder(n) else names_to_ids.get(n, index.entity_ids.get(n, UNKNOWN_ENTITY))
+    return triples, node_ids, slot[schema.answer], STRATEGIES.index(schema.strategy)
+
+
+def schema_to_json(entry: ScoredSchema) -> dict[str, Any]:
+    s = entry.schema
+    return {"nodes": s.nodes(), "triples": [[t.head, t.relation, t.tail] for t in s.triples],
+            "answer": s.answer, "strategy": s.strategy, "score": entry.score}
+
+
+def schema_from_json(data: dict[str, Any]) -> ScoredSchema:
+    triples = tuple(SchemaTriple(*t) for t in data["triples"])
+    return ScoredSchema(SchemaGraph(triples, data["answer"], data["strategy"]), float(data.get("score", 1.0)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The store
+# ---------------------------------------------------------------------------------------------
+
+
+class PlanStore:
+    """An open plan store; build one with :func:`write_plan_store`, open one with :meth:`open`."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any], arrays: dict[str, Any]):
+        self.path = Path(path)
+        self.manifest = manifest
+        self.arrays = arrays
+        self.qids: list[str] = manifest["qids"]
+        self.row_of = {q: i for i, q in enumerate(self.qids)}
+
+    @property
+    def n(self) -> int:
+        return len(self.qids)
+
+    @property
+    def beam(self) -> int:
+        return int(self.manifest["beam"])
+
+    @property
+    def max_triples(self) -> int:
+        return int(self.manifest["max_triples"])
+
+    @property
+    def chunk_rows(self) -> int:
+        return int(self.manifest["chunk_rows"])
+
+    @property
+    def relations(self) -> list[str]:
+        return list(self.manifest["relations"])
+
+    def complete(self) -> bool:
+        return len(self.manifest["chunks"]) == -(-self.n // self.chunk_rows)
+
+    @classmethod
+    def open(cls, path: Path, *, require_complete: bool = True) -> PlanStore:
+        """Open a store for reading; raises :class:`CacheError` when missing or (by default) unfinished."""
+        path = Path(path)
+        manifest_path = path / MANIFEST
+        if not manifest_path.is_file():
+            raise CacheError(f"{path}: not a plan store (no {MANIFEST})\n"
+                             "  how to fix: write one with `stem-jax plan --out PATH`")
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except ValueError as err:
+            raise CacheError(f"{manifest_path}: unreadable manifest ({err})\n  how to fix: {_FIX.format(path=path)}") from None
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise CacheError(f"{path}: plan store format {manifest.get('format_version')}, expected {FORMAT_VERSION}\n"
+                             f"  how to fix: {_FIX.format(path=path)}")
+        store = cls(path, manifest, _open_arrays(path, manifest, create=False))
+        if require_complete and not store.complete():
+            done = len(manifest["chunks"])
+            raise CacheError(f"{path}: plan store is unfinished ({done} of {-(-store.n // store.chunk_rows)} chunks)\n"
+                             "  how to fix: rerun the same `stem-jax plan` command to finish it")
+        return store
+
+    def check_index(self, index: KGIndex) -> None:
+        """Relation ids in the arrays are only meaningful for the KG vocabulary they were written with."""
+        if self.manifest["relations_sha256"] != _fingerprint(index.relations):
+            raise CacheError(f"{self.path}: plans were grounded to another KG relation vocabulary\n"
+                             f"  how to fix: {_FIX.format(path=self.path)}")
+
+    def read_rows(self, lo: int, hi: int) -> PlanBatch:
+        arrays = {k: np.asarray(self.arrays[k][lo:hi].read().result()) for k in _ARRAYS}
+        sidecar = self._sidecar_rows(lo, hi)
+        return PlanBatch(np.arange(lo, hi), self.qids[lo:hi], arrays["triples"], arrays["nodes"], arrays["answer"],
+                         arrays["strategy"], arrays["score"], sidecar)
+
+    def _sidecar_rows(self, lo: int, hi: int) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        size = self.chunk_rows
+        for chunk in range(lo // size, -(-hi // size)):
+            lines = (self.path / "sidecar" / f"chunk-{chunk:06d}.jsonl").read_text(encoding="utf-8").splitlines()
+            base = chunk * size
+            for i, line in enumerate(lines):
+                if lo <= base + i < hi:
+                    rows.append(json.loads(line))
+        return rows
+
+    def iter_batches(self, batch_size: int) -> Iterator[PlanBatch]:
+        """Consecutive batches of ``batch_size`` rows (the last may be shorter), in row order."""
+        for lo in range(0, self.n, batch_size):
+            yield self.read_rows(lo, min(self.n, lo + batch_size))
+
+    def beams(self) -> dict[str, list[ScoredSchema]]:
+        """Every question's beam, rebuilt from the sidecar and checked against the int arrays."""
+        out: dict[str, list[ScoredSchema]] = {}
+        for batch in self.iter_batches(self.chunk_rows):
+            for qid, record, strategy in zip(batch.qids, batch.sidecar, batch.strategy, strict=True):
+                beam = [schema_from_json(p) for p in record["plans"]]
+                if len(beam) != int((strategy >= 0).sum()):
+                    raise CacheError(f"{self.path}: sidecar and arrays disagree for question {qid}\n"
+                                     f"  how to fix: {_FIX.format(path=self.path)}")
+                out[qid] = beam
+        return out
+
+    def as_planner(self) -> Callable[[Question, KGIndex | None], list[SchemaGraph]]:
+        """The evaluator's per-question planner, reading schema graphs from this store."""
+        beams = self.beams()
+
+        def plan(question: Question, index: KGIndex | None = None) -> list[SchemaGraph]:
+            del index
+            if question.qid not in beams:
+                raise CacheError(f"{self.path}: no stored plan for question {question.qid}\n"
+                                 "  how to fix: write the store for the same dataset, split and --limit")
+            return [entry.schema for entry in beams[question.qid]]
+
+        return plan
+
+
+def _open_arrays(path: Path, manifest: dict[str, Any], create: bool) -> dict[str, Any]:
+    n, b, t, size = manifest["n"], manifest["beam"], manifest["max_triples"], manifest["chunk_rows"]
+    shapes = {"triples": ([n, b, t, 3], [size, b, t, 3]), "nodes": ([n, b, 2 * t], [size, b, 2 * t]),
+              "answer": ([n, b], [size, b]), "strategy": ([n, b], [size, b]), "score": ([n, b], [size, b])}
+    arrays = {}
+    for name, dtype in _ARRAYS.items():
+        shape, chunk = shapes[name]
+        try:
+            arrays[name] = ts.open(_spec(path / f"{name}.zarr", shape, chunk, dtype), open=True, create=create).result()
+        except ValueError as err:
+            raise CacheError(f"{path}: cannot open {name}.zarr ({err})\n  how to fix: {_FIX.format(path=path)}") from None
+    return arrays
+
+
+def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    _atomic_write(path / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+def _chunk_digest(arrays: dict[str, np.ndarray], sidecar_text: str) -> str:
+    return _sha(*(arrays[k] for k in _ARRAYS), text=sidecar_text.encode("utf-8"))
+
+
+def write_plan_store(
+    path: Path,
+    questions: Sequence[Question],
+    planner: BatchPlanner,
+    index: KGIndex,
+    *,
+    beam: int = 4,
+    max_triples: int = 8,
+    chunk_rows: int = 1024,
+    names: dict[str, str] | None = None,
+    planner_id: str | None = None,
+    rebuild: bool = False,
+    progress: Callable[[int], None] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> PlanStore:
+    """Plan ``questions`` into a store at ``path``, chunk by chunk, skipping finished chunks.
+
+    ``planner_id`` names the planner and its settings (a different id refuses to resume into the
+    folder); ``names`` maps display names back to KG ids for constants. ``progress(n)`` is called
+    with the rows finished per chunk, including skipped ones.
+
+    Raises:
+      CacheError: the folder holds a store for other questions, planner, beam or KG vocabulary.
+    """
+    path = Path(path)
+    if rebuild and path.exists():
+        shutil.rmtree(path)
+    qids = [q.qid for q in questions]
+    if len(set(qids)) != len(qids):
+        raise CacheError("question ids are not unique; a plan store is keyed by question id")
+    expected = {
+        "format_version": FORMAT_VERSION, "planner": planner_id or planner.name, "n": len(qids), "beam": beam,
+        "max_triples": max_triples, "chunk_rows": chunk_rows, "qids_sha256": _fingerprint(qids),
+        "relations_sha256": _fingerprint(index.relations),
+    }
+    manifest_path = path / MANIFEST
+    if manifest_path.is_file():
+        manifest = json.loads(manifest_path.read_text())
+        diffs = [f"{k}: store has {manifest.get(k)!r}, this run has {v!r}" for k, v in expected.items() if manifest.get(k) != v]
+        if diffs:
+            raise CacheError(f"{path}: plan store was written for other inputs\n  " + "\n  ".join(diffs)
+                             + f"\n  how to fix: {_FIX.format(path=path)}")
+        arrays = _open_arrays(path, manifest, create=True)
+    else:
+        if path.exists() and any(path.iterdir()):
+            raise CacheError(f"{path}: folder exists but is not a plan store (no {MANIFEST})\n"
+                             f"  how to fix: {_FIX.format(path=path)}")
+        (path / "sidecar").mkdir(parents=True, exist_ok=True)
+        manifest = {**expected, "qids": qids, "relations": list(index.relations), "chunks": {},
+                    "dropped_beams": {"too many triples": 0}, "plan_seconds": 0.0, "planned_questions": 0}
+        _write_manifest(path, manifest)
+        arrays = _open_arrays(path, manifest, create=True)
+    store = PlanStore(path, manifest, arrays)
+    (path / "sidecar").mkdir(parents=True, exist_ok=True)
+
+    # Verify finished chunks; a corrupt one is planned again, with a warning.
+    for key in sorted(manifest["chunks"], key=int):
+        lo, hi = int(key) * chunk_rows, min(len(qids), (int(key) + 1) * chunk_rows)
+        try:
+            batch = store.read_rows(lo, hi)
+            text = (path / "sidecar" / f"chunk-{int(key):06d}.jsonl").read_text(encoding="utf-8")
+            ok = _chunk_digest({k: getattr(batch, k) for k in _ARRAYS}, text) == manifest["chunks"][key]
+        except (ValueError, OSError):
+            ok = False
+        if not ok:
+            warnings.warn(f"{path}: plan chunk {key} (rows {lo}-{hi - 1}) is corrupt; planning it again",
+                          PlanStoreWarning, stacklevel=2)
+            del manifest["chunks"][key]
+    names_to_ids = {v: index.entity_ids[k] for k, v in (names or {}).items() if k in index.entity_ids}
+    n_chunks = -(-len(qids) // chunk_rows)
+    for chunk in range(n_chunks):
+        lo, hi = chunk * chunk_rows, min(len(qids), (chunk + 1) * chunk_rows)
+        if str(chunk) in manifest["chunks"]:
+            if progress:
+                progress(hi - lo)
+            continue
+        began = time.perf_counter()
+        beams = planner.plan_batch(questions[lo:hi])
+        seconds = time.perf_counter() - began
+        rows = hi - lo
+        block = {
+            "triples": np.full((rows, beam, max_triples, 3), PAD, np.int32),
+            "nodes": np.full((rows, beam, 2 * max_triples), PAD, np.int32),
+            "answer": np.full((rows, beam), PAD, np.int32),
+            "strategy": np.full((rows, beam), PAD, np.int32),
+            "score": np.zeros((rows, beam), np.float32),
+        }
+        lines = []
+        dropped = 0
+        for r, (question, entries) in enumerate(zip(questions[lo:hi], beams, strict=True)):
+            kept = []
+            for entry in entries[:beam]:
+                encoded = encode_schema(entry.schema, index, names_to_ids, max_triples)
+                if encoded is None:
+                    dropped += 1
+                    continue
+                b = len(kept)
+                block["triples"][r, b], block["nodes"][r, b], block["answer"][r, b], block["strategy"][r, b] = encoded
+                block["score"][r, b] = entry.score
+                kept.append(schema_to_json(entry))
+            lines.append(json.dumps({"row": lo + r, "id": question.qid, "question": question.text, "plans": kept},
+                                    ensure_ascii=False))
+        text = "\n".join(lines) + "\n"
+        for name, dtype in _ARRAYS.items():
+            arrays[name][lo:hi].write(block[name].astype(dtype)).result()
+        _atomic_write(path / "sidecar" / f"chunk-{chunk:06d}.jsonl", text)
+        manifest["chunks"][str(chunk)] = _chunk_digest(block, text)
+        manifest["dropped_beams"]["too many triples"] += dropped
+        manifest["plan_seconds"] += seconds
+        manifest["planned_questions"] += rows
+        _write_manifest(path, manifest)
+        if log and dropped:
+            log(f"chunk {chunk}: dropped {dropped} beam(s) with more than {max_triples} triples")
+        if progress:
+            progress(rows)
+    return store

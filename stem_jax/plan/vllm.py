@@ -1,0 +1,627 @@
+"""The ``vllm`` planner (SGDA + SAGB through an LLM), LLM answer generation, and reverse-generation export.
+
+Pipeline per batch of questions (paper §3.1-3.2, appendix C, footnote 5):
+
+1. **SGDA.** Prompt P1 (:mod:`stem_jax.plan.prompts`) with few-shot examples picked from the
+   training data (the nearest training questions by masked-question embedding when an encoder
+   is given, else the first examples of distinct templates) is rendered for every question; all
+   prompts go through **one** backend call with beam width ``B``. Each of the ``B`` outputs is
+   parsed into assertions sharing ``[ENTk]`` placeholders and a strategy.
+2. **Retries.** Outputs without parseable assertions or without a valid strategy are
+   re-asked, all of them in one sampled call per round, up to ``retries`` (5) rounds. A beam
+   that still has assertions but no strategy defaults to *Precision* (footnote 5); a beam that
+   never yields assertions is dropped. Both are counted in :attr:`VLLMPlanner.stats`.
+3. **SAGB.** Prompt P2 turns each distinct assertion list into triples, greedily (temperature
+   0), again one call for the whole batch, with the same retry rounds for unparseable output.
+4. **Grounding.** Relation names are mapped to the KG vocabulary: exact match, else a
+   normalised match (case, spaces, dots), else the nearest relation by encoder embedding of the
+   relation text; every non-exact mapping is logged (logger ``stem_jax.plan.vllm``) and counted.
+   Placeholders are normalised to ``[ENTk]``; the answer node is the highest-numbered
+   placeholder of the last triple (the last assertion asks for the answer), else the
+   highest-numbered placeholder overall. A graph with no placeholder is dropped.
+
+Backends: :class:`VLLMBackend` (offline ``vllm.LLM``, imported lazily) and
+:class:`OpenAIBackend` (an OpenAI-compatible ``/v1/completions`` endpoint such as
+``vllm serve``, plain ``urllib``). Anything with a ``generate`` method of the
+:class:`LLMBackend` shape works; the tests use recorded generations.
+
+Nothing here has been run against a real model: see the README's vLLM section.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from stem_jax.answer.chains import reasoning_chains
+from stem_jax.data.types import Question
+from stem_jax.encoder.base import TextEncoder
+from stem_jax.errors import StemError
+from stem_jax.kg.index import KGIndex, relation_text
+from stem_jax.plan import prompts
+from stem_jax.plan.base import ScoredSchema
+from stem_jax.plan.oracle import OraclePlanner
+from stem_jax.plan.pattern import mask_topics, template_of, topic_names
+from stem_jax.plan.prompts import Decomposition, FewShotExample
+from stem_jax.plan.schema import SchemaGraph, SchemaTriple, is_placeholder
+
+log = logging.getLogger(__name__)
+_PLACEHOLDER_NUM = re.compile(r"^\[ENT(\d+)\]$")
+
+
+# ---------------------------------------------------------------------------------------------
+# Backends
+# ---------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class LLMBackend(Protocol):
+    """Text generation for a batch of prompts; returns ``n`` completions per prompt, in prompt order.
+
+    ``beam=True`` asks for beam search of width ``n`` (deterministic); otherwise ``n`` samples
+    at ``temperature`` (0 = greedy).
+    """
+
+    def generate(self, prompts: Sequence[str], *, n: int = 1, beam: bool = False, temperature: float = 0.0,
+                 max_tokens: int = 256, seed: int | None = None) -> list[list[str]]:
+        ...
+
+
+class VLLMBackend:
+    """vLLM offline inference (``vllm.LLM``); the whole prompt list goes through one call.
+
+    ``chat=True`` wraps each prompt in the model's chat template (instruction-tuned models).
+    Beam search uses ``LLM.beam_search`` with ``BeamSearchParams`` (vLLM >= 0.6.3), else the
+    older ``SamplingParams(use_beam_search=True)``.
+    """
+
+    def __init__(self, model: str, *, chat: bool = True, **llm_kwargs: Any):
+        try:
+            import vllm  # noqa: F401
+        except ImportError:
+            raise StemError("vLLM is not installed\n  how to fix: pip install -e '.[vllm]' (needs a GPU), "
+                            "or serve a model elsewhere and pass --vllm-url") from None
+        from vllm import LLM
+
+        self.llm = LLM(model=model, **llm_kwargs)
+        self.chat = chat
+        self.calls = 0
+
+    def _format(self, prompt: str) -> str:
+        if not self.chat:
+            return prompt
+        tokenizer = self.llm.get_tokenizer()
+        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+
+    def generate(self, prompts: Sequence[str], *, n: int = 1, beam: bool = False, temperature: float = 0.0,
+                 max_tokens: int = 256, seed: int | None = None) -> list[list[str]]:
+        from vllm import SamplingParams
+
+        self.calls += 1
+        texts = [self._format(p) for p in prompts]
+        if beam and n > 1:
+            try:
+                from vllm.sampling_params import BeamSearchParams
+            except ImportError:
+                BeamSearchParams = None  # noqa: N806
+            if BeamSearchParams is not None and hasattr(self.llm, "beam_search"):
+                outputs = self.llm.beam_search([{"prompt": t} for t in texts],
+                                               BeamSearchParams(beam_width=n, max_tokens=max_tokens))
+                result = []
+                for text, out in zip(texts, outputs, strict=True):
+                    # BeamSearchSequence.text decodes prompt + completion; keep the completion.
+                    result.append([s.text[len(text):] if s.text.startswith(text) else s.text
+                                   for s in out.sequences[:n]])
+                return result
+            params = SamplingParams(n=n, best_of=n, use_beam_search=True, temperature=0.0, max_tokens=max_tokens)
+        else:
+            params = SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)
+        outputs = self.llm.generate(texts, params, use_tqdm=False)
+        return [[o.text for o in out.outputs] for out in outputs]
+
+
+class OpenAIBackend:
+    """An OpenAI-compatible completions endpoint (``vllm serve MODEL`` elsewhere), over plain HTTP.
+
+    Sends all prompts of a call as one ``/v1/completions`` request (``prompt`` is a list);
+    choices come back with ``index = prompt * n + j``. Beam search uses vLLM's
+    ``use_beam_search`` extension field. ``api_key`` defaults to ``$OPENAI_API_KEY`` when set.
+    """
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout: float = 600.0,
+                 opener: Callable[..., Any] | None = None):
+        import os
+
+        self.url = base_url.rstrip("/") + ("/completions" if base_url.rstrip("/").endswith("/v1") else "/v1/completions")
+        self.model = model
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.timeout = timeout
+        self.opener = opener or urllib.request.urlopen
+        self.calls = 0
+
+    def request_body(self, prompts: Sequence[str], *, n: int, beam: bool, temperature: float, max_tokens: int,
+                     seed: int | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "prompt": list(prompts), "n": n, "max_tokens": max_tokens,
+                                "temperature": 0.0 if beam else temperature}
+        if beam and n > 1:
+            body["use_beam_search"] = True
+            body["best_of"] = n
+        if seed is not None:
+            body["seed"] = seed
+        return body
+
+    def generate(self, prompts: Sequence[str], *, n: int = 1, beam: bool = False, temperature: float = 0.0,
+                 max_tokens: int = 256, seed: int | None = None) -> list[list[str]]:
+        self.calls += 1
+        body = self.request_body(prompts, n=n, beam=beam, temperature=temperature, max_tokens=max_tokens, seed=seed)
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        try:
+            with self.opener(request, timeout=self.timeout) as response:
+                payload = json.loads(response.read().decode("utf-8"))
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            raise StemError(f"{self.url}: completion request failed ({err})\n"
+                            "  how to fix: check that `vllm serve` is running there and --vllm-model names its model") from None
+        return self.parse_response(payload, len(prompts), n)
+
+    @staticmethod
+    def parse_response(payload: dict[str, Any], n_prompts: int, n: int) -> list[list[str]]:
+        if "choices" not in payload:
+            raise StemError(f"completion endpoint answered without choices: {str(payload)[:200]}")
+        out: list[list[str]] = [[] for _ in range(n_prompts)]
+        for position, choice in enumerate(sorted(payload["choices"], key=lambda c: c.get("index", 0))):
+            index = choice.get("index", position)
+            if 0 <= index // n < n_prompts:
+                out[index // n].append(choice.get("text", ""))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Relation grounding
+# ---------------------------------------------------------------------------------------------
+
+
+def _norm_relation(name: str) -> str:
+    return re.sub(r"[\s\-/.]+", "_", name.strip().strip("\"'").lower()).strip("_")
+
+
+@dataclasses.dataclass
+class RelationGrounder:
+    """Maps generated relation names onto the KG vocabulary (exact, normalised, nearest embedding).
+
+    ``embeddings`` [R, d] are the relation-text embeddings (``KGEmbeddings.relations``); without
+    them (or an ``encoder``) unknown names stay unknown (relation id -1 when grounded).
+    """
+
+    relations: Sequence[str]
+    encoder: TextEncoder | None = None
+    embeddings: np.ndarray | None = None
+    stats: Counter = dataclasses.field(default_factory=Counter)
+    mapped: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._exact = set(self.relations)
+        self._normalised: dict[str, str] = {}
+        for r in self.relations:
+            self._normalised.setdefault(_norm_relation(r), r)
+            self._normalised.setdefault(_norm_relation(relation_text(r)), r)
+            self._normalised.setdefault(_norm_relation(r.split(".")[-1]), r)
+
+    def ground(self, name: str) -> str:
+        if name in self._exact:
+            self.stats["exact"] += 1
+            return name
+        if name in self.mapped:
+            self.stats["cached"] += 1
+            return self.mapped[name]
+        found = self._normalised.get(_norm_relation(name))
+        if found is None:  # a namespaced name ("film.film.directed_by", "/film/directed_by"): try its last segment
+            found = self._normalised.get(_norm_relation(re.split(r"[./]", name.strip().strip("/"))[-1]))
+        how = "normalised"
+        if found is None and self.encoder is not None and self.embeddings is not None and len(self.relations):
+            query = self.encoder.encode([relation_text(name)])[0]
+            sims = np.asarray(self.embeddings, np.float32) @ query
+            best = int(np.argmax(sims))
+            found, how = self.relations[best], f"nearest (cos {sims[best]:.3f})"
+        if found is None:
+            self.stats["unknown"] += 1
+            log.warning("relation %r is not in the KG vocabulary and no encoder is set; kept as is", name)
+            return name
+        self.stats[how.split(" ")[0]] += 1
+        log.info("grounded relation %r -> %r (%s)", name, found, how)
+        self.mapped[name] = found
+        return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Few-shot examples from training data
+# ---------------------------------------------------------------------------------------------
+
+
+def assertion_from_triple(head: str, relation: str, tail: str) -> str:
+    """A rule-based assertion for a schema triple: ``Kismet directed by [ENT1]`` (P4 replaces it with an LLM)."""
+    return f"{head} {relation_text(relation)} {tail}"
+
+
+def examples_from_training(questions: Sequence[Question], names: dict[str, str] | None = None,
+                           assertions: Callable[[SchemaGraph], Sequence[str]] | None = None) -> list[FewShotExample]:
+    """Few-shot examples from training questions' oracle plans (one per question with a gold plan)."""
+    oracle = OraclePlanner()
+    out = []
+    for q in questions:
+        schemas = oracle.plan(q)
+        if not schemas:
+            continue
+        s = schemas[0]
+        texts = assertions(s) if assertions else [assertion_from_triple(t.head, t.relation, t.tail) for t in s.triples]
+        out.append(FewShotExample(q.text, tuple(texts), s.strategy, tuple((t.head, t.relation, t.tail) for t in s.triples)))
+    return out
+
+
+@dataclasses.dataclass
+class FewShotPool:
+    """Picks ``k`` examples per question: nearest by masked-question embedding, distinct templates first."""
+
+    examples: Sequence[FewShotExample]
+    encoder: TextEncoder | None = None
+    k: int = 3
+    names: dict[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        self._keys = []
+        for e in self.examples:
+            constants = [n for t in e.triples for n in (t[0], t[2]) if not is_placeholder(n)]
+            schema = SchemaGraph(tuple(SchemaTriple(*t) for t in e.triples), _answer_node(e.triples) or e.triples[0][2])
+            template = template_of(schema, list(dict.fromkeys(constants)))
+            self._keys.append(template.key if template else repr(e.triples))
+        self._emb = None
+        if self.encoder is not None and self.examples:
+            texts = [mask_topics(e.question, [n for t in e.triples for n in (t[0], t[2]) if not is_placeholder(n)])[0]
+                     for e in self.examples]
+            self._emb = self.encoder.encode(texts).astype(np.float32)
+
+    def pick(self, questions: Sequence[Question]) -> list[list[FewShotExample]]:
+        if not self.examples:
+            return [[] for _ in questions]
+        if self._emb is None:
+            chosen, seen = [], set()
+            for e, key in zip(self.examples, self._keys, strict=True):
+                if key not in seen:
+                    seen.add(key)
+                    chosen.append(e)
+                if len(chosen) == self.k:
+                    break
+            return [list(chosen) for _ in questions]
+        texts = [mask_topics(q.text, topic_names(q, self.names))[0] for q in questions]
+        sims = self.encoder.encode(texts).astype(np.float32) @ self._emb.T
+        out = []
+        for row in sims:
+            chosen, seen = [], set()
+            for i in np.argsort(-row, kind="stable"):
+                if self._keys[i] in seen:
+                    continue
+                seen.add(self._keys[i])
+                chosen.append(self.examples[i])
+                if len(chosen) == self.k:
+                    break
+            out.append(chosen[::-1])  # most similar example last, closest to the question
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema graphs from parsed triples
+# ---------------------------------------------------------------------------------------------
+
+
+def _answer_node(triples: Sequence[Sequence[str]]) -> str | None:
+    def placeholders(items):
+        return [n for t in items for n in (t[0], t[2]) if _PLACEHOLDER_NUM.match(n)]
+
+    last = placeholders(triples[-1:]) if triples else []
+    pool = last or placeholders(triples)
+    if not pool:
+        return None
+    return max(pool, key=lambda n: int(_PLACEHOLDER_NUM.match(n).group(1)))
+
+
+def schema_from_triples(triples: Sequence[tuple[str, str, str]], strategy: str, grounder: RelationGrounder | None = None) -> SchemaGraph | None:
+    """A schema graph from parsed SAGB triples (relations grounded), or None if it has no answer placeholder."""
+    cleaned = []
+    for head, relation, tail in triples:
+        head, tail = prompts.normalise_placeholders(head.strip()), prompts.normalise_placeholders(tail.strip())
+        if not head or not tail or not relation.strip():
+            return None
+        cleaned.append((head, grounder.ground(relation.strip()) if grounder else relation.strip(), tail))
+    answer = _answer_node(cleaned)
+    if answer is None or not cleaned:
+        return None
+    unique = tuple(dict.fromkeys(SchemaTriple(*t) for t in cleaned))
+    return SchemaGraph(unique, answer, strategy if strategy in ("Precision", "Breadth") else "Precision")
+
+
+# ---------------------------------------------------------------------------------------------
+# The planner
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class VLLMPlanner:
+    """SGDA (P1, beam ``B``) + SAGB (P2, greedy) through an :class:`LLMBackend`; see the module docstring."""
+
+    backend: LLMBackend
+    relations: Sequence[str]
+    pool: FewShotPool
+    grounder: RelationGrounder | None = None
+    beam: int = 4
+    retries: int = 5
+    max_tokens: int = 256
+    retry_temperature: float = 0.7
+    seed: int = 0
+    name: str = "vllm"
+    stats: Counter = dataclasses.field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        if self.grounder is None:
+            self.grounder = RelationGrounder(self.relations)
+
+    def decompose(self, questions: Sequence[Question]) -> list[list[Decomposition]]:
+        """SGDA: ``B`` decompositions per question (one beam call, then retry rounds)."""
+        shots = self.pool.pick(questions)
+        rendered = [prompts.render_p1(q.text, ex) for q, ex in zip(questions, shots, strict=True)]
+        outputs = self.backend.generate(rendered, n=self.beam, beam=self.beam > 1, max_tokens=self.max_tokens,
+                                        seed=self.seed)
+        self.stats["sgda_calls"] += 1
+        parsed: list[list[Decomposition | None]] = [[prompts.parse_decomposition(t) for t in outs] for outs in outputs]
+        for round_ in range(self.retries):
+            todo = [(qi, bi) for qi, beams in enumerate(parsed) for bi, d in enumerate(beams)
+                    if d is None or d.strategy is None]
+            if not todo:
+                break
+            self.stats["sgda_retry_rounds"] += 1
+            self.stats["sgda_retried_beams"] += len(todo)
+            again = self.backend.generate([rendered[qi] for qi, _ in todo], n=1, beam=False,
+                                          temperature=self.retry_temperature, max_tokens=self.max_tokens,
+                                          seed=self.seed + 1 + round_)
+            self.stats["sgda_calls"] += 1
+            for (qi, bi), outs in zip(todo, again, strict=True):
+                fresh = prompts.parse_decomposition(outs[0]) if outs else None
+                old = parsed[qi][bi]
+                if fresh is not None and (fresh.strategy is not None or old is None):
+                    parsed[qi][bi] = fresh
+        result = []
+        for beams in parsed:
+            kept: list[Decomposition] = []
+            for d in beams:
+                if d is None:
+                    self.stats["beams_dropped_no_assertions"] += 1
+                    continue
+                if d.strategy is None:
+                    self.stats["strategy_defaulted_to_precision"] += 1
+                    d = Decomposition(d.assertions, "Precision")
+                if d.assertions not in {k.assertions for k in kept}:
+                    kept.append(d)
+            result.append(kept)
+        return result
+
+    def build(self, questions: Sequence[Question], decompositions: Sequence[Sequence[Decomposition]]) -> list[list[ScoredSchema]]:
+        """SAGB: one greedy P2 call over every (question, decomposition), then parse, retry, ground."""
+        shots = self.pool.pick(questions)
+        jobs = [(qi, d) for qi, ds in enumerate(decompositions) for d in ds]
+        rendered = [prompts.render_p2(d.assertions, self.relations, shots[qi]) for qi, d in jobs]
+        triples: list[list[tuple[str, str, str]] | None] = [None] * len(jobs)
+        if jobs:
+            outputs = self.backend.generate(rendered, n=1, beam=False, temperature=0.0, max_tokens=self.max_tokens)
+            self.stats["sagb_calls"] += 1
+            triples = [prompts.parse_triples(o[0], self.relations) if o else None for o in outputs]
+        for round_ in range(self.retries):
+            todo = [i for i, t in enumerate(triples) if t is None]
+            if not todo:
+                break
+            self.stats["sagb_retry_rounds"] += 1
+            again = self.backend.generate([rendered[i] for i in todo], n=1, beam=False,
+                                          temperature=self.retry_temperature, max_tokens=self.max_tokens,
+                                          seed=self.seed + 101 + round_)
+            self.stats["sagb_calls"] += 1
+            for i, outs in zip(todo, again, strict=True):
+                triples[i] = prompts.parse_triples(outs[0], self.relations) if outs else None
+        out: list[list[ScoredSchema]] = [[] for _ in questions]
+        for (qi, d), found in zip(jobs, triples, strict=True):
+            if found is None:
+                self.stats["beams_dropped_unparseable_triples"] += 1
+                continue
+            schema = schema_from_triples(found, d.strategy or "Precision", self.grounder)
+            if schema is None:
+                self.stats["beams_dropped_no_answer_placeholder"] += 1
+                continue
+            if all(schema != s.schema for s in out[qi]):
+                out[qi].append(ScoredSchema(schema, 1.0))
+        return out
+
+    def plan_batch(self, questions: Sequence[Question]) -> list[list[ScoredSchema]]:
+        if not questions:
+            return []
+        beams = self.build(questions, self.decompose(questions))
+        self.stats["questions"] += len(questions)
+        self.stats["questions_without_plan"] += sum(not b for b in beams)
+        return beams
+
+    def plan(self, question: Question, index: KGIndex | None = None) -> list[SchemaGraph]:
+        del index
+        return [entry.schema for entry in self.plan_batch([question])[0]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Generation (P3) and reverse-generation data export (P4-P6)
+# ---------------------------------------------------------------------------------------------
+
+
+def generate_answers(backend: LLMBackend, questions: Sequence[str], evidence: Sequence[Iterable[tuple[str, str, str]]],
+                     roots: Sequence[Sequence[str]], *, max_chains: int = 64, max_tokens: int = 128) -> list[list[str]]:
+    """Answer each question from its evidence triples, DFS-linearised into chains (P3); one backend call."""
+    rendered = [prompts.render_p3(q, reasoning_chains(ev, rs, max_chains=max_chains))
+                for q, ev, rs in zip(questions, evidence, roots, strict=True)]
+    outputs = backend.generate(rendered, n=1, beam=False, temperature=0.0, max_tokens=max_tokens)
+    return [prompts.parse_answers(o[0]) if o else [] for o in outputs]
+
+
+def sample_masked_walks(index: KGIndex, n: int, *, max_hops: int = 3, seed: int = 0,
+                        names: dict[str, str] | None = None) -> list[tuple[list[tuple[str, str, str]], str]]:
+    """Reverse-generation phase 1 (appendix C.2): random walks, intermediate and final nodes masked.
+
+    Each sample is a chain of 1..``max_hops`` KG triples from a random start entity; the start
+    keeps its name, every later node becomes ``[ENT1]``, ``[ENT2]``, ..., and the last one is
+    the answer placeholder. Returns (masked triples, answer placeholder) pairs.
+    """
+    rng = np.random.default_rng(seed)
+    names = names or {}
+    samples = []
+    attempts = 0
+    while len(samples) < n and attempts < 50 * max(n, 1):
+        attempts += 1
+        node = int(rng.integers(index.num_entities))
+        hops = int(rng.integers(1, max_hops + 1))
+        visited = [node]
+        triples = []
+        for _ in range(hops):
+            incident = index.incident(node)
+            if incident.size == 0:
+                break
+            tid = int(rng.choice(incident))
+            h, r, t = (int(v) for v in index.triples[tid])
+            nxt = t if h == node else h
+            if nxt in visited:
+                break
+            triples.append((h, r, t))
+            visited.append(nxt)
+            node = nxt
+        if len(triples) < hops:
+            continue
+        label = {visited[0]: names.get(index.entities[visited[0]], index.entities[visited[0]])}
+        for i, v in enumerate(visited[1:], start=1):
+            label[v] = f"[ENT{i}]"
+        masked = [(label[h], index.relations[r], label[t]) for h, r, t in triples]
+        samples.append((masked, f"[ENT{len(visited) - 1}]"))
+    return samples
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticRecord:
+    """One SGDA/SAGB training record (the paper's d_i without the KG-sized fields)."""
+
+    question: str
+    assertions: tuple[str, ...]
+    strategy: str
+    triples: tuple[tuple[str, str, str], ...]
+    answer: str
+    source: str  # "reverse" (P6 + P5) or "path" (P4 over a training question's gold path)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"question": self.question, "assertions": list(self.assertions), "strategy": self.strategy,
+                "schema_graph": [list(t) for t in self.triples], "answer": self.answer, "source": self.source}
+
+
+def reverse_generate(backend: LLMBackend, samples: Sequence[tuple[list[tuple[str, str, str]], str]], *,
+                     retries: int = 5, max_tokens: int = 512, stats: Counter | None = None) -> list[SyntheticRecord]:
+    """Reverse-generation phase 2: P6 (sentences + question) then P5 (strategy), batched, with retries.
+
+    "No Solution" answers are dropped (counted); an unreadable P6 answer is retried; a missing
+    strategy after ``retries`` rounds defaults to Precision, as in planning.
+    """
+    stats = stats if stats is not None else Counter()
+    rendered = [prompts.render_p6(t, a) for t, a in samples]
+    results: list[tuple[list[str], str] | None | str] = [None] * len(samples)
+    todo = list(range(len(samples)))
+    for round_ in range(retries + 1):
+        if not todo:
+            break
+        outs = backend.generate([rendered[i] for i in todo], n=1, beam=False,
+                                temperature=0.0 if round_ == 0 else 0.7, max_tokens=max_tokens, seed=round_)
+        still = []
+        for i, o in zip(todo, outs, strict=True):
+            text = o[0] if o else ""
+            if re.search(r"\bno solution\b", text, re.IGNORECASE):
+                results[i] = "no solution"
+                continue
+            parsed = prompts.parse_reverse(text, len(samples[i][0]))
+            if parsed is None:
+                still.append(i)
+            else:
+                results[i] = parsed
+        todo = still
+    ready = [i for i, r in enumerate(results) if isinstance(r, tuple)]
+    stats["no_solution"] += sum(r == "no solution" for r in results)
+    stats["unparseable"] += sum(r is None for r in results)
+    strategies: dict[int, str | None] = {i: None for i in ready}
+    for round_ in range(retries + 1):
+        todo = [i for i in ready if strategies[i] is None]
+        if not todo:
+            break
+        outs = backend.generate([prompts.render_p5(results[i][1], results[i][0]) for i in todo], n=1, beam=False,
+                                temperature=0.0 if round_ == 0 else 0.7, max_tokens=8, seed=round_)
+        for i, o in zip(todo, outs, strict=True):
+            strategies[i] = prompts.parse_strategy(o[0]) if o else None
+    records = []
+    for i in ready:
+        sentences, question = results[i]  # type: ignore[misc]
+        strategy = strategies[i] or "Precision"
+        stats["strategy_defaulted"] += strategies[i] is None
+        triples, answer = samples[i]
+        records.append(SyntheticRecord(question, tuple(sentences), strategy, tuple(triples), answer, "reverse"))
+    return records
+
+
+def path_assertions(backend: LLMBackend, questions: Sequence[Question], *, retries: int = 5, max_tokens: int = 256,
+                    stats: Counter | None = None) -> list[SyntheticRecord]:
+    """Appendix C.1: P4 writes one assertion per masked gold triple of each training question."""
+    stats = stats if stats is not None else Counter()
+    oracle = OraclePlanner()
+    jobs = []
+    for q in questions:
+        schemas = oracle.plan(q)
+        if schemas:
+            jobs.append((q, schemas[0]))
+        else:
+            stats["no_gold_plan"] += 1
+    rendered = [prompts.render_p4(q.text, [(t.head, t.relation, t.tail) for t in s.triples]) for q, s in jobs]
+    results: list[list[str] | None] = [None] * len(jobs)
+    for round_ in range(retries + 1):
+        todo = [i for i, r in enumerate(results) if r is None]
+        if not todo:
+            break
+        outs = backend.generate([rendered[i] for i in todo], n=1, beam=False,
+                                temperature=0.0 if round_ == 0 else 0.7, max_tokens=max_tokens, seed=round_)
+        for i, o in zip(todo, outs, strict=True):
+            results[i] = prompts.parse_sentences(o[0], len(jobs[i][1].triples)) if o else None
+    records = []
+    for (q, s), sentences in zip(jobs, results, strict=True):
+        if sentences is None:
+            stats["unparseable"] += 1
+            continue
+        records.append(SyntheticRecord(q.text, tuple(sentences), s.strategy,
+                                       tuple((t.head, t.relation, t.tail) for t in s.triples), s.answer, "path"))
+    return records
+
+
+def export_records(path: Path, records: Iterable[SyntheticRecord]) -> int:
+    """Write SGDA/SAGB training records as JSONL; returns how many were written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with path.open("w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
+            n += 1
+    return n
