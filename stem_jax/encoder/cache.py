@@ -17,9 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 import time
 import warnings
 from collections.abc import Sequence
@@ -30,6 +28,7 @@ import numpy as np
 import tensorstore as ts
 from tqdm.auto import tqdm
 
+from stem_jax.atomic import write_json_atomic
 from stem_jax.encoder.base import TextEncoder
 from stem_jax.errors import CacheError
 
@@ -83,16 +82,7 @@ def _chunk_sha(block: np.ndarray) -> str:
 
 
 def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path, prefix=".manifest-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(manifest, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path / MANIFEST)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json_atomic(path / MANIFEST, manifest)
 
 
 def _spec(path: Path, n: int, dim: int, chunk_rows: int) -> dict[str, Any]:

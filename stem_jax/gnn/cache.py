@@ -17,8 +17,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -28,6 +26,7 @@ from typing import Any
 import numpy as np
 import tensorstore as ts
 
+from stem_jax.atomic import write_json_atomic
 from stem_jax.errors import CacheError
 from stem_jax.progress import progress
 
@@ -69,16 +68,7 @@ def _spec(path: Path, dtype: str, n: int, k: int, chunk_rows: int, fill: Any) ->
 
 
 def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path, prefix=".manifest-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(manifest, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path / MANIFEST)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json_atomic(path / MANIFEST, manifest)
 
 
 def _chunk_sha(ids: np.ndarray, probs: np.ndarray) -> str:

@@ -26,9 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -38,6 +36,7 @@ from typing import Any
 import numpy as np
 import tensorstore as ts
 
+from stem_jax.atomic import write_json_atomic, write_text_atomic
 from stem_jax.data.types import Question
 from stem_jax.errors import CacheError
 from stem_jax.kg.index import KGIndex
@@ -106,19 +105,6 @@ def _spec(path: Path, shape: Sequence[int], chunk: Sequence[int], dtype: str) ->
             "fill_value": -1 if dtype == "int32" else 0.0,
         },
     }
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,7 +267,7 @@ def _open_arrays(path: Path, manifest: dict[str, Any], create: bool) -> dict[str
 
 
 def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    _atomic_write(path / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    write_json_atomic(path / MANIFEST, manifest)
 
 
 def _chunk_digest(arrays: dict[str, np.ndarray], sidecar_text: str) -> str:
@@ -393,7 +379,7 @@ def write_plan_store(
         text = "\n".join(lines) + "\n"
         for name, dtype in _ARRAYS.items():
             arrays[name][lo:hi].write(block[name].astype(dtype)).result()
-        _atomic_write(path / "sidecar" / f"chunk-{chunk:06d}.jsonl", text)
+        write_text_atomic(path / "sidecar" / f"chunk-{chunk:06d}.jsonl", text)
         manifest["chunks"][str(chunk)] = _chunk_digest(block, text)
         manifest["dropped_beams"]["too many triples"] += dropped
         manifest["plan_seconds"] += seconds
