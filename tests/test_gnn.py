@@ -18,12 +18,12 @@ from stem_jax.gnn.guidance import guidance_size, select_top, select_top_referenc
 from stem_jax.gnn.infer import forward_fn, predict
 from stem_jax.gnn.model import ModelSpec
 from stem_jax.gnn.provider import GNNGuidance
-from stem_jax.gnn.sampler import random_walk
 from stem_jax.gnn.train import init_params
 from stem_jax.kg.embeddings import build_kg_embeddings
 from stem_jax.kg.index import build_index
 from stem_jax.plan.oracle import OraclePlanner
 from stem_jax.plan.schema import is_placeholder
+from stem_jax.plan.walks import random_walk
 
 SPEC_DIM = 32
 

@@ -12,9 +12,9 @@ from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.encoder import HashingEncoder
 from stem_jax.gnn.data import ExampleFactory, gold_entities, question_examples, schema_depth, split_by_qid
 from stem_jax.gnn.features import SchemaFeaturizer
-from stem_jax.gnn.sampler import random_walk
 from stem_jax.kg.index import build_index
 from stem_jax.plan.oracle import OraclePlanner
+from stem_jax.plan.walks import random_walk
 
 pytestmark = pytest.mark.slow
 

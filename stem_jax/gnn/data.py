@@ -3,7 +3,7 @@
 * Question examples (appendix C.1): the oracle planner's schema graph is the query, the
   question's topic entities are the question entities, and the labels are the gold-evidence
   entities (endpoints of :func:`stem_jax.plan.oracle.gold_path_triples`, eq. 36).
-* Walk examples (appendix C.2, Phase 1): :func:`stem_jax.gnn.sampler.random_walk`.
+* Walk examples (appendix C.2, Phase 1): :func:`stem_jax.plan.walks.random_walk`.
 
 The subgraph radius is ``subgraph.hops`` when set, else the depth of the schema graph from the
 question entity (the oracle's hop count), so inference never reads the dataset's hop label.
@@ -20,10 +20,10 @@ from stem_jax.config import SubgraphConfig
 from stem_jax.data.types import Question
 from stem_jax.gnn.batching import GraphExample, build_example
 from stem_jax.gnn.features import SchemaFeaturizer
-from stem_jax.gnn.sampler import random_walk
 from stem_jax.kg.index import KGIndex
 from stem_jax.plan.oracle import gold_path_triples
 from stem_jax.plan.schema import SchemaGraph, match_anchor
+from stem_jax.plan.walks import random_walk
 
 Planner = Callable[[Question, KGIndex], list[SchemaGraph]]
 

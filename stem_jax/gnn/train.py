@@ -1,7 +1,7 @@
 """Training the Triple-GNN (paper appendix C.1-C.2): AdamW on balanced BCE, orbax, resumable.
 
 Each step takes ``graphs_per_step`` examples. A slot is a random-walk example (Phase-1 reverse
-generation, :mod:`stem_jax.gnn.sampler`) with probability ``synthetic_ratio``, else the next
+generation, :mod:`stem_jax.plan.walks`) with probability ``synthetic_ratio``, else the next
 question of a per-epoch permutation; both are pure functions of (seed, step, slot), so a run
 resumed from a checkpoint at step k sees exactly the batches an uninterrupted run sees from k on.
 

@@ -54,6 +54,7 @@ from stem_jax.plan.oracle import OraclePlanner
 from stem_jax.plan.pattern import mask_topics, template_of, topic_names
 from stem_jax.plan.prompts import Decomposition, FewShotExample
 from stem_jax.plan.schema import SchemaGraph, SchemaTriple, is_placeholder
+from stem_jax.plan.walks import random_walk
 
 log = logging.getLogger(__name__)
 _PLACEHOLDER_NUM = re.compile(r"^\[ENT(\d+)\]$")
@@ -479,41 +480,20 @@ def generate_answers(backend: LLMBackend, questions: Sequence[str], evidence: Se
 
 def sample_masked_walks(index: KGIndex, n: int, *, max_hops: int = 3, seed: int = 0,
                         names: dict[str, str] | None = None) -> list[tuple[list[tuple[str, str, str]], str]]:
-    """Reverse-generation phase 1 (appendix C.2): random walks, intermediate and final nodes masked.
+    """Reverse-generation phase 1 (appendix C.2) for the LLM export: :func:`random_walk` samples.
 
     Each sample is a chain of 1..``max_hops`` KG triples from a random start entity; the start
     keeps its name, every later node becomes ``[ENT1]``, ``[ENT2]``, ..., and the last one is
     the answer placeholder. Returns (masked triples, answer placeholder) pairs.
     """
     rng = np.random.default_rng(seed)
-    names = names or {}
     samples = []
-    attempts = 0
-    while len(samples) < n and attempts < 50 * max(n, 1):
-        attempts += 1
-        node = int(rng.integers(index.num_entities))
-        hops = int(rng.integers(1, max_hops + 1))
-        visited = [node]
-        triples = []
-        for _ in range(hops):
-            incident = index.incident(node)
-            if incident.size == 0:
-                break
-            tid = int(rng.choice(incident))
-            h, r, t = (int(v) for v in index.triples[tid])
-            nxt = t if h == node else h
-            if nxt in visited:
-                break
-            triples.append((h, r, t))
-            visited.append(nxt)
-            node = nxt
-        if len(triples) < hops:
-            continue
-        label = {visited[0]: names.get(index.entities[visited[0]], index.entities[visited[0]])}
-        for i, v in enumerate(visited[1:], start=1):
-            label[v] = f"[ENT{i}]"
-        masked = [(label[h], index.relations[r], label[t]) for h, r, t in triples]
-        samples.append((masked, f"[ENT{len(visited) - 1}]"))
+    for _ in range(50 * max(n, 1)):
+        if len(samples) == n:
+            break
+        walk = random_walk(index, rng, max_hops=max_hops, names=names, attempts=1)
+        if walk is not None:
+            samples.append(([(t.head, t.relation, t.tail) for t in walk.schema.triples], walk.schema.answer))
     return samples
 
 

@@ -1,10 +1,11 @@
-"""Phase 1 of the paper's Structure-to-Query reverse generation (appendix C.2), for the Triple-GNN.
+"""Phase 1 of the paper's Structure-to-Query reverse generation (appendix C.2).
 
 A random walk over the KG from a random start entity gives a small reasoning-path subgraph; its
 start stays a constant (the question entity) and every later node is masked as a placeholder
 ``[ENT1]``, ``[ENT2]``, ... (the last one is the answer), which makes a schema graph of exactly
-the kind a planner produces. The walk's entities are the labels (eq. 42). Phase 2 (an LLM writing
-a question for the walk) is not needed to train the GNN, which never reads question text.
+the kind a planner produces. The Triple-GNN trains on the walk's entities as labels (eq. 42); the
+vLLM export (:func:`stem_jax.plan.vllm.sample_masked_walks`) hands the masked triples to an LLM
+to write a question (Phase 2).
 
 Walks are undirected, never revisit a node or reuse a triple, and only pass *through* nodes of
 degree <= ``hub_cap`` (a capped hub is not expanded by the k-hop subgraph, so a walk through it
