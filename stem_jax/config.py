@@ -7,6 +7,7 @@ Every field can be overridden from the command line as ``--<section>.<field>=VAL
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
@@ -146,7 +147,7 @@ def apply_overrides(config: Any, overrides: dict[str, str]) -> Any:
             close = [k for k in known if k.split(".")[-1] == name.split(".")[-1]]
             hint = f" Did you mean --{close[0]}?" if close else " See `stem-jax config` for the list."
             raise ValueError(f"unknown config option --{name}.{hint}")
-    return _apply(config, overrides, known, "")
+    return check(_apply(config, overrides, known, ""))
 
 
 def _apply(config: Any, overrides: dict[str, str], known: dict[str, Any], prefix: str) -> Any:
@@ -164,3 +165,101 @@ def _apply(config: Any, overrides: dict[str, str], known: dict[str, Any], prefix
 
 def as_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation: every range and relation between fields, checked before any work starts
+# ---------------------------------------------------------------------------------------------
+
+# The tracer keeps a one-byte used-edge mask per run and KG triple plus [steps, dim] float32 step
+# embeddings per run; 16384 runs of MetaQA's 135k-triple KG already need 2.2 GB, and runs x triples
+# must stay below 2**31 (int32 indexing), so larger batches only fail later with a traceback.
+MAX_BATCH_RUNS = 16384
+_MAX_BATCH_WHY = ("each run of a compiled batch holds a one-byte mask per KG triple (16384 runs x 135k MetaQA "
+                  "triples = 2.2 GB) and runs x triples must stay below 2**31")
+_CHOICES = {
+    "encoder.name": ("minilm", "hashing"),
+    "engine.preset": ("default", "paper"),
+    "engine.rank": ("beam", "max"),
+    "engine.strategy": ("planner", "breadth"),
+}
+_INT_MIN = {  # integer fields and their smallest allowed value
+    "tracer.top_n": 1, "tracer.breadth_cap": 0, "guidance.k_prime": 1, "gnn.layers": 1, "gnn.d_gnn": 1,
+    "planner.beam": 1, "planner.retries": 0, "planner.max_triples": 1, "subgraph.hops": 0, "subgraph.hub_cap": 1,
+    "encoder.batch_size": 1, "encoder.max_length": 1, "encoder.chunk_rows": 1,
+    "engine.frontier": 1, "engine.node_matches": 1, "engine.window": 1, "engine.guidance": 1,
+    "engine.batch_precision": 1, "engine.batch_breadth": 1, "engine.chunk_questions": 1, "engine.max_frontier": 1,
+    "scr.layers": 1, "scr.dim": 1, "scr.head_layers": 0, "scr.beam": 1, "scr.max_steps": 1, "scr.neighbours": 1,
+    "scr.batch_questions": 1, "scr.steps": 0, "scr.train_batch": 1, "scr.eval_every": 1, "seed": 0,
+}
+_INT_MAX = {  # integer fields with an upper bound, and why
+    "engine.batch_precision": (MAX_BATCH_RUNS, _MAX_BATCH_WHY),
+    "engine.batch_breadth": (MAX_BATCH_RUNS, _MAX_BATCH_WHY),
+    "encoder.max_length": (512, "MiniLM has 512 position embeddings"),
+    "encoder.batch_size": (1 << 16, "the encoder packs batch_size strings per device call"),
+    "engine.window": (1 << 20, "a block of window edges is scored per run and step"),
+    "engine.frontier": (1 << 16, "bindings per schema node are kept for every run of a batch"),
+    "engine.max_frontier": (1 << 16, "bindings per schema node are kept for every run of a batch"),
+    "engine.node_matches": (1 << 16, "matches per node are buffered for every run of a batch"),
+    "seed": ((1 << 32) - 1, "numpy seeds are 32-bit"),
+}
+_FLOAT_RANGE = {  # float fields: (low, high, low inclusive, high inclusive, why)
+    "tracer.lam": (0.0, math.inf, False, False, "λ multiplies anchor scores"),
+    "tracer.tau": (0.0, math.inf, True, False, "τ is a T-Score bonus"),
+    "tracer.theta": (0.0, 1.0, True, True, "θ thresholds a cosine-based T-Score"),
+    "planner.min_prob": (0.0, 1.0, True, True, "a probability"),
+    "engine.answer_cut": (0.0, 1.0, True, True, "a share of the best answer's support"),
+    "scr.tau": (0.0, math.inf, False, False, "a temperature"),
+    "scr.threshold": (0.0, 1.0, True, True, "a probability"),
+    "scr.lr": (0.0, math.inf, False, False, "a learning rate"),
+}
+
+
+def _float_range_text(low: float, high: float, low_in: bool, high_in: bool) -> str:
+    if high == math.inf:
+        return f"a finite number {'>=' if low_in else '>'} {low:g}"
+    return f"a number in {'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
+
+
+def validate(config: Any) -> list[str]:
+    """Every violated range or relation of ``config``, one line each naming the flag and what it allows.
+
+    An empty list means the config is usable. Fields without a rule are only checked for being
+    finite (floats). Unknown sections or fields added later are skipped, not rejected.
+    """
+    problems = []
+    values = {name: value for name, value, _ in config_fields(config)}
+    for name, value in values.items():
+        flag = f"--{name}={value!r}" if isinstance(value, str) else f"--{name}={value}"
+        if name in _CHOICES and value not in _CHOICES[name]:
+            problems.append(f"{flag}: expected one of {', '.join(_CHOICES[name])}")
+        elif isinstance(value, bool):
+            continue
+        elif isinstance(value, int):
+            low = _INT_MIN.get(name)
+            high, why = _INT_MAX.get(name, (None, ""))
+            if low is not None and value < low:
+                allowed = f"an integer >= {low}" + (f" and <= {high}" if high is not None else "")
+                problems.append(f"{flag}: expected {allowed}")
+            elif high is not None and value > high:
+                problems.append(f"{flag}: expected an integer <= {high} ({why})")
+        elif isinstance(value, float):
+            if name in _FLOAT_RANGE:
+                low, high, low_in, high_in, why = _FLOAT_RANGE[name]
+                ok = math.isfinite(value) and (value >= low if low_in else value > low) and (
+                    value <= high if high_in else value < high)
+                if not ok:
+                    problems.append(f"{flag}: expected {_float_range_text(low, high, low_in, high_in)} ({why})")
+            elif not math.isfinite(value):
+                problems.append(f"{flag}: expected a finite number")
+    return problems
+
+
+def check(config: Any) -> Any:
+    """``config`` itself when :func:`validate` finds nothing, else :class:`~stem_jax.errors.ConfigError`."""
+    problems = validate(config)
+    if problems:
+        from stem_jax.errors import ConfigError
+
+        raise ConfigError(problems)
+    return config

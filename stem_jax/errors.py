@@ -26,3 +26,16 @@ class DataError(StemError):
 
 class CacheError(StemError):
     """An embedding or plan cache that is incomplete, corrupt or built for other inputs."""
+
+
+class ConfigError(StemError, ValueError):
+    """Settings out of range: one line per violation, each naming the flag and what it allows.
+
+    Also a ValueError, as the type errors of config overrides are, so callers catching those keep working.
+    """
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        noun = "setting is" if len(self.problems) == 1 else "settings are"
+        super().__init__(f"{len(self.problems)} {noun} out of range (nothing was run):\n  "
+                         + "\n  ".join(self.problems))
