@@ -55,6 +55,8 @@ def kg_case(draw):
         "theta": draw(st.sampled_from([0.0, 0.25, 0.5])),
         "tau": draw(st.sampled_from([0.0, 0.5])),
         "lam": draw(st.sampled_from([1.0, 1.5])),
+        # entities the question names: none, the exact topic id, or case/accent twins (FOLDED)
+        "named": draw(st.sampled_from([(), ((3, 2),), ((5, 1), (7, 1)), ((2, 2), (9, 1))])),
     }
 
 
@@ -80,11 +82,17 @@ def test_jax_tracer_equals_level_reference(shapes, case):
     options = TraceOptions(relation_bonus=case["bonus"], breadth_cap=shapes.node_matches,
                            frontier_cap=shapes.frontier, order="level")
 
-    anchor, anchor_score = anchor_reference(case["entity_emb"], case["mention"], config.top_n, config.lam, entity_mask)
+    anchor, anchor_score = anchor_reference(case["entity_emb"], case["mention"], config.top_n, config.lam, entity_mask,
+                                            case["named"])
     guidance = np.full((1, shapes.guidance), -1, np.int32)
     guidance[0, : len(case["guidance"])] = case["guidance"]
+    named = np.full((1, 4), -1, np.int32)
+    level = np.zeros((1, 4), np.int32)
+    for col, (entity, lvl) in enumerate(case["named"]):
+        named[0, col], level[0, col] = entity, lvl
     jax_anchor, jax_score = anchor_batch(jnp.asarray(case["entity_emb"]), jnp.asarray(case["mention"][None]),
-                                         jnp.asarray(guidance), jnp.float32(config.lam), top_n=config.top_n)
+                                         jnp.asarray(guidance), jnp.float32(config.lam), jnp.asarray(named),
+                                         jnp.asarray(level), top_n=config.top_n)
     assert int(jax_anchor[0]) == anchor and float(jax_score[0]) == anchor_score
 
     ref = trace_reference(index, _plan(case["steps"]), strategy=strategy, anchor=anchor, anchor_score=anchor_score,

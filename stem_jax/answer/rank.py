@@ -1,10 +1,37 @@
-"""Merging the runs of one question (plans x anchors) into ranked answers and evidence."""
+"""Merging the runs of one question (plans x anchors) into ranked answers and evidence.
+
+Two rankings:
+
+* ``"max"`` (the paper's): an entity's score is its best cumulative score S over all bindings of
+  the answer placeholder, whatever plan produced it. Longer plans add more T-Scores, so a long
+  wrong plan outranks a short right one when the planner's beam holds both.
+* ``"beam"``: an entity's *support* is the summed probability of the distinct beams (plans) that
+  bind it; ties go to its best *length-fair* score, the mean T-Score per step on its path
+  ((S - S_anchor) / depth of the answer slot), then the entity id. With one beam (or the oracle)
+  this orders exactly like ``"max"``; with B beams the first answer comes from the most probable
+  plan unless other beams agree on another entity.
+
+The answer set is cut to entities whose support is at least ``cut`` times the best support, so
+answers that only a minority of the beam's probability mass produced do not dilute precision.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 import numpy as np
+
+RANKINGS = ("beam", "max")
+
+
+def answer_depth(steps: np.ndarray, answer_slot: int) -> int:
+    """Number of schema steps from the anchor (slot 0) to ``answer_slot`` (0 if unreachable)."""
+    parent = {int(child): int(par) for par, child, _ in np.asarray(steps).reshape(-1, 3).tolist()}
+    depth, slot = 0, answer_slot
+    while slot > 0 and slot in parent and depth <= len(parent):
+        slot, depth = parent[slot], depth + 1
+    return depth if slot == 0 else 0
 
 
 @dataclasses.dataclass
@@ -12,24 +39,54 @@ class QuestionAnswers:
     """LLM-free answers of one question: entities bound to the answer placeholder, by score."""
 
     scores: dict[int, float] = dataclasses.field(default_factory=dict)  # entity -> best cumulative S
+    fair: dict[int, float] = dataclasses.field(default_factory=dict)  # entity -> best mean T per step
+    support: dict[int, dict[int, float]] = dataclasses.field(default_factory=dict)  # entity -> beam -> prob
     evidence: set[int] = dataclasses.field(default_factory=set)  # G_reason triple ids
     anchors: list[int] = dataclasses.field(default_factory=list)
     overflow: int = 0
     runs: int = 0
 
-    def add_run(self, nodes: np.ndarray, scores: np.ndarray, via: np.ndarray, answer_slot: int, overflow: int) -> None:
-        """Fold one traced run ([slots, F] arrays, -1 where empty) into the question's answers."""
+    def add_run(self, nodes: np.ndarray, scores: np.ndarray, via: np.ndarray, answer_slot: int, overflow: int, *,
+                beam: int = 0, beam_prob: float = 1.0, depth: int = 1, exclude: Iterable[int] = ()) -> None:
+        """Fold one traced run ([slots, F] arrays, -1 where empty) into the question's answers.
+
+        ``beam``/``beam_prob``: the plan's position in the planner's beam and its probability;
+        ``depth``: schema steps from the anchor to the answer slot; ``exclude``: entities never
+        returned as answers (the question's topic entities).
+        """
         self.runs += 1
         self.overflow += int(overflow)
         self.anchors.append(int(nodes[0, 0]))
         self.evidence.update(int(t) for t in via[via >= 0])
         if answer_slot < 0:
             return
+        excluded = set(exclude)
+        anchor_score = float(scores[0, 0])
         live = nodes[answer_slot] >= 0
         for node, score in zip(nodes[answer_slot][live].tolist(), scores[answer_slot][live].tolist(), strict=True):
+            if node in excluded:
+                continue
+            fair = (score - anchor_score) / max(depth, 1)
             if node not in self.scores or score > self.scores[node]:
                 self.scores[node] = score
+            if node not in self.fair or fair > self.fair[node]:
+                self.fair[node] = fair
+            beams = self.support.setdefault(node, {})
+            beams[beam] = max(beams.get(beam, 0.0), float(beam_prob))
 
-    def ranked(self) -> list[tuple[int, float]]:
-        """Entities by score descending, ties by entity id (the same order as the reference)."""
-        return sorted(self.scores.items(), key=lambda kv: (-kv[1], kv[0]))
+    def ranked(self, rule: str = "max", cut: float = 0.0) -> list[tuple[int, float]]:
+        """(entity, score) best first, ties by entity id; see the module docstring for the rules.
+
+        ``"max"`` scores are cumulative S; ``"beam"`` scores are the support (beam probability mass).
+        """
+        if rule == "max":
+            return sorted(self.scores.items(), key=lambda kv: (-kv[1], kv[0]))
+        if rule != "beam":
+            raise ValueError(f"unknown answer ranking {rule!r}; use one of {', '.join(RANKINGS)}")
+        mass = {e: float(sum(b.values())) for e, b in self.support.items()}
+        order = sorted(mass, key=lambda e: (-mass[e], -self.fair[e], e))
+        if order and cut > 0:
+            # float noise must not split a tie: beams with equal probabilities give equal support
+            floor = cut * mass[order[0]] - 1e-9
+            order = [e for e in order if mass[e] >= floor]
+        return [(e, mass[e]) for e in order]

@@ -17,6 +17,8 @@ products are exact in float32 both tracers agree bit for bit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from stem_jax.config import TracerConfig
@@ -28,17 +30,28 @@ F32 = np.float32
 
 
 def anchor_reference(
-    entity_emb: np.ndarray, mention_emb: np.ndarray, top_n: int, lam: float, entity_guidance: np.ndarray | None
+    entity_emb: np.ndarray, mention_emb: np.ndarray, top_n: int, lam: float, entity_guidance: np.ndarray | None,
+    named: Sequence[tuple[int, int]] = (),
 ) -> tuple[int, float]:
-    """Eqs. 8-11 and 15: top-N entities by cosine, λ-boosted inside the guidance set, best one wins."""
+    """Eqs. 8-11 and 15: top-N entities by cosine, λ-boosted inside the guidance set, best one wins.
+
+    ``named``: (entity id, level) of KG entities the question names, in priority order; level 2 =
+    the topic's exact id (cosine 1), level 1 = a case/accent-folded name match (its own cosine).
+    The highest level present wins, then the boosted score, then the earlier candidate (named ones
+    come before the cosine top-N).
+    """
     cos = entity_emb.astype(F32, copy=False) @ mention_emb.astype(F32, copy=False)
-    candidates = stable_order(cos)[:top_n]
+    candidates = [(int(e), int(level), F32(1.0) if level >= 2 else F32(cos[e])) for e, level in named if e >= 0]
+    candidates += [(int(e), 0, F32(cos[e])) for e in stable_order(cos)[:top_n]]
+    top_level = max(level for _, level, _ in candidates)
     best, best_score = -1, None
-    for e in candidates:
+    for e, level, c in candidates:
+        if level != top_level:
+            continue
         boost = F32(lam) if entity_guidance is not None and entity_guidance[e] else F32(1.0)
-        score = F32(cos[e] * boost)
+        score = F32(c * boost)
         if best_score is None or score > best_score:
-            best, best_score = int(e), score
+            best, best_score = e, score
     return best, float(best_score)
 
 

@@ -308,15 +308,46 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
     return TraceOutput(nodes, scores, via, parents, overflow)
 
 
+EXACT, FOLDED = 2, 1  # anchor levels of entities the question names (exact id / case- or accent-folded name)
+
+
 @functools.partial(jax.jit, static_argnames=("top_n",))
-def anchor_batch(entity_emb: jax.Array, mentions: jax.Array, guidance: jax.Array, lam: jax.Array, *, top_n: int):
+def anchor_batch(entity_emb: jax.Array, mentions: jax.Array, guidance: jax.Array, lam: jax.Array,
+                 named: jax.Array | None = None, named_level: jax.Array | None = None, *, top_n: int):
     """Eqs. 8-11, 15 for a batch: top-N entities by cosine, λ inside the guidance set, argmax.
+
+    ``named`` int32 [B, P] (-1 padded) are KG entities the question names, with ``named_level``
+    int32 [B, P]: ``EXACT`` (the topic's own id, taken with cosine 1) or ``FOLDED`` (same name up to
+    case/accents, taken with its cosine). The highest level present wins; within it the λ-boosted
+    score, then position (named entries precede the cosine top-N, so an exact entity wins ties
+    with its uncased twin). Without named entities this is the paper's rule unchanged.
 
     Returns (anchor ids int32 [B], anchor scores float32 [B]).
     """
     cos = jnp.einsum("nd,bd->bn", entity_emb.astype(jnp.float32), mentions)
-    top_cos, top_ids = jax.lax.top_k(cos, top_n)
+    top_cos, top_ids = jax.lax.top_k(cos, min(top_n, entity_emb.shape[0]))
+    top_level = jnp.zeros_like(top_ids)
+    if named is not None:
+        named_cos = jnp.take_along_axis(cos, jnp.maximum(named, 0), axis=-1)
+        named_cos = jnp.where(named_level >= EXACT, 1.0, named_cos)
+        top_cos = jnp.concatenate([named_cos, top_cos], axis=-1)
+        top_ids = jnp.concatenate([named, top_ids], axis=-1)
+        top_level = jnp.concatenate([jnp.where(named >= 0, named_level, -1), top_level], axis=-1)
     boosted = top_cos * jnp.where(_in_guidance(top_ids, guidance[:, None, :]), lam, 1.0)
-    best = jnp.argmax(boosted, axis=-1)
+    best_level = jnp.max(top_level, axis=-1, keepdims=True)
+    best = jnp.argmax(jnp.where(top_level == best_level, boosted, NEG_INF), axis=-1)
     pick = lambda a: jnp.take_along_axis(a, best[:, None], axis=-1)[:, 0]  # noqa: E731
     return pick(top_ids).astype(jnp.int32), pick(boosted)
+
+
+def capacity_ladder(base: TracerShapes, max_frontier: int) -> list[TracerShapes]:
+    """Power-of-two capacity buckets from ``base`` up to ``max_frontier`` bindings per schema node.
+
+    Frontier and per-node matches double together, so a run that overflowed one bucket is
+    re-traced in the next; the number of buckets (hence compilations) is log2(max / base) + 1.
+    """
+    ladder = [base]
+    while ladder[-1].frontier * 2 <= max_frontier:
+        last = ladder[-1]
+        ladder.append(dataclasses.replace(last, frontier=last.frontier * 2, node_matches=last.node_matches * 2))
+    return ladder
