@@ -155,3 +155,82 @@ def test_registry_limit_and_unknown_dataset():
     assert len(data.questions) == 10 and {q.hops for q in data.questions} == {1, 3}
     with pytest.raises(DataError, match="unknown dataset"):
         load_dataset(DatasetSpec(name="nope"))
+
+
+# ----- issue 13: undecodable bytes are counted skips with file:line (errors with --strict) -----
+
+BAD_BYTES = b"\xff\xfe\x80"
+
+
+def test_metaqa_undecodable_question_qtype_and_kb_lines_are_counted_skips(metaqa_root):
+    kb = metaqa_root / "kb.txt"
+    kb.write_bytes(b"\xef\xbb\xbf" + KB.encode() + b"Kismet|in_language|" + BAD_BYTES + b"\n")  # BOM is not a name
+    qa = metaqa_root / "1-hop" / "vanilla" / "qa_test.txt"
+    qa.write_bytes(qa.read_bytes() + b"who wrote [Kismet" + BAD_BYTES + b"]\tX\nwho directed [Kismet]\tWilliam Dieterle\n")
+    qtype = metaqa_root / "1-hop" / "qa_test_qtype.txt"
+    qtype.write_bytes(qtype.read_bytes() + b"movie_to_director\n" + BAD_BYTES + b"\n")
+    data = load_metaqa(metaqa_root, hops=(1,))
+    assert len(data.questions) == 2 and ("Kismet", "directed_by", "William Dieterle") in data.triples
+    assert data.skips.counts["undecodable bytes (not UTF-8)"] == 3
+    where = data.skips.examples["undecodable bytes (not UTF-8)"]
+    assert where.endswith("kb.txt:6")
+    lines = "\n".join(data.skips.lines())
+    assert "undecodable" in lines
+    kb.write_bytes(b"Kismet|directed_by|William Dieterle\nKismet|in_language|" + BAD_BYTES + b"\n")
+    with pytest.raises(DataError) as err:
+        load_metaqa(metaqa_root, hops=(1,), strict=True)
+    assert "kb.txt:2: undecodable bytes (not UTF-8) at byte 20 (b'\\xff\\xfe\\x80')" in str(err.value)
+    assert "\n" not in str(err.value).split("how to fix")[0].strip()  # one line, then the fix
+
+
+def test_metaqa_line_numbers_ignore_unicode_line_separators(metaqa_root, tmp_path):
+    mine = tmp_path / "mine.txt"
+    mine.write_text("who directed [Kismet] \u2028 \x0c please\tWilliam Dieterle\nwho directed [Nowhere]\tX\n")
+    data = load_dataset(DatasetSpec(name="metaqa", data_dir=metaqa_root.parent, questions=mine))
+    assert [q.qid for q in data.questions] == ["mine/1"]
+    assert data.skips.examples["unknown topic entity (not in the KB)"].startswith(f"{mine}:2")
+
+
+def test_metaqa_no_usable_questions_is_an_error(metaqa_root, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(DataError, match="no usable questions in .*empty.txt"):
+        load_dataset(DatasetSpec(name="metaqa", data_dir=metaqa_root.parent, questions=empty))
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(BAD_BYTES * 3 + b"\n")
+    with pytest.raises(DataError, match="undecodable"):
+        load_dataset(DatasetSpec(name="metaqa", data_dir=metaqa_root.parent, questions=junk))
+
+
+def test_rog_undecodable_and_non_object_records_are_counted(tmp_path):
+    jsonl = tmp_path / "test.jsonl"
+    body = "\n".join(json.dumps(r) for r in ROG_RECORDS[:1]).encode()
+    weird = [b"[1, 2]", b'{"id": 1, "question": "q", "answer": {"a": 1}, "q_entity": ["Jamaica"], "graph": [["Jamaica", "r", "x"]]}',
+             b'{"id": 1, "question": "q", "answer": ["a"], "q_entity": 7, "graph": [["Jamaica", "r", "x"]]}',
+             b"[" * 100000]
+    jsonl.write_bytes(body + b"\n" + BAD_BYTES + b"\n" + b"\n".join(weird) + b"\n")
+    data = load_rog(jsonl)
+    assert [q.qid for q in data.questions] == ["WebQTest-1"]
+    counts = data.skips.counts
+    assert counts["undecodable bytes (not UTF-8)"] == 1
+    assert counts["record is a JSON list, not an object"] == 1
+    assert counts["answer is not a list of names"] == 1 and counts["q_entity is not a list of names"] == 1
+    assert data.skips.total == 5
+    with pytest.raises(DataError, match="test.jsonl:2: undecodable"):
+        load_rog(jsonl, strict=True)
+
+
+def test_fb15k_undecodable_triples_and_names_are_counted(tmp_path):
+    root = tmp_path / "fb"
+    root.mkdir()
+    (root / "train.txt").write_bytes(b"/m/a\t/r\t/m/b\n/m/a\t/r\t" + BAD_BYTES + b"\n")
+    (root / "valid.txt").write_text("")
+    (root / "test.txt").write_text("/m/a\t/r\t/m/c\n")
+    (root / "entity2text.txt").write_bytes(b"/m/a\tAlpha\n/m/b\t" + BAD_BYTES + b"\nno tab here\n")
+    (root / "relation2text.txt").write_text("/r\tr")
+    data = load_fb15k237(root)
+    assert len(data.questions) == 1 and data.entity_names == {"/m/a": "Alpha"}
+    assert data.skips.counts["undecodable bytes (not UTF-8)"] == 2
+    assert data.skips.counts["malformed name line (expected id<TAB>name)"] == 1
+    with pytest.raises(DataError, match="train.txt:2: undecodable"):
+        load_fb15k237(root, strict=True)

@@ -7,6 +7,10 @@ from pathlib import Path
 
 from stem_jax.config import StemConfig, apply_overrides, config_fields, default_cache_dir
 from stem_jax.data.registry import DATASETS, DatasetSpec
+from stem_jax.errors import StemError
+
+# Hop counts each dataset has questions for (None: any); --hops outside them selects nothing.
+DATASET_HOPS = {"demo": (1, 2, 3), "metaqa": (1, 2, 3)}
 
 
 def parse_hops(text: str) -> tuple[int, ...]:
@@ -17,6 +21,16 @@ def parse_hops(text: str) -> tuple[int, ...]:
     if not hops or any(h < 1 for h in hops):
         raise argparse.ArgumentTypeError(f"--hops expects positive numbers like 1,2,3, got {text!r}")
     return hops
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number (1 or more), got {text!r}")
+    return value
 
 
 def add_dataset_flags(parser: argparse.ArgumentParser, default: str = "demo") -> None:
@@ -32,7 +46,7 @@ def add_dataset_flags(parser: argparse.ArgumentParser, default: str = "demo") ->
     group.add_argument("--qtypes", type=Path, default=None, help="qtype file matching --questions line by line")
     group.add_argument("--kb", type=Path, default=None, help="MetaQA KB file (default: kb.txt, else the partial KB)")
     group.add_argument("--rog-path", type=Path, default=None, help="RoG .jsonl/.parquet file or dataset folder")
-    group.add_argument("--limit", type=int, default=None, help="keep the first N questions per hop (quick runs)")
+    group.add_argument("--limit", type=positive_int, default=None, help="keep the first N questions per hop (quick runs)")
     group.add_argument("--strict", action="store_true", help="stop at the first bad input line instead of skipping it")
 
 
@@ -56,7 +70,36 @@ def config_from_args(args: argparse.Namespace) -> StemConfig:
     return apply_overrides(StemConfig(), overrides)
 
 
+def check_dataset_flags(args: argparse.Namespace) -> None:
+    """Flags that the chosen dataset would ignore are an error, not a silent no-op (issue 13, rows 11-13)."""
+    dataset = args.dataset
+    only = {"questions": "metaqa", "qtypes": "metaqa", "kb": "metaqa", "rog_path": "rog"}
+    for dest, owner in only.items():
+        if getattr(args, dest, None) is not None and dataset != owner:
+            flag = "--" + dest.replace("_", "-")
+            raise StemError(f"{flag} is only read with --dataset {owner}, not --dataset {dataset}\n"
+                            f"  how to fix: add --dataset {owner}, or drop {flag}")
+    if getattr(args, "qtypes", None) is not None and getattr(args, "questions", None) is None:
+        raise StemError("--qtypes describes the lines of --questions, which is missing\n"
+                        "  how to fix: pass --questions FILE too, or drop --qtypes")
+    allowed = DATASET_HOPS.get(dataset)
+    hops = getattr(args, "hops", None)
+    if allowed is not None and hops is not None and getattr(args, "questions", None) is None:
+        outside = [h for h in hops if h not in allowed]
+        if outside:
+            raise StemError(f"--hops {','.join(map(str, hops))}: {dataset} has no {outside[0]}-hop questions\n"
+                            f"  how to fix: use --hops from {','.join(map(str, allowed))}")
+    plans_given = getattr(args, "plans", None) is not None
+    if (getattr(args, "planner", None) == "oracle" and not plans_given and getattr(args, "questions", None) is not None
+            and getattr(args, "qtypes", None) is None):
+        raise StemError("the oracle planner follows each question's gold relation path, which --questions without "
+                        "--qtypes does not give\n"
+                        "  how to fix: pass --qtypes FILE (line i = relation-path type of question i), "
+                        "or use --planner pattern")
+
+
 def dataset_spec(args: argparse.Namespace, config: StemConfig) -> DatasetSpec:
+    check_dataset_flags(args)
     return DatasetSpec(
         name=args.dataset, split=args.split, hops=args.hops, data_dir=args.data_dir,
         questions=args.questions, qtypes=args.qtypes, kb=args.kb, rog_path=args.rog_path,

@@ -9,17 +9,10 @@ stay Freebase mids; readable names live in ``Dataset.entity_names``.
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
-from stem_jax.data.types import Dataset, PathStep, Question, SkipReport, Triple
+from stem_jax.data.types import Dataset, PathStep, Question, SkipReport, Triple, read_lines
 from stem_jax.errors import DataError
-
-
-def _open_text(path: Path):
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open(encoding="utf-8")
 
 
 def _resolve(root: Path, name: str) -> Path:
@@ -31,30 +24,35 @@ def _resolve(root: Path, name: str) -> Path:
 
 def read_tsv_triples(path: Path, skips: SkipReport, *, strict: bool = False) -> list[Triple]:
     triples: list[Triple] = []
-    with _open_text(path) as handle:
-        for lineno, line in enumerate(handle, start=1):
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) != 3 or not all(parts):
-                if not line.strip():
-                    continue
-                if strict:
-                    raise DataError("malformed triple line (expected head<TAB>relation<TAB>tail)", path=str(path), line=lineno)
-                skips.skip("malformed triple line", f"{path}:{lineno}")
+    for lineno, line in read_lines(path, skips, strict=strict):
+        parts = line.split("\t")
+        if len(parts) != 3 or not all(parts):
+            if not line.strip():
                 continue
-            triples.append((parts[0], parts[1], parts[2]))
+            if strict:
+                raise DataError("malformed triple line (expected head<TAB>relation<TAB>tail)", path=str(path),
+                                line=lineno, fix="fix or delete the line, or drop --strict to skip it")
+            skips.skip("malformed triple line", f"{path}:{lineno}")
+            continue
+        triples.append((parts[0], parts[1], parts[2]))
     return triples
 
 
-def read_names(path: Path) -> dict[str, str]:
+def read_names(path: Path, skips: SkipReport | None = None, *, strict: bool = False) -> dict[str, str]:
+    """``id<TAB>name`` lines; malformed or undecodable lines are counted skips (errors with ``strict``)."""
+    skips = SkipReport() if skips is None else skips
     names: dict[str, str] = {}
-    with _open_text(path) as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            key, sep, value = line.rstrip("\n").partition("\t")
-            if not sep:
-                raise DataError("malformed name line (expected id<TAB>name)", path=str(path), line=lineno)
-            names[key] = value.strip()
+    for lineno, line in read_lines(path, skips, strict=strict):
+        if not line.strip():
+            continue
+        key, sep, value = line.partition("\t")
+        if not sep or not key:
+            if strict:
+                raise DataError("malformed name line (expected id<TAB>name)", path=str(path), line=lineno,
+                                fix="fix or delete the line, or drop --strict to skip it")
+            skips.skip("malformed name line (expected id<TAB>name)", f"{path}:{lineno}")
+            continue
+        names[key] = value.strip()
     return names
 
 
@@ -80,8 +78,8 @@ def load_fb15k237(root: Path, *, split: str = "test", strict: bool = False) -> D
     tails: dict[tuple[str, str], list[str]] = {}
     for head, relation, tail in kg:
         tails.setdefault((head, relation), []).append(tail)
-    names = read_names(_resolve(root, "entity2text.txt"))
-    relation_names = read_names(_resolve(root, "relation2text.txt"))
+    names = read_names(_resolve(root, "entity2text.txt"), skips, strict=strict)
+    relation_names = read_names(_resolve(root, "relation2text.txt"), skips, strict=strict)
     first_line: dict[tuple[str, str], int] = {}
     for lineno, (head, relation, _) in enumerate(eval_triples, start=1):
         first_line.setdefault((head, relation), lineno)
@@ -99,4 +97,7 @@ def load_fb15k237(root: Path, *, split: str = "test", strict: bool = False) -> D
                 source=f"{eval_path}:{line}",
             )
         )
+    if not questions:
+        raise DataError(f"no usable triples in the {split} split", path=str(eval_path),
+                        fix="see why: " + ("; ".join(skips.lines()) or "the file is empty"))
     return Dataset(name="fb15k-237", questions=questions, triples=kg, skips=skips, entity_names=names)

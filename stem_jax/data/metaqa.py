@@ -11,7 +11,16 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from stem_jax.data.types import Dataset, Question, SkipReport, Triple
+from stem_jax.data.types import (
+    UNDECODABLE,
+    Dataset,
+    Question,
+    SkipReport,
+    Triple,
+    decode_line,
+    raw_lines,
+    read_lines,
+)
 from stem_jax.errors import DataError
 
 KB_CANDIDATES = ("kb.txt", "kb_PARTIAL_keallm_reconstruction.txt")
@@ -36,26 +45,24 @@ def read_kb(path: Path, skips: SkipReport, *, strict: bool = False) -> list[Trip
         raise DataError("KB file not found", path=str(path), fix="check the path or STEM_DATA_DIR")
     triples: list[Triple] = []
     seen: set[Triple] = set()
-    with path.open(encoding="utf-8") as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            line = raw.rstrip("\n")
-            if not line.strip():
-                continue
-            parts = line.split("|")
-            if len(parts) != 3 or not all(p.strip() for p in parts):
-                if strict:
-                    raise DataError(
-                        f"malformed KB line {line[:80]!r}: expected head|relation|tail",
-                        path=str(path), line=lineno, fix="fix or delete the line, or drop --strict to skip it",
-                    )
-                skips.skip("malformed KB line (expected head|relation|tail)", f"{path}:{lineno}")
-                continue
-            triple = (parts[0].strip(), parts[1].strip(), parts[2].strip())
-            if triple in seen:
-                skips.skip("duplicate KB triple", f"{path}:{lineno}")
-                continue
-            seen.add(triple)
-            triples.append(triple)
+    for lineno, line in read_lines(path, skips, strict=strict):
+        if not line.strip():
+            continue
+        parts = line.split("|")
+        if len(parts) != 3 or not all(p.strip() for p in parts):
+            if strict:
+                raise DataError(
+                    f"malformed KB line {line[:80]!r}: expected head|relation|tail",
+                    path=str(path), line=lineno, fix="fix or delete the line, or drop --strict to skip it",
+                )
+            skips.skip("malformed KB line (expected head|relation|tail)", f"{path}:{lineno}")
+            continue
+        triple = (parts[0].strip(), parts[1].strip(), parts[2].strip())
+        if triple in seen:
+            skips.skip("duplicate KB triple", f"{path}:{lineno}")
+            continue
+        seen.add(triple)
+        triples.append(triple)
     if not triples:
         raise DataError("KB has no triples", path=str(path), fix="point --kb at a non-empty head|relation|tail file")
     return triples
@@ -74,12 +81,12 @@ def read_questions(
     """Read a MetaQA-format question file (a user's own questions work too, with or without qtypes)."""
     if not qa_path.is_file():
         raise DataError("question file not found", path=str(qa_path), fix="check the path or STEM_DATA_DIR")
-    lines = qa_path.read_text(encoding="utf-8").splitlines()
-    qtypes: list[str] | None = None
+    lines = [decode_line(raw, qa_path, lineno) for lineno, raw in raw_lines(qa_path)]
+    qtypes: list[str | DataError] | None = None
     if qtype_path is not None:
         if not qtype_path.is_file():
             raise DataError("qtype file not found", path=str(qtype_path), fix="pass the matching qa_*_qtype.txt or none")
-        qtypes = qtype_path.read_text(encoding="utf-8").splitlines()
+        qtypes = [decode_line(raw, qtype_path, lineno) for lineno, raw in raw_lines(qtype_path)]
         if len(qtypes) != len(lines):
             raise DataError(
                 f"{len(qtypes)} qtype lines for {len(lines)} questions in {qa_path}",
@@ -96,7 +103,18 @@ def read_questions(
                 raise DataError(f"{reason} {detail}".strip(), path=str(qa_path), line=lineno, fix=fix)
             skips.skip(reason, f"{where} {detail}".strip())
 
+        if isinstance(line, DataError):
+            if strict:
+                raise line
+            skips.skip(UNDECODABLE, where)
+            continue
         if not line.strip():
+            continue
+        qtype = qtypes[lineno - 1] if qtypes is not None else None
+        if isinstance(qtype, DataError):
+            if strict:
+                raise qtype
+            skips.skip(UNDECODABLE, f"{qtype_path}:{lineno}")
             continue
         if "\t" not in line:
             bad("malformed question line (expected question<TAB>answer1|answer2)", "separate the answers with a tab")
@@ -115,7 +133,7 @@ def read_questions(
         if not answers:
             bad("question without answers", "list the answers after the tab, separated by |")
             continue
-        qtype = qtypes[lineno - 1].strip() if qtypes is not None else None
+        qtype = qtype.strip() or None if qtype is not None else None
         n_hops = hops if hops is not None else (qtype.count("_to_") if qtype else None)
         questions.append(
             Question(
@@ -170,4 +188,8 @@ def load_metaqa(
                 qid_prefix=f"{hop}-hop/{split}",
                 strict=strict,
             )
+    if not questions:
+        sources = ", ".join(str(qa) for qa, _ in files) or f"{root}/<hop>-hop/vanilla/qa_{split}.txt"
+        reasons = "; ".join(skips.lines()) or "the file has no question lines"
+        raise DataError(f"no usable questions in {sources}", fix=f"see why: {reasons}")
     return Dataset(name="metaqa", questions=questions, triples=triples, skips=skips)

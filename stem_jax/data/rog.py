@@ -11,22 +11,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from stem_jax.data.types import Dataset, Question, SkipReport, Triple
+from stem_jax.data.types import UNDECODABLE, Dataset, Question, SkipReport, Triple, decode_line, raw_lines
 from stem_jax.errors import DataError
 
 REQUIRED_FIELDS = ("id", "question", "answer", "q_entity", "graph")
 
 
 def _records_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
-    with path.open(encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                yield where, json.loads(line)
-            except json.JSONDecodeError as err:
-                yield where, DataError(f"invalid JSON ({err.msg} at column {err.colno})", path=str(path), line=lineno)
+    for lineno, raw in raw_lines(path):
+        where = f"{path}:{lineno}"
+        line = decode_line(raw, path, lineno)
+        if isinstance(line, DataError):
+            yield where, line
+            continue
+        if not line.strip():
+            continue
+        try:
+            yield where, json.loads(line)
+        except json.JSONDecodeError as err:
+            yield where, DataError(f"invalid JSON ({err.msg} at column {err.colno})", path=str(path), line=lineno)
+        except RecursionError:
+            yield where, DataError("invalid JSON (nested too deeply)", path=str(path), line=lineno)
 
 
 def _records_parquet(path: Path) -> Iterator[tuple[str, Any]]:
@@ -68,6 +73,17 @@ def _as_triples(graph: Any) -> list[Triple] | None:
     return triples
 
 
+def _as_names(value: Any) -> tuple[str, ...] | None:
+    """A list of names (or one name) as strings; None when the field holds something else."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,) if value else ()
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float)) for v in value):
+        return tuple(str(v) for v in value)
+    return None
+
+
 def load_rog(path: Path, *, split: str = "test", name: str = "rog", strict: bool = False) -> Dataset:
     """Load RoG-format questions with their per-question graphs.
 
@@ -87,7 +103,12 @@ def load_rog(path: Path, *, split: str = "test", name: str = "rog", strict: bool
                 skips.skip(reason, where)
 
             if isinstance(record, DataError):
-                bad(record.what, "fix the line or drop --strict to skip it")
+                if strict:
+                    raise record
+                skips.skip(UNDECODABLE if record.what.startswith(UNDECODABLE) else record.what, where)
+                continue
+            if not isinstance(record, dict):
+                bad(f"record is a JSON {type(record).__name__}, not an object", "write one JSON object per line")
                 continue
             missing = [f for f in REQUIRED_FIELDS if f not in record]
             if missing:
@@ -101,14 +122,22 @@ def load_rog(path: Path, *, split: str = "test", name: str = "rog", strict: bool
                 bad("empty graph", "the question needs a non-empty subgraph")
                 continue
             nodes = {h for h, _, _ in graph} | {t for _, _, t in graph}
-            topics = tuple(str(e) for e in (record["q_entity"] or []))
+            topics = _as_names(record["q_entity"])
+            if topics is None:
+                bad("q_entity is not a list of names", "list the topic entities as strings in q_entity")
+                continue
             if not topics:
                 bad("no question entity (q_entity is empty)", "list the topic entities in q_entity")
                 continue
             if not any(t in nodes for t in topics):
                 bad("topic entity not in its graph", "q_entity must name nodes of the question's graph")
                 continue
-            answers = tuple(str(a) for a in (record["answer"] or record.get("a_entity") or []))
+            answers = _as_names(record["answer"])
+            if answers == ():
+                answers = _as_names(record.get("a_entity"))
+            if answers is None:
+                bad("answer is not a list of names", "list the answers as strings in answer")
+                continue
             if not answers:
                 bad("question without answers", "fill the answer field")
                 continue

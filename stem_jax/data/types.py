@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+from stem_jax.errors import DataError
 
 Triple = tuple[str, str, str]
+
+UNDECODABLE = "undecodable bytes (not UTF-8)"
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,3 +97,40 @@ class Dataset:
         for q in self.questions:
             groups.setdefault(q.hops, []).append(q)
         return groups
+
+
+def decode_line(raw: bytes, path: Path, lineno: int) -> str | DataError:
+    """One line of a UTF-8 file without its newline (and CR), or the :class:`DataError` saying where it is not UTF-8."""
+    if lineno == 1 and raw.startswith(_BOM):
+        raw = raw[len(_BOM):]
+    if raw.endswith(b"\n"):
+        raw = raw[:-1]
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        bad = raw[err.start : err.start + 4]
+        return DataError(f"{UNDECODABLE} at byte {err.start + 1} ({bad!r})", path=str(path), line=lineno,
+                         fix="re-save the file as UTF-8, or drop --strict to skip such lines")
+
+
+def raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of a text file, split on b"\\n" only, so numbers match editors and qtype files
+    (``str.splitlines`` would also split on form feeds and Unicode separators inside a line); ``.gz`` is read through."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        yield from enumerate(handle, start=1)
+
+
+def read_lines(path: Path, skips: SkipReport, *, strict: bool = False) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every decodable line; undecodable ones are counted skips with file:line
+    (with ``strict``: a :class:`DataError` naming the line and byte)."""
+    for lineno, raw in raw_lines(path):
+        text = decode_line(raw, path, lineno)
+        if isinstance(text, DataError):
+            if strict:
+                raise text
+            skips.skip(UNDECODABLE, f"{path}:{lineno}")
+            continue
+        yield lineno, text
