@@ -41,9 +41,9 @@ class FakeLLM:
         self.calls = []
         self.attempts = Counter()
 
-    def generate(self, prompts, *, n=1, beam=False, temperature=0.0, max_tokens=256, seed=None):
+    def generate(self, prompts, *, n=1, beam=False, temperature=0.0, max_tokens=256, seed=None, **extra):
         call = len(self.calls)
-        self.calls.append({"prompts": len(prompts), "n": n, "beam": beam, "temperature": temperature})
+        self.calls.append({"prompts": len(prompts), "n": n, "beam": beam, "temperature": temperature, **extra})
         out = []
         for position, prompt in enumerate(prompts):
             kind = _kind(prompt)
@@ -57,9 +57,9 @@ class FakeLLM:
 
 
 def _kind(prompt):
-    if prompt.startswith("You break multi-hop"):
+    if prompt.startswith(("You break multi-hop", "Rewrite the question")):
         return "p1"
-    if prompt.startswith("You turn single-hop"):
+    if prompt.startswith(("You turn single-hop", "Write each fact")):
         return "p2"
     if prompt.startswith("Answer the question"):
         return "p3"
@@ -221,7 +221,7 @@ def test_openai_backend_request_and_response():
         choices = [{"index": i, "text": f"out{i}"} for i in reversed(range(4))]
         return Response(json.dumps({"choices": choices}).encode())
 
-    backend = OpenAIBackend("http://gpu:8000/v1", "qwen", api_key="k", opener=opener)
+    backend = OpenAIBackend("http://gpu:8000/v1", "qwen", api_key="k", opener=opener, server="vllm")
     out = backend.generate(["p0", "p1"], n=2, beam=True, max_tokens=64)
     assert out == [["out0", "out1"], ["out2", "out3"]]
     assert seen["url"] == "http://gpu:8000/v1/completions"
@@ -234,7 +234,97 @@ def test_openai_backend_request_and_response():
         raise OSError("connection refused")
 
     with pytest.raises(StemError, match="vllm serve"):
-        OpenAIBackend("http://gpu:8000", "m", opener=failing).generate(["p"])
+        OpenAIBackend("http://gpu:8000", "m", opener=failing, server="vllm").generate(["p"])
+
+
+class _Response(io.BytesIO):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _llama_server(texts_by_temperature, owned_by="me"):
+    """A fake llama.cpp server: one choice per request, ``n`` ignored, logprobs on request."""
+    seen = []
+
+    def opener(request, timeout):
+        if request.full_url.endswith("/models"):
+            seen.append({"url": request.full_url})
+            return _Response(json.dumps({"data": [{"id": "m", "owned_by": owned_by}]}).encode())
+        body = json.loads(request.data)
+        seen.append(body)
+        text, logprob = texts_by_temperature(body)
+        choice = {"index": 0, "text": text,
+                  "logprobs": {"token_logprobs": [logprob, logprob]} if body.get("logprobs") else None}
+        return _Response(json.dumps({"choices": [choice],
+                                     "usage": {"prompt_tokens": 10, "completion_tokens": 2}}).encode())
+
+    return opener, seen
+
+
+def test_llama_cpp_flavour_one_prompt_per_request_sampled_candidates_ranked(caplog):
+    def answer(body):
+        if body["temperature"] == 0.0:
+            return "greedy", -0.5
+        return ("better", -0.1) if body["seed"] % 2 else ("greedy", -0.5)  # a duplicate of the greedy one
+
+    opener, seen = _llama_server(answer)
+    backend = OpenAIBackend("http://127.0.0.1:8080", "m", opener=opener)  # auto: /v1/models says llama.cpp
+    with caplog.at_level(logging.WARNING, logger="stem_jax.plan.openai_client"):
+        out = backend.generate(["p0", "p1"], n=3, beam=True, max_tokens=16, seed=4, grammar="root ::= \"x\"")
+        backend.generate(["p2"], n=2, beam=True)
+    assert backend.server == "llama.cpp" and seen[0]["url"] == "http://127.0.0.1:8080/v1/models"
+    completions = [b for b in seen if "prompt" in b]
+    assert [b["prompt"] for b in completions[:6]] == ["p0"] * 3 + ["p1"] * 3  # one request per prompt and sample
+    assert [b["temperature"] for b in completions[:3]] == [0.0, 0.7, 0.7]
+    assert all(b["grammar"] == 'root ::= "x"' and "use_beam_search" not in b and "n" not in b for b in completions[:6])
+    assert out == [["better", "greedy"], ["better", "greedy"]]  # de-duplicated, ranked by mean logprob
+    assert caplog.text.count("one completion per request") == 1  # said once
+    assert backend.usage["requests"] == 8 and backend.usage["completion_tokens"] == 16
+    assert backend.tokens_per_second()["completion_tokens_per_s"] > 0
+
+
+def test_auto_flavour_detects_vllm_and_unknown_servers():
+    opener, seen = _llama_server(lambda body: ("x", 0.0), owned_by="vllm")
+    assert OpenAIBackend("http://h:1/v1", "m", opener=opener).flavour() == "vllm"
+
+    def down(request, timeout):
+        raise OSError("refused")
+
+    assert OpenAIBackend("http://h:1/v1", "m", opener=down).flavour() == "llama.cpp"
+    with pytest.raises(StemError, match="unknown LLM server flavour"):
+        OpenAIBackend("http://h:1/v1", "m", server="tgi")
+
+
+def test_compact_constrained_planner_sends_grammars_and_cuts_continuations():
+    def script(prompt, kind, attempt, j, **_):
+        if kind == "p1":
+            assert prompt.endswith("Question: who directed X\nFacts:\n")
+            return "- X directed by [ENT1]\nStrategy: Precision\n\nQuestion: who wrote Y\nFacts:\n- Strategy: Breadth"
+        assert prompt.endswith("- X directed by [ENT1]\nTriples:\n")
+        return '("X", "directed_by", "[ENT1]")\n\nFacts:\n- Y written by [ENT1]'
+
+    llm = FakeLLM(script)
+    planner = _planner(llm, beam=1, style="compact", constrained=True)
+    beams = planner.plan_batch([_question("who directed X", "X")])
+    assert [b.schema.describe() for b in beams[0]] == ["{(X, directed_by, [ENT1])} -> [ENT1] [Precision]"]
+    assert "Strategy: " in llm.calls[0]["grammar"] and '"\\"directed_by\\""' in llm.calls[1]["grammar"]
+    assert planner.failures == [None]
+    with pytest.raises(StemError, match="compact"):
+        _planner(llm, constrained=True)
+
+
+def test_failures_say_parse_or_ground():
+    def script(prompt, kind, attempt, j, **_):
+        if kind == "p1":
+            return "Assertions:\n- X directed by [ENT1]\nStrategy: Precision" if "X" in prompt[-30:] else "no idea"
+        return '("X", "directed_by", "Y")'  # no placeholder: no answer node
+
+    planner = _planner(FakeLLM(script), beam=1, retries=1)
+    assert planner.plan_batch([_question("who directed X", "X"), _question("who directed Z", "Z")]) == [[], []]
+    assert planner.failures == ["ground", "parse"]
 
 
 def test_vllm_backend_without_vllm_is_a_clear_error():

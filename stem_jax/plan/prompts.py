@@ -126,6 +126,41 @@ Answer entity: {answer}
 """
 
 
+# Compact P1/P2 for small models (135M-1B): one line of rules, worked examples right before the
+# question, and the answer header already written, so the model only continues a familiar pattern.
+# A model that keeps going after its answer writes the next "Question:"; the planner cuts there.
+P1_COMPACT = """Rewrite the question as facts, one per line. Write unknown things as [ENT1], [ENT2], ...; \
+the last one is the answer. Copy names exactly. Strategy: Precision for one answer, Breadth for several.
+
+{examples}Question: {question}
+Facts:
+"""
+
+P1_COMPACT_EXAMPLE = """Question: {question}
+Facts:
+{assertions}
+Strategy: {strategy}
+
+"""
+
+P2_COMPACT = """Write each fact as a triple ("head", "relation", "tail"). Relations: {relations}. \
+Copy [ENT1], [ENT2], ... and names exactly.
+
+{examples}Facts:
+{assertions}
+Triples:
+"""
+
+P2_COMPACT_EXAMPLE = """Facts:
+{assertions}
+Triples:
+{triples}
+
+"""
+
+PROMPT_STYLES = ("full", "compact")
+
+
 # ---------------------------------------------------------------------------------------------
 # Rendering
 # ---------------------------------------------------------------------------------------------
@@ -163,6 +198,64 @@ def render_p2(assertions: Sequence[str], relations: Sequence[str], examples: Seq
     )
     return P2_TRIPLES.format(relations=", ".join(relations), examples=("Examples:\n" + shots) if shots else "",
                              assertions=_bullets(assertions))
+
+
+def render_p1_compact(question: str, examples: Sequence[FewShotExample]) -> str:
+    """The compact SGDA prompt (small models): ends with ``Facts:`` so generation starts at the first fact."""
+    shots = "".join(P1_COMPACT_EXAMPLE.format(question=e.question, assertions=_bullets(e.assertions),
+                                              strategy=e.strategy) for e in examples)
+    return P1_COMPACT.format(examples=shots, question=question)
+
+
+def render_p2_compact(assertions: Sequence[str], relations: Sequence[str], examples: Sequence[FewShotExample]) -> str:
+    """The compact SAGB prompt (small models): ends with ``Triples:``."""
+    shots = "".join(P2_COMPACT_EXAMPLE.format(assertions=_bullets(e.assertions),
+                                              triples="\n".join(format_triple(t) for t in e.triples))
+                    for e in examples)
+    return P2_COMPACT.format(relations=", ".join(relations), examples=shots, assertions=_bullets(assertions))
+
+
+def cut_continuation(text: str) -> str:
+    """``text`` up to where a model starts a new example (``Question:``/``Facts:`` on a new line)."""
+    m = re.search(r"\n\s*(?:question|facts|statements)\s*:", text, re.IGNORECASE)
+    return text[: m.start()] if m else text
+
+
+# ---------------------------------------------------------------------------------------------
+# Grammars (GBNF) for constrained decoding: llama.cpp's ``grammar``, vLLM's ``guided_grammar``
+# ---------------------------------------------------------------------------------------------
+
+# Above this many relations the SAGB grammar leaves the relation free (the grounder maps it):
+# a grammar listing thousands of Freebase relations costs more to compile than it saves.
+GRAMMAR_MAX_RELATIONS = 256
+
+
+def gbnf_literal(text: str) -> str:
+    """``text`` as a GBNF string literal."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def sgda_grammar(max_assertions: int = 4) -> str:
+    """Compact-P1 output: 1..``max_assertions`` ``- fact`` lines, each naming a placeholder, then the strategy."""
+    return "\n".join([
+        f'root ::= fact{{1,{max_assertions}}} "Strategy: " ("Precision" | "Breadth") "\\n"',
+        'fact ::= "- " [^\\n\\[]* placeholder [^\\n]* "\\n"',
+        'placeholder ::= "[ENT" [1-9] "]"',
+    ]) + "\n"
+
+
+def sagb_grammar(relations: Sequence[str], max_triples: int = 4) -> str:
+    """Compact-P2 output: 1..``max_triples`` lines ``("node", "relation", "node")``, relations from ``relations``."""
+    if relations and len(relations) <= GRAMMAR_MAX_RELATIONS:
+        relation = "relation ::= " + " | ".join(gbnf_literal(json.dumps(r, ensure_ascii=False)) for r in relations)
+    else:
+        relation = 'relation ::= "\\"" [^"\\n]+ "\\""'
+    return "\n".join([
+        f"root ::= triple{{1,{max_triples}}}",
+        'triple ::= "(" node ", " relation ", " node ")\\n"',
+        'node ::= "\\"" ("[ENT" [1-9] "]" | [^"\\n\\[]+) "\\""',
+        relation,
+    ]) + "\n"
 
 
 def render_p3(question: str, chains: Sequence[str]) -> str:

@@ -25,7 +25,8 @@ Backends: :class:`VLLMBackend` (offline ``vllm.LLM``, imported lazily) and
 ``vllm serve``, plain ``urllib``). Anything with a ``generate`` method of the
 :class:`LLMBackend` shape works; the tests use recorded generations.
 
-Nothing here has been run against a real model: see the README's vLLM section.
+Run for real against small models served by llama.cpp's OpenAI-compatible server on CPU
+(experiments/llm_planner_metaqa.py); vLLM itself on a GPU has not been run: see the README.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ import dataclasses
 import json
 import logging
 import re
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -50,8 +49,9 @@ from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex, relation_text
 from stem_jax.plan import prompts
 from stem_jax.plan.base import ScoredSchema
+from stem_jax.plan.openai_client import OpenAIBackend  # noqa: F401  (re-exported: stem_jax.plan.vllm.OpenAIBackend)
 from stem_jax.plan.oracle import OraclePlanner
-from stem_jax.plan.pattern import mask_topics, template_of, topic_names
+from stem_jax.plan.pattern import mask_topics, template_of, topic_names, unique_texts
 from stem_jax.plan.prompts import Decomposition, FewShotExample
 from stem_jax.plan.schema import SchemaGraph, SchemaTriple, is_placeholder
 from stem_jax.plan.walks import random_walk
@@ -70,7 +70,8 @@ class LLMBackend(Protocol):
     """Text generation for a batch of prompts; returns ``n`` completions per prompt, in prompt order.
 
     ``beam=True`` asks for beam search of width ``n`` (deterministic); otherwise ``n`` samples
-    at ``temperature`` (0 = greedy).
+    at ``temperature`` (0 = greedy). Backends that constrain decoding also take ``grammar=`` (GBNF);
+    the planner passes it only when asked to (``VLLMPlanner.constrained``).
     """
 
     def generate(self, prompts: Sequence[str], *, n: int = 1, beam: bool = False, temperature: float = 0.0,
@@ -106,10 +107,18 @@ class VLLMBackend:
                                              add_generation_prompt=True)
 
     def generate(self, prompts: Sequence[str], *, n: int = 1, beam: bool = False, temperature: float = 0.0,
-                 max_tokens: int = 256, seed: int | None = None) -> list[list[str]]:
+                 max_tokens: int = 256, seed: int | None = None, grammar: str | None = None) -> list[list[str]]:
         from vllm import SamplingParams
 
         self.calls += 1
+        guided: dict[str, Any] = {}
+        if grammar is not None:
+            try:  # vLLM >= 0.6: GBNF through guided decoding (not run here: no GPU)
+                from vllm.sampling_params import GuidedDecodingParams
+
+                guided = {"guided_decoding": GuidedDecodingParams(grammar=grammar)}
+            except ImportError:
+                log.warning("this vLLM has no GuidedDecodingParams; generating without the grammar")
         texts = [self._format(p) for p in prompts]
         if beam and n > 1:
             try:
@@ -127,67 +136,9 @@ class VLLMBackend:
                 return result
             params = SamplingParams(n=n, best_of=n, use_beam_search=True, temperature=0.0, max_tokens=max_tokens)
         else:
-            params = SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)
+            params = SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed, **guided)
         outputs = self.llm.generate(texts, params, use_tqdm=False)
         return [[o.text for o in out.outputs] for out in outputs]
-
-
-class OpenAIBackend:
-    """An OpenAI-compatible completions endpoint (``vllm serve MODEL`` elsewhere), over plain HTTP.
-
-    Sends all prompts of a call as one ``/v1/completions`` request (``prompt`` is a list);
-    choices come back with ``index = prompt * n + j``. Beam search uses vLLM's
-    ``use_beam_search`` extension field. ``api_key`` defaults to ``$OPENAI_API_KEY`` when set.
-    """
-
-    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout: float = 600.0,
-                 opener: Callable[..., Any] | None = None):
-        import os
-
-        self.url = base_url.rstrip("/") + ("/completions" if base_url.rstrip("/").endswith("/v1") else "/v1/completions")
-        self.model = model
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self.timeout = timeout
-        self.opener = opener or urllib.request.urlopen
-        self.calls = 0
-
-    def request_body(self, prompts: Sequence[str], *, n: int, beam: bool, temperature: float, max_tokens: int,
-                     seed: int | None) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "prompt": list(prompts), "n": n, "max_tokens": max_tokens,
-                                "temperature": 0.0 if beam else temperature}
-        if beam and n > 1:
-            body["use_beam_search"] = True
-            body["best_of"] = n
-        if seed is not None:
-            body["seed"] = seed
-        return body
-
-    def generate(self, prompts: Sequence[str], *, n: int = 1, beam: bool = False, temperature: float = 0.0,
-                 max_tokens: int = 256, seed: int | None = None) -> list[list[str]]:
-        self.calls += 1
-        body = self.request_body(prompts, n=n, beam=beam, temperature=temperature, max_tokens=max_tokens, seed=seed)
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
-        try:
-            with self.opener(request, timeout=self.timeout) as response:
-                payload = json.loads(response.read().decode("utf-8"))
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            raise StemError(f"{self.url}: completion request failed ({err})\n"
-                            "  how to fix: check that `vllm serve` is running there and --vllm-model names its model") from None
-        return self.parse_response(payload, len(prompts), n)
-
-    @staticmethod
-    def parse_response(payload: dict[str, Any], n_prompts: int, n: int) -> list[list[str]]:
-        if "choices" not in payload:
-            raise StemError(f"completion endpoint answered without choices: {str(payload)[:200]}")
-        out: list[list[str]] = [[] for _ in range(n_prompts)]
-        for position, choice in enumerate(sorted(payload["choices"], key=lambda c: c.get("index", 0))):
-            index = choice.get("index", position)
-            if 0 <= index // n < n_prompts:
-                out[index // n].append(choice.get("text", ""))
-        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,10 +240,16 @@ class FewShotPool:
             template = template_of(schema, list(dict.fromkeys(constants)))
             self._keys.append(template.key if template else repr(e.triples))
         self._emb = None
+        self._picked: dict[str, list[FewShotExample]] = {}
         if self.encoder is not None and self.examples:
             texts = [mask_topics(e.question, [n for t in e.triples for n in (t[0], t[2]) if not is_placeholder(n)])[0]
                      for e in self.examples]
-            self._emb = self.encoder.encode(texts).astype(np.float32)
+            # templated training sets repeat wordings: one example per masked wording, encoded once
+            distinct, inverse = unique_texts(texts)
+            first = np.unique(inverse, return_index=True)[1]
+            self.examples = [self.examples[i] for i in first]
+            self._keys = [self._keys[i] for i in first]
+            self._emb = self.encoder.encode(distinct).astype(np.float32)
 
     def pick(self, questions: Sequence[Question]) -> list[list[FewShotExample]]:
         if not self.examples:
@@ -306,8 +263,15 @@ class FewShotPool:
                 if len(chosen) == self.k:
                     break
             return [list(chosen) for _ in questions]
-        texts = [mask_topics(q.text, topic_names(q, self.names))[0] for q in questions]
-        sims = self.encoder.encode(texts).astype(np.float32) @ self._emb.T
+        todo = [q for q in questions if q.qid not in self._picked]  # SGDA and SAGB ask for the same questions
+        if todo:
+            texts = [mask_topics(q.text, topic_names(q, self.names))[0] for q in todo]
+            sims = self.encoder.encode(texts).astype(np.float32) @ self._emb.T
+            for q, picked in zip(todo, self._nearest(sims), strict=True):
+                self._picked[q.qid] = picked
+        return [list(self._picked[q.qid]) for q in questions]
+
+    def _nearest(self, sims: np.ndarray) -> list[list[FewShotExample]]:
         out = []
         for row in sims:
             chosen, seen = [], set()
@@ -360,7 +324,15 @@ def schema_from_triples(triples: Sequence[tuple[str, str, str]], strategy: str, 
 
 @dataclasses.dataclass
 class VLLMPlanner:
-    """SGDA (P1, beam ``B``) + SAGB (P2, greedy) through an :class:`LLMBackend`; see the module docstring."""
+    """SGDA (P1, beam ``B``) + SAGB (P2, greedy) through an :class:`LLMBackend`; see the module docstring.
+
+    ``style`` picks the prompts: ``full`` (P1/P2, the paper's rules) or ``compact`` (short prompts a
+    135M-1B model can follow: :data:`~stem_jax.plan.prompts.P1_COMPACT`). ``constrained`` sends a GBNF
+    grammar with every compact-style request (the SGDA line format; SAGB triples over the KG's
+    relations), so the output parses by construction; the backend must accept ``grammar=``.
+    After :meth:`plan_batch`, :attr:`failures` holds, per question of that batch, why it got no
+    plan (``parse`` or ``ground``) or None.
+    """
 
     backend: LLMBackend
     relations: Sequence[str]
@@ -371,21 +343,47 @@ class VLLMPlanner:
     max_tokens: int = 256
     retry_temperature: float = 0.7
     seed: int = 0
+    style: str = "full"
+    constrained: bool = False
     name: str = "vllm"
     stats: Counter = dataclasses.field(default_factory=Counter)
+    failures: list[str | None] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.grounder is None:
             self.grounder = RelationGrounder(self.relations)
+        if self.style not in prompts.PROMPT_STYLES:
+            raise StemError(f"unknown prompt style {self.style!r}; choose one of {', '.join(prompts.PROMPT_STYLES)}")
+        if self.constrained and self.style != "compact":
+            raise StemError("constrained decoding uses the compact prompts' output format; set style='compact'")
+
+    def _generate(self, rendered: Sequence[str], grammar: str | None, **kwargs: Any) -> list[list[str]]:
+        if grammar is not None:
+            kwargs["grammar"] = grammar
+        outputs = self.backend.generate(rendered, **kwargs)
+        return [[prompts.cut_continuation(t) for t in outs] for outs in outputs]
+
+    def _render_p1(self, question: Question, shots: Sequence[FewShotExample]) -> str:
+        if self.style == "compact":
+            return prompts.render_p1_compact(question.text, shots)
+        return prompts.render_p1(question.text, shots)
+
+    def _render_p2(self, assertions: Sequence[str], shots: Sequence[FewShotExample]) -> str:
+        if self.style == "compact":
+            return prompts.render_p2_compact(assertions, self.relations, shots)
+        return prompts.render_p2(assertions, self.relations, shots)
 
     def decompose(self, questions: Sequence[Question]) -> list[list[Decomposition]]:
         """SGDA: ``B`` decompositions per question (one beam call, then retry rounds)."""
         shots = self.pool.pick(questions)
-        rendered = [prompts.render_p1(q.text, ex) for q, ex in zip(questions, shots, strict=True)]
-        outputs = self.backend.generate(rendered, n=self.beam, beam=self.beam > 1, max_tokens=self.max_tokens,
-                                        seed=self.seed)
+        rendered = [self._render_p1(q, ex) for q, ex in zip(questions, shots, strict=True)]
+        grammar = prompts.sgda_grammar() if self.constrained else None
+        outputs = self._generate(rendered, grammar, n=self.beam, beam=self.beam > 1, max_tokens=self.max_tokens,
+                                 seed=self.seed)
         self.stats["sgda_calls"] += 1
         parsed: list[list[Decomposition | None]] = [[prompts.parse_decomposition(t) for t in outs] for outs in outputs]
+        self.stats["sgda_outputs"] += sum(len(p) for p in parsed)
+        self.stats["sgda_first_try_unparseable"] += sum(d is None for p in parsed for d in p)
         for round_ in range(self.retries):
             todo = [(qi, bi) for qi, beams in enumerate(parsed) for bi, d in enumerate(beams)
                     if d is None or d.strategy is None]
@@ -393,9 +391,9 @@ class VLLMPlanner:
                 break
             self.stats["sgda_retry_rounds"] += 1
             self.stats["sgda_retried_beams"] += len(todo)
-            again = self.backend.generate([rendered[qi] for qi, _ in todo], n=1, beam=False,
-                                          temperature=self.retry_temperature, max_tokens=self.max_tokens,
-                                          seed=self.seed + 1 + round_)
+            again = self._generate([rendered[qi] for qi, _ in todo], grammar, n=1, beam=False,
+                                   temperature=self.retry_temperature, max_tokens=self.max_tokens,
+                                   seed=self.seed + 1 + round_)
             self.stats["sgda_calls"] += 1
             for (qi, bi), outs in zip(todo, again, strict=True):
                 fresh = prompts.parse_decomposition(outs[0]) if outs else None
@@ -421,38 +419,47 @@ class VLLMPlanner:
         """SAGB: one greedy P2 call over every (question, decomposition), then parse, retry, ground."""
         shots = self.pool.pick(questions)
         jobs = [(qi, d) for qi, ds in enumerate(decompositions) for d in ds]
-        rendered = [prompts.render_p2(d.assertions, self.relations, shots[qi]) for qi, d in jobs]
+        rendered = [self._render_p2(d.assertions, shots[qi]) for qi, d in jobs]
+        grammar = prompts.sagb_grammar(self.relations) if self.constrained else None
         triples: list[list[tuple[str, str, str]] | None] = [None] * len(jobs)
         if jobs:
-            outputs = self.backend.generate(rendered, n=1, beam=False, temperature=0.0, max_tokens=self.max_tokens)
+            outputs = self._generate(rendered, grammar, n=1, beam=False, temperature=0.0, max_tokens=self.max_tokens)
             self.stats["sagb_calls"] += 1
             triples = [prompts.parse_triples(o[0], self.relations) if o else None for o in outputs]
+            self.stats["sagb_outputs"] += len(jobs)
+            self.stats["sagb_first_try_unparseable"] += sum(t is None for t in triples)
         for round_ in range(self.retries):
             todo = [i for i, t in enumerate(triples) if t is None]
             if not todo:
                 break
             self.stats["sagb_retry_rounds"] += 1
-            again = self.backend.generate([rendered[i] for i in todo], n=1, beam=False,
-                                          temperature=self.retry_temperature, max_tokens=self.max_tokens,
-                                          seed=self.seed + 101 + round_)
+            again = self._generate([rendered[i] for i in todo], grammar, n=1, beam=False,
+                                   temperature=self.retry_temperature, max_tokens=self.max_tokens,
+                                   seed=self.seed + 101 + round_)
             self.stats["sagb_calls"] += 1
             for i, outs in zip(todo, again, strict=True):
                 triples[i] = prompts.parse_triples(outs[0], self.relations) if outs else None
         out: list[list[ScoredSchema]] = [[] for _ in questions]
+        reasons: list[Counter] = [Counter() for _ in questions]
         for (qi, d), found in zip(jobs, triples, strict=True):
             if found is None:
                 self.stats["beams_dropped_unparseable_triples"] += 1
+                reasons[qi]["parse"] += 1
                 continue
             schema = schema_from_triples(found, d.strategy or "Precision", self.grounder)
             if schema is None:
                 self.stats["beams_dropped_no_answer_placeholder"] += 1
+                reasons[qi]["ground"] += 1
                 continue
             if all(schema != s.schema for s in out[qi]):
                 out[qi].append(ScoredSchema(schema, 1.0))
+        self.failures = [None if beams else ("ground" if r["ground"] else "parse")
+                         for beams, r in zip(out, reasons, strict=True)]
         return out
 
     def plan_batch(self, questions: Sequence[Question]) -> list[list[ScoredSchema]]:
         if not questions:
+            self.failures = []
             return []
         beams = self.build(questions, self.decompose(questions))
         self.stats["questions"] += len(questions)
