@@ -4,37 +4,20 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from stem_jax.cli.args import cache_root, config_from_args, dataset_spec
+from stem_jax.cli.args import cache_root, config_from_args
+from stem_jax.cli.engine_args import default_run_folder, embed, load, open_engine
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
-from stem_jax.config import StemConfig, as_dict, config_fields
-from stem_jax.data.registry import load_dataset
+from stem_jax.config import as_dict, config_fields
 from stem_jax.data.types import Dataset
 from stem_jax.eval.metrics import MetricAccumulator, strict_metrics
-from stem_jax.kg.index import KGIndex, build_index
+from stem_jax.kg.index import KGIndex
 from stem_jax.kg.paths import follow_relation_path
 from stem_jax.kg.stats import question_subgraph_sizes
 from stem_jax.progress import progress
-
-
-def _load(args: argparse.Namespace, config: StemConfig) -> tuple[Dataset, KGIndex]:
-    start = time.perf_counter()
-    dataset = load_dataset(dataset_spec(args, config))
-    index = build_index(dataset.triples)
-    hops = Counter(q.hops for q in dataset.questions)
-    print(
-        f"{dataset.name}/{args.split}: {len(dataset.questions)} questions "
-        f"({', '.join(f'{h}-hop: {n}' for h, n in sorted(hops.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))}), "
-        f"{index.num_entities} entities, {index.num_relations} relations, {index.num_triples} triples "
-        f"[{time.perf_counter() - start:.1f}s]"
-    )
-    for line in dataset.skips.lines():
-        print(f"  {line}")
-    return dataset, index
 
 
 def _subgraph_table(report: dict) -> str:
@@ -74,7 +57,7 @@ def _upper_bound_table(summary: dict) -> str:
 
 def cmd_data_stats(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    dataset, index = _load(args, config)
+    dataset, index = load(args, config)
     degree = index.degree
     print(f"degree: mean {degree.mean():.1f}, p99 {np.percentile(degree, 99):.0f}, max {degree.max()} "
           f"({index.entities[int(degree.argmax())]!r}); hubs over hub_cap={config.subgraph.hub_cap}: "
@@ -97,30 +80,11 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _embed(args: argparse.Namespace, config: StemConfig, dataset: Dataset, index: KGIndex):
-    from stem_jax.encoder import get_encoder
-    from stem_jax.kg.embeddings import build_kg_embeddings, cache_folder
-
-    encoder = get_encoder(config.encoder)
-    folder = cache_folder(cache_root(args), dataset.name, index, encoder)
-    print(f"embedding cache: {folder}")
-    embeddings = build_kg_embeddings(
-        index, encoder, folder, chunk_rows=config.encoder.chunk_rows, names=dataset.entity_names,
-        rebuild=args.rebuild, progress=not args.no_progress,
-    )
-    rows = []
-    for kind, table in embeddings.tables().items():
-        rate = table.encoded_rows / table.build_seconds if table.build_seconds else 0.0
-        rows.append([kind, table.n, table.dim, table.encoded_rows, round(table.build_seconds, 1),
-                     round(rate, 1) if table.encoded_rows else "cached"])
-    return encoder, embeddings, rows
-
-
 def cmd_index(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    dataset, index = _load(args, config)
+    dataset, index = load(args, config)
     start = time.perf_counter()
-    encoder, _, rows = _embed(args, config, dataset, index)
+    encoder, _, rows = embed(args, config, dataset, index)
     print(markdown_table(["table", "rows", "dim", "encoded now", "seconds", "strings/s"], rows))
     truncated = getattr(encoder, "truncated", 0)
     if truncated:
@@ -151,8 +115,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     args.dataset = "demo"
     start = time.perf_counter()
-    dataset, index = _load(args, config)
-    encoder, embeddings, embed_rows = _embed(args, config, dataset, index)
+    dataset, index = load(args, config)
+    encoder, embeddings, embed_rows = embed(args, config, dataset, index)
     print("\nEncoder cache (all-MiniLM-L6-v2 in Flax, float16 in TensorStore zarr3):\n")
     print(markdown_table(["table", "rows", "dim", "encoded now", "seconds", "strings/s"], embed_rows))
     report = question_subgraph_sizes(dataset.questions, index, config.subgraph)
@@ -210,34 +174,66 @@ def _summary_table(summary: dict) -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Full-split evaluation with a planner, resumable, into --out."""
-    from stem_jax.cli.gnn import guidance_provider
-    from stem_jax.cli.planning import eval_planner
-    from stem_jax.eval.runner import Evaluator, evaluate
-
+    """Full-split evaluation with a retrieval method and a planner, resumable, into --out."""
     config = config_from_args(args)
     start = time.perf_counter()
-    dataset, index = _load(args, config)
-    encoder, embeddings, _ = _embed(args, config, dataset, index)
-    planner, planner_info = eval_planner(args, config, dataset, index, encoder)
-    out = args.out or Path("runs") / f"{dataset.name}-{args.split}-{args.planner}"
-    evaluator = Evaluator(dataset, index, embeddings, encoder, config,
-                          cache_dir=cache_root(args) / dataset.name / "schema-texts",
-                          guidance=guidance_provider(args, config, dataset, index, embeddings, encoder))
-    summary = evaluate(evaluator, dataset.questions, planner, out, show_progress=not args.no_progress)
+    engine = open_engine(args, config, method_options=method_options(args))
+    method = getattr(args, "method", "stem")
+    label = engine.planner_spec.label if method != "scr" else "scr"
+    out = args.out or default_run_folder(args, engine.dataset.name, label if method == "stem" else f"{method}-{label}")
+    summary = engine.evaluate(out, method=method)
     wall = time.perf_counter() - start
     table = _summary_table(summary)
-    print(f"\n{dataset.name}/{args.split}, planner {args.planner} (percent; F1/precision/recall are strict set "
-          "metrics over normalised entity names):\n")
+    print(f"\n{engine.dataset.name}/{args.split}, method {method}, planner {label} (percent; F1/precision/recall are "
+          "strict set metrics over normalised entity names):\n")
     print(table)
     if summary.get("plan_skips"):
         print(f"runs not traced: {summary['plan_skips']}")
     print(f"overflow (matches dropped by capacities) per hop: {summary['overflow_total']}")
-    payload = {"meta": run_metadata(), "dataset": dataset.name, "split": args.split, "planner": args.planner,
-               "planner_info": planner_info, "config": as_dict(config), "dataset_skips": dict(dataset.skips.counts), "wall_seconds": wall,
+    payload = {"meta": run_metadata(), "dataset": engine.dataset.name, "split": args.split, "method": method,
+               "planner": label, "planner_info": {**engine.planner_info, **summary.pop("planning", {})}, "config": as_dict(config),
+               "dataset_skips": dict(engine.dataset.skips.counts), "wall_seconds": wall,
                "compiles": _compile_counts(), **summary}
     paths = write_report(out, "metrics", payload, table)
     print(f"\nwrote {out / 'predictions.jsonl'}, {paths[0]} and {paths[1]}  [{wall:.1f}s]")
+    return 0
+
+
+def method_options(args: argparse.Namespace) -> dict[str, dict]:
+    """Per-method options from flags (checkpoints of learned methods)."""
+    options: dict[str, dict] = {}
+    if getattr(args, "scr_checkpoint", None) is not None:
+        options["scr"] = {"checkpoint": args.scr_checkpoint}
+    return options
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    """Answer one question (or several) with a loaded engine; print answers, evidence chains and timings."""
+    config = config_from_args(args)
+    engine = open_engine(args, config, method_options=method_options(args))
+    questions = list(args.question)
+    if args.warm:  # the first call compiles; time the second
+        engine.retrieve(questions, method=args.method)
+    answers = engine.retrieve(questions, method=args.method)
+    for answer in answers:
+        print(f"\nQ: {answer.question.text}")
+        if answer.topic_link:
+            link = answer.topic_link
+            print(f"topic: {', '.join(link['entities'])} (mention {', '.join(map(repr, link['mentions']))}, "
+                  f"{', '.join(link['match'])} match)")
+        plans = answer.record.get("plans")
+        if plans:
+            print("plans: " + " || ".join(plans[: args.top]))
+        if not answer.answers:
+            print("no answer found")
+        for rank, (name, score) in enumerate(answer.answers[: args.top], 1):
+            print(f"  {rank:2d}. {name}  ({score:.3f})")
+        if answer.chains:
+            print("evidence chains:")
+            for chain in answer.chains[: args.top]:
+                print(f"  {chain}")
+        timing = ", ".join(f"{k} {v:.1f}" for k, v in answer.stage_ms.items())
+        print(f"ms: {timing}")
     return 0
 
 
@@ -254,8 +250,8 @@ def cmd_bench_trace(args: argparse.Namespace) -> int:
     from stem_jax.plan.oracle import OraclePlanner
 
     config = config_from_args(args)
-    dataset, index = _load(args, config)
-    encoder, embeddings, _ = _embed(args, config, dataset, index)
+    dataset, index = load(args, config)
+    encoder, embeddings, _ = embed(args, config, dataset, index)
     stride = max(1, len(dataset.questions) // args.num_questions)  # evenly spread over the hops
     questions = dataset.questions[::stride][: args.num_questions]
     evaluator = Evaluator(dataset, index, embeddings, encoder, config,

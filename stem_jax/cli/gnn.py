@@ -16,7 +16,6 @@ from stem_jax.cli.args import cache_root, config_from_args
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import GNNConfig, StemConfig, as_dict
 from stem_jax.data.types import Dataset, Question
-from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex
 
 
@@ -46,31 +45,19 @@ def subset(questions: list[Question], per_hop: int | None) -> list[Question]:
 
 
 def example_factory(config: StemConfig, dataset: Dataset, index: KGIndex, embeddings, encoder):
-    from stem_jax.gnn.data import ExampleFactory
-    from stem_jax.gnn.features import SchemaFeaturizer
+    from stem_jax.engine import gnn_example_factory
 
-    featurizer = SchemaFeaturizer(index, embeddings, encoder, dataset.entity_names)
-    return ExampleFactory(index, featurizer, config.subgraph, dataset.entity_names)
+    return gnn_example_factory(config, dataset, index, embeddings, encoder)
 
 
 def guidance_provider(args: argparse.Namespace, config: StemConfig, dataset: Dataset, index: KGIndex, embeddings,
                       encoder, *, force: bool = False):
     """The evaluator's guidance provider for ``--guidance gnn`` (None for ``--guidance none``)."""
-    if not force and getattr(args, "guidance", "none") == "none":
-        return None
-    if args.gnn_checkpoint is None:
-        raise StemError("--guidance gnn needs --gnn-checkpoint RUN_FOLDER\n"
-                        f"  how to fix: train one with `stem-jax train-gnn --dataset {dataset.name} --out runs/gnn-"
-                        f"{dataset.name}` and pass --gnn-checkpoint runs/gnn-{dataset.name}")
-    from stem_jax.gnn.infer import load_checkpoint
-    from stem_jax.gnn.provider import GNNGuidance
+    from stem_jax.cli.engine_args import guidance_spec
+    from stem_jax.engine import build_guidance
 
-    spec, params, info = load_checkpoint(args.gnn_checkpoint)
-    print(f"Triple-GNN: {args.gnn_checkpoint} step {info['step']} (L={spec.layers}, d={spec.d_gnn}, "
-          f"params {info['params_sha']}); guidance K = |T|·{config.guidance.k_prime}")
-    return GNNGuidance(spec, params, info, example_factory(config, dataset, index, embeddings, encoder),
-                       k_prime=config.guidance.k_prime, width=config.engine.guidance,
-                       cache_dir=cache_root(args) / dataset.name / "gnn-guidance")
+    return build_guidance(guidance_spec(args, force=force), config, dataset, index, embeddings, encoder,
+                          cache_root=cache_root(args), log=print)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,7 +105,7 @@ def gnn_architecture(args: argparse.Namespace, config: StemConfig) -> GNNConfig:
 
 
 def cmd_train_gnn(args: argparse.Namespace) -> int:
-    from stem_jax.cli.commands import _embed, _load
+    from stem_jax.cli.engine_args import embed, load
     from stem_jax.gnn.data import question_examples, split_by_qid
     from stem_jax.gnn.model import ModelSpec
     from stem_jax.gnn.train import TrainConfig, stratified, train
@@ -127,8 +114,8 @@ def cmd_train_gnn(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     started = time.perf_counter()
-    dataset, index = _load(args, config)
-    encoder, embeddings, _ = _embed(args, config, dataset, index)
+    dataset, index = load(args, config)
+    encoder, embeddings, _ = embed(args, config, dataset, index)
     factory = example_factory(config, dataset, index, embeddings, encoder)
     train_q, val_q = split_by_qid(dataset.questions, args.val_percent)
     train_pairs, skipped = question_examples(factory, train_q, OraclePlanner().plan)
@@ -215,18 +202,18 @@ def ablation_table(results: dict[str, dict[str, Any]]) -> str:
 
 
 def cmd_ablate_guidance(args: argparse.Namespace) -> int:
-    from stem_jax.cli.commands import _embed, _load
+    from stem_jax.cli.engine_args import embed, load
     from stem_jax.cli.planning import eval_planner
     from stem_jax.eval.ablation import run_guidance_ablation
     from stem_jax.eval.runner import Evaluator
 
     config = config_from_args(args)
     started = time.perf_counter()
-    dataset, index = _load(args, config)
+    dataset, index = load(args, config)
     dataset.questions = subset(dataset.questions, args.subset)
     if args.subset is not None:
         print(f"stratified subset: {len(dataset.questions)} questions ({args.subset} per hop, lowest sha256(qid))")
-    encoder, embeddings, _ = _embed(args, config, dataset, index)
+    encoder, embeddings, _ = embed(args, config, dataset, index)
     planner, planner_info = eval_planner(args, config, dataset, index, encoder)
     provider = guidance_provider(args, config, dataset, index, embeddings, encoder, force=True)
     evaluator = Evaluator(dataset, index, embeddings, encoder, config,

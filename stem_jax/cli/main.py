@@ -13,6 +13,16 @@ from pathlib import Path
 from stem_jax.cli import commands, gnn, planning
 from stem_jax.cli.args import add_cache_flags, add_config_flags, add_dataset_flags
 from stem_jax.errors import StemError
+from stem_jax.methods import METHODS
+
+
+def add_method_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("retrieval method")
+    group.add_argument("--method", choices=tuple(METHODS), default="stem",
+                       help="stem (default), or a peer method: safe (schema-aware subgraph matching), "
+                       "scr (stepwise contrastive reasoning; needs --scr-checkpoint)")
+    group.add_argument("--scr-checkpoint", type=Path, default=None, help="run folder of `stem-jax train-scr`")
+
 
 EXAMPLES = """examples:
   stem-jax demo                                   # generated KG, offline, end to end
@@ -25,6 +35,8 @@ EXAMPLES = """examples:
   stem-jax train-gnn --dataset metaqa             # Triple-GNN for the guidance graph (resumable)
   stem-jax eval --dataset metaqa --guidance gnn --gnn-checkpoint runs/gnn-metaqa
   stem-jax ablate-guidance --dataset metaqa --gnn-checkpoint runs/gnn-metaqa  # Table 7/12 rows
+  stem-jax ask "what films did [Tom Hanks] star in" --dataset metaqa   # one question, loaded engine
+  stem-jax eval --dataset metaqa --method safe     # a peer method on the same data (stem, safe, scr)
   stem-jax config --tracer.lam=1.2                # show every option and its value
 """
 
@@ -71,8 +83,24 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_flags(evaluate)
     planning.add_planner_flags(evaluate, plans=True)
     gnn.add_guidance_flags(evaluate)
+    add_method_flags(evaluate)
     evaluate.add_argument("--out", type=Path, default=None, help="run folder (default runs/<dataset>-<split>-<planner>)")
     evaluate.set_defaults(func=commands.cmd_eval)
+
+    ask = sub.add_parser("ask", help="answer a question with a loaded engine (answers, evidence chains, timing)",
+                         description="Load the dataset's KG, caches and planner once and answer the given question(s). "
+                         "Name the topic entity in [brackets], or leave them out and the entity linker finds it "
+                         "(exact, case-insensitive, then fuzzy match of the question's n-grams against entity names).")
+    ask.add_argument("question", nargs="+", help="question text, e.g. 'what films did [Tom Hanks] star in'")
+    add_dataset_flags(ask)
+    add_cache_flags(ask)
+    add_config_flags(ask)
+    planning.add_planner_flags(ask, default="pattern")
+    gnn.add_guidance_flags(ask)
+    add_method_flags(ask)
+    ask.add_argument("--top", type=int, default=10, help="answers and chains to print (default 10)")
+    ask.add_argument("--warm", action="store_true", help="answer once to compile, then time a second call")
+    ask.set_defaults(func=commands.cmd_ask)
     planning.add_train_planner_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
     planning.add_plan_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
     gnn.add_train_gnn_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)

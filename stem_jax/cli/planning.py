@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -17,18 +16,15 @@ import numpy as np
 from stem_jax.cli.args import cache_root, config_from_args
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import StemConfig, as_dict
-from stem_jax.data.registry import load_dataset
-from stem_jax.data.types import Dataset, Question
-from stem_jax.errors import StemError
+from stem_jax.data.types import Dataset
 from stem_jax.kg.index import KGIndex
+from stem_jax.plan.factory import PLANNERS
 
-PLANNERS = ("oracle", "pattern", "vllm")
 
-
-def add_planner_flags(parser: argparse.ArgumentParser, *, plans: bool = False) -> None:
+def add_planner_flags(parser: argparse.ArgumentParser, *, plans: bool = False, default: str = "oracle") -> None:
     """``--planner`` and what each planner needs (trained weights, a vLLM model or server)."""
     group = parser.add_argument_group("planner")
-    group.add_argument("--planner", choices=PLANNERS, default="oracle",
+    group.add_argument("--planner", choices=PLANNERS, default=default,
                        help="oracle (gold paths), pattern (learned, CPU; train with `stem-jax train-planner`) or "
                        "vllm (LLM SGDA+SAGB); beam and min_prob: --planner.beam, --planner.min_prob")
     group.add_argument("--planner-path", type=Path, default=None,
@@ -47,98 +43,33 @@ def add_planner_flags(parser: argparse.ArgumentParser, *, plans: bool = False) -
 
 
 def default_planner_path(args: argparse.Namespace, config: StemConfig, dataset_name: str) -> Path:
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", config.encoder.name)
-    return cache_root(args) / dataset_name / "planners" / f"pattern-{slug}"
+    from stem_jax.plan.factory import default_planner_path as library_default
 
-
-def training_questions(args: argparse.Namespace, config: StemConfig, dataset: Dataset) -> list[Question]:
-    """The training split's questions (MetaQA: dev, whose qids hash-split into train/val)."""
-    from stem_jax.cli.args import dataset_spec
-
-    split = args.train_split or ("dev" if dataset.name == "metaqa" else "train")
-    spec = dataclasses.replace(dataset_spec(args, config), split=split, limit=None, questions=None, qtypes=None)
-    return load_dataset(spec).questions
-
-
-def _encoder(config: StemConfig):
-    from stem_jax.encoder import get_encoder
-
-    return get_encoder(config.encoder)
+    return library_default(cache_root(args), config, dataset_name)
 
 
 def make_planner(args: argparse.Namespace, config: StemConfig, dataset: Dataset, index: KGIndex, encoder=None):
     """The :class:`~stem_jax.plan.base.BatchPlanner` that ``--planner`` names, and a JSON-able description."""
-    from stem_jax.plan.base import SingleQuestionPlanner
-    from stem_jax.plan.oracle import OraclePlanner
+    from stem_jax.cli.args import dataset_spec
+    from stem_jax.cli.engine_args import planner_spec
+    from stem_jax.plan.factory import build_planner
 
-    names = dataset.entity_names
-    if args.planner == "oracle":
-        return SingleQuestionPlanner(OraclePlanner().plan, "oracle", index), {"planner": "oracle"}
-    if args.planner == "pattern":
-        from stem_jax.plan.pattern import PatternPlanner
-
-        path = args.planner_path or default_planner_path(args, config, dataset.name)
-        planner = PatternPlanner.load(path, encoder=encoder or _encoder(config), method=args.pattern_method,
-                                      beam=config.planner.beam, min_prob=config.planner.min_prob, names=names,
-                                      index=index)
-        planner.name = f"pattern-{args.pattern_method}"
-        return planner, {"planner": "pattern", "path": str(path), "method": args.pattern_method,
-                         "beam": config.planner.beam, "min_prob": config.planner.min_prob,
-                         "templates": len(planner.templates)}
-    if args.planner == "vllm":
-        from stem_jax.kg.index import relation_text
-        from stem_jax.plan.pattern import hash_split
-        from stem_jax.plan.vllm import (
-            FewShotPool,
-            OpenAIBackend,
-            RelationGrounder,
-            VLLMBackend,
-            VLLMPlanner,
-            examples_from_training,
-        )
-
-        if not args.vllm_model:
-            raise StemError("--planner vllm needs --vllm-model (and --vllm-url for a remote `vllm serve`)")
-        backend = OpenAIBackend(args.vllm_url, args.vllm_model) if args.vllm_url else VLLMBackend(args.vllm_model)
-        encoder = encoder or _encoder(config)
-        train, _ = hash_split(training_questions(args, config, dataset))
-        pool = FewShotPool(examples_from_training(train, names), encoder=encoder, names=names)
-        relation_emb = encoder.encode([relation_text(r) for r in index.relations])
-        grounder = RelationGrounder(index.relations, encoder, relation_emb)
-        planner = VLLMPlanner(backend, index.relations, pool, grounder, beam=config.planner.beam,
-                              retries=config.planner.retries)
-        return planner, {"planner": "vllm", "model": args.vllm_model, "url": args.vllm_url,
-                         "beam": config.planner.beam, "retries": config.planner.retries}
-    raise StemError(f"unknown planner {args.planner!r}; choose one of {', '.join(PLANNERS)}")
+    return build_planner(planner_spec(args), config, dataset, index, cache_root=cache_root(args),
+                         dataset_spec=dataset_spec(args, config), encoder=encoder)
 
 
 def eval_planner(args: argparse.Namespace, config: StemConfig, dataset: Dataset, index: KGIndex, encoder=None):
-    """The evaluator's per-question planner for ``stem-jax eval``, plus planning statistics.
-
-    With ``--plans`` the schema graphs come from a plan store; otherwise the chosen planner plans
-    every question once, in batches, before tracing, and its questions/s is reported.
-    """
-    from stem_jax.plan.base import precomputed_planner
-    from stem_jax.plan.store import PlanStore
+    """The evaluator's per-question planner (a plan store with ``--plans``, else the planner run once over
+    the split in batches), plus planning statistics."""
+    from stem_jax.plan.factory import open_plan_store, planned
 
     if getattr(args, "plans", None):
-        store = PlanStore.open(args.plans)
-        store.check_index(index)
-        manifest = store.manifest
-        rate = manifest["planned_questions"] / manifest["plan_seconds"] if manifest["plan_seconds"] else None
+        plan, info = open_plan_store(args.plans, index)
         args.planner = f"plans-{Path(args.plans).name}"  # names the run folder and the printed table
-        return store.as_planner(), {"planner": manifest["planner"], "plans": str(args.plans),
-                                    "plan_questions_per_second_when_stored": rate}
+        return plan, info
     planner, info = make_planner(args, config, dataset, index, encoder)
-    began = time.perf_counter()
-    plan, beams = precomputed_planner(planner, dataset.questions)
-    seconds = time.perf_counter() - began
-    info.update({"plan_seconds": seconds, "plan_questions_per_second": len(dataset.questions) / max(seconds, 1e-9),
-                 "mean_beams": float(np.mean([len(b) for b in beams.values()])) if beams else 0.0})
-    if hasattr(planner, "stats"):
-        info["stats"] = dict(planner.stats)
-    print(f"planned {len(dataset.questions)} questions with {getattr(planner, 'name', args.planner)} in {seconds:.1f}s "
-          f"({info['plan_questions_per_second']:.0f} questions/s, {info['mean_beams']:.2f} beams each)")
+    plan, _, stats = planned(planner, dataset.questions, log=print, label=args.planner)
+    info.update(stats)
     return plan, info
 
 
@@ -164,15 +95,18 @@ def _report_table(report: dict[str, Any]) -> str:
 
 def cmd_train_planner(args: argparse.Namespace) -> int:
     """Train the pattern planner on the training split's oracle plans; save it; print validation accuracy."""
-    from stem_jax.cli.commands import _load
+    from stem_jax.cli.engine_args import load
+    from stem_jax.plan.factory import training_split
     from stem_jax.plan.pattern import TrainConfig, hash_split, train_pattern_planner
 
     config = config_from_args(args)
     if args.split is None:
-        args.split = args.train_split or ("dev" if args.dataset == "metaqa" else "train")
-    dataset, _ = _load(args, config)
+        args.split = training_split(args.dataset, args.train_split)
+    dataset, _ = load(args, config)
     train, val = hash_split(dataset.questions, args.val_fraction)
-    encoder = _encoder(config)
+    from stem_jax.encoder import get_encoder
+
+    encoder = get_encoder(config.encoder)
     train_config = TrainConfig(seed=config.seed)
     if args.epochs is not None:
         train_config = dataclasses.replace(train_config, epochs=args.epochs)
@@ -200,12 +134,12 @@ def cmd_train_planner(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Plan a split into a TensorStore plan store (resumable, chunk by chunk)."""
-    from stem_jax.cli.commands import _load
+    from stem_jax.cli.engine_args import load
     from stem_jax.plan.store import write_plan_store
     from stem_jax.progress import progress
 
     config = config_from_args(args)
-    dataset, index = _load(args, config)
+    dataset, index = load(args, config)
     planner, info = make_planner(args, config, dataset, index)
     suffix = f"-limit{args.limit}" if args.limit else ""
     name = info["planner"] + (f"-{info['method']}" if "method" in info else "")

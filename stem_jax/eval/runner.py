@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
+import unicodedata
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from stem_jax.answer.rank import QuestionAnswers
+from stem_jax.answer.rank import RANKINGS, QuestionAnswers, answer_depth
 from stem_jax.config import StemConfig
 from stem_jax.data.types import Dataset, Question
 from stem_jax.encoder.base import TextEncoder
@@ -33,8 +33,17 @@ from stem_jax.kg.embeddings import KGEmbeddings
 from stem_jax.kg.index import KGIndex
 from stem_jax.plan.oracle import gold_path_triples
 from stem_jax.plan.schema import GroundedPlan, SchemaGraph, ground, match_anchor
-from stem_jax.progress import progress
-from stem_jax.trace.tracer import Hyper, KGArrays, TraceBatch, TracerShapes, anchor_batch, trace_batch
+from stem_jax.trace.tracer import (
+    EXACT,
+    FOLDED,
+    Hyper,
+    KGArrays,
+    TraceBatch,
+    TracerShapes,
+    anchor_batch,
+    capacity_ladder,
+    trace_batch,
+)
 
 STEP_BUCKETS = (1, 2, 4, 8, 16)
 MAX_EVIDENCE_LISTED = 256
@@ -46,8 +55,12 @@ Planner = Callable[[Question, KGIndex], list[SchemaGraph]]
 class Run:
     question: int  # index into the chunk
     plan: GroundedPlan
-    anchor_entity: int  # KG id of the question entity the run starts from
+    anchor_entity: int  # KG id of the question entity the run starts from (-1: only its name is known)
     guidance: np.ndarray | None = None  # int32 guidance entity ids (set by a guidance provider)
+    beam: int = 0  # position of the run's schema graph in the planner's beam
+    beam_prob: float = 1.0  # the planner's probability for that schema graph (1.0 when it gives none)
+    mention: str = ""  # the topic's name as the question writes it
+    named: tuple[tuple[int, int], ...] = ()  # (KG id, level) the question names: EXACT id, FOLDED name twins
 
 
 def steps_bucket(n_steps: int) -> int:
@@ -74,6 +87,33 @@ def read_finished(path: Path) -> dict[str, dict]:
     return records
 
 
+PAPER_ENGINE = {"relation_bonus": False, "exact_anchor": False, "exclude_topic": False, "rank": "max",
+                "answer_cut": 0.0, "strategy": "planner"}
+PRESETS = ("default", "paper")
+STRATEGY_MODES = ("planner", "breadth")
+
+
+def effective_engine(config: StemConfig):
+    """The engine settings a run uses: ``engine.preset=paper`` restores the paper-literal behaviour
+    (no relation bonus, cosine-only anchoring, topic kept, best-score ranking, no answer cut)."""
+    engine = config.engine
+    if engine.preset not in PRESETS:
+        raise StemError(f"--engine.preset={engine.preset!r}: use one of {', '.join(PRESETS)}")
+    if engine.rank not in RANKINGS:
+        raise StemError(f"--engine.rank={engine.rank!r}: use one of {', '.join(RANKINGS)}")
+    if engine.strategy not in STRATEGY_MODES:
+        raise StemError(f"--engine.strategy={engine.strategy!r}: use one of {', '.join(STRATEGY_MODES)}")
+    if engine.preset == "paper":
+        engine = dataclasses.replace(engine, **PAPER_ENGINE)
+    return engine
+
+
+def fold_name(name: str) -> str:
+    """Case- and accent-insensitive form of an entity name (what an uncased encoder cannot tell apart)."""
+    decomposed = unicodedata.normalize("NFKD", name)
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold().strip()
+
+
 class Evaluator:
     """Holds the device-side KG and compiled tracers for one dataset; evaluates questions."""
 
@@ -87,6 +127,7 @@ class Evaluator:
         self.embeddings = embeddings
         self.encoder = encoder
         self.config = config
+        self.engine = effective_engine(config)
         self.cache_dir = cache_dir
         self.names = dataset.entity_names or {}
         self.kg = KGArrays.from_index(index, embeddings.triples.array)
@@ -99,36 +140,73 @@ class Evaluator:
             False: TracerShapes(frontier=engine.frontier, node_matches=node_matches, window=engine.window,
                                 guidance=engine.guidance),
         }
+        # Breadth runs that overflow are re-traced one bucket up (2x frontier and per-node matches),
+        # in batches halved per bucket so the padded work per batch stays about the same.
+        self.ladder = capacity_ladder(self.shapes[False], max(engine.max_frontier, engine.frontier))
+        self.capacity_runs: dict[int, int] = defaultdict(int)  # final frontier bucket -> Breadth runs
         self.batch = {True: engine.batch_precision, False: engine.batch_breadth}
         self.hyper = Hyper(jnp.float32(config.tracer.tau), jnp.float32(config.tracer.theta))
         self.text_rows: dict[str, int] = {}
         self.text_emb: np.ndarray | None = None
+        self._folded: dict[str, list[int]] | None = None
 
     def display(self, entity: str) -> str:
         return self.names.get(entity, entity)
 
     # ----- planning and text embeddings -------------------------------------------------------
     def plan_all(self, questions: Sequence[Question], planner: Planner) -> tuple[list[list[Run]], dict[str, int]]:
-        """Runs per question, and counts of questions/plans that produced none (with reasons)."""
+        """Runs per question, and counts of questions/plans that produced none (with reasons).
+
+        ``planner`` returns schema graphs in beam order, either plain :class:`SchemaGraph` or
+        :class:`~stem_jax.plan.base.ScoredSchema` (whose probability the beam ranking uses); a
+        planner callable with a ``beams`` dict (qid -> scored beam) supplies the scores too.
+        """
         runs: list[list[Run]] = []
         skipped: dict[str, int] = defaultdict(int)
+        scored_beams = getattr(planner, "beams", None)
         for qi, question in enumerate(questions):
             mine = []
-            schemas = planner(question, self.index)
-            if not schemas:
+            entries = planner(question, self.index)
+            if isinstance(scored_beams, dict) and question.qid in scored_beams:
+                entries = scored_beams[question.qid]
+            if not entries:
                 skipped["no plan"] += 1
-            for schema in schemas:
+            for beam, entry in enumerate(entries):
+                schema = getattr(entry, "schema", entry)
+                prob = float(getattr(entry, "score", 1.0 / (beam + 1)))
                 for topic in question.topic_entities:
-                    if topic not in self.index.entity_ids:
+                    anchor, named = self._named_entities(topic)
+                    if anchor < 0 and not named:
                         skipped["topic entity not in KG"] += 1
                         continue
                     anchor_name = match_anchor(schema, self.display(topic))
                     if anchor_name is None:
                         skipped["no schema node matches the topic entity"] += 1
                         continue
-                    mine.append(Run(qi, ground(schema, anchor_name, self.index), self.index.entity_ids[topic]))
+                    mine.append(Run(qi, ground(schema, anchor_name, self.index), anchor, beam=beam, beam_prob=prob,
+                                    mention=self.display(topic), named=named))
             runs.append(mine)
         return runs, dict(skipped)
+
+    def _named_entities(self, topic: str) -> tuple[int, tuple[tuple[int, int], ...]]:
+        """(exact KG id or -1, named anchor candidates) for a topic entity the question names.
+
+        With ``engine.exact_anchor`` the topic's own id is the EXACT candidate; without an id, KG
+        entities whose name equals the topic's up to case and accents are FOLDED candidates.
+        """
+        exact = self.index.entity_ids.get(topic, -1)
+        if not self.engine.exact_anchor:
+            return exact, ()
+        if exact >= 0:
+            return exact, ((exact, EXACT),)
+        if self._folded is None:
+            self._folded = defaultdict(list)
+            for i, entity in enumerate(self.index.entities):
+                self._folded[fold_name(self.display(entity))].append(i)
+        twins = self._folded.get(fold_name(self.display(topic)), [])
+        return -1, tuple((i, FOLDED) for i in twins[: self.NAMED_WIDTH - 1])
+
+    NAMED_WIDTH = 4  # named anchor candidates per run on device
 
     def embed_texts(self, texts: Sequence[str], show_progress: bool) -> None:
         """Embed schema-triple texts once; cached on disk (resumable) when a cache dir is set."""
@@ -144,31 +222,53 @@ class Evaluator:
         self.text_emb = np.asarray(matrix, dtype=np.float32)
 
     # ----- tracing ----------------------------------------------------------------------------
+    def _precision(self, run: Run) -> bool:
+        return run.plan.schema.strategy == "Precision" and self.engine.strategy == "planner"
+
     def trace_runs(self, runs: Sequence[Run]) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
-        """Anchor and trace ``runs``; returns per-run host arrays and stage seconds."""
+        """Anchor and trace ``runs``; returns per-run host arrays and stage seconds.
+
+        Breadth runs whose capacities overflowed are traced again one capacity bucket up, until
+        they fit or the largest bucket (``engine.max_frontier``) is reached; each output's
+        ``capacity`` says which frontier bucket it came from.
+        """
         timings = {"anchor": 0.0, "trace": 0.0}
         outputs: list[dict[str, np.ndarray] | None] = [None] * len(runs)
         if not runs:
             return [], timings
         guidance = self._guidance_rows(runs)
-        anchors, anchor_scores = self._anchor([r.anchor_entity for r in runs], guidance, timings)
+        anchors, anchor_scores = self._anchor(runs, guidance, timings)
         groups: dict[tuple[bool, int], list[int]] = defaultdict(list)
         for i, run in enumerate(runs):
-            precision = run.plan.schema.strategy == "Precision"
-            groups[(precision, steps_bucket(max(run.plan.num_steps, 1)))].append(i)
+            groups[(self._precision(run), steps_bucket(max(run.plan.num_steps, 1)))].append(i)
         for (precision, bucket), members in sorted(groups.items()):
-            size = self.batch[precision]
-            for start in range(0, len(members), size):
-                chunk = members[start : start + size]
-                batch = self._batch([runs[i] for i in chunk], anchors[chunk], anchor_scores[chunk], size, bucket,
-                                    guidance[chunk])
-                began = time.perf_counter()
-                out = trace_batch(self.kg, batch, self.hyper, shapes=self.shapes[precision], precision=precision,
-                                  relation_bonus=self.config.engine.relation_bonus)
-                host = jax.device_get(out)  # the batch's single device->host transfer
-                timings["trace"] += time.perf_counter() - began
-                for row, i in enumerate(chunk):
-                    outputs[i] = {k: getattr(host, k)[row] for k in ("nodes", "scores", "via", "parents", "overflow")}
+            ladder = [self.shapes[True]] if precision else self.ladder
+            for level, shapes in enumerate(ladder):
+                size = max(self.batch[precision] >> level, 4)
+                retry = []
+                for start in range(0, len(members), size):
+                    chunk = members[start : start + size]
+                    batch = self._batch([runs[i] for i in chunk], anchors[chunk], anchor_scores[chunk], size, bucket,
+                                        guidance[chunk])
+                    began = time.perf_counter()
+                    out = trace_batch(self.kg, batch, self.hyper, shapes=shapes, precision=precision,
+                                      relation_bonus=self.engine.relation_bonus)
+                    host = jax.device_get(out)  # the batch's single device->host transfer
+                    timings["trace"] += time.perf_counter() - began
+                    for row, i in enumerate(chunk):
+                        outputs[i] = {k: getattr(host, k)[row] for k in ("nodes", "scores", "via", "parents", "overflow")}
+                        outputs[i]["capacity"] = shapes.frontier
+                        if host.overflow[row] > 0:
+                            retry.append(i)
+                if not retry or level + 1 == len(ladder):
+                    if not precision:
+                        for i in members:
+                            self.capacity_runs[int(outputs[i]["capacity"])] += 1
+                    break
+                done = set(members) - set(retry)
+                for i in done:
+                    self.capacity_runs[int(outputs[i]["capacity"])] += 1
+                members = retry
         return outputs, timings
 
     def _guidance_rows(self, runs: Sequence[Run]) -> np.ndarray:
@@ -184,21 +284,40 @@ class Evaluator:
             rows[i, : len(run.guidance)] = run.guidance
         return rows
 
-    def _anchor(self, entities: list[int], guidance_rows: np.ndarray, timings: dict[str, float]):
+    def _anchor(self, runs: Sequence[Run] | list[int], guidance_rows: np.ndarray, timings: dict[str, float]):
+        """Anchor every run (eqs. 8-11, 15); named topic entities first (see :func:`anchor_batch`).
+
+        Accepts runs, or (older callers) a list of KG ids, anchored from their own embeddings."""
+        if runs and not isinstance(runs[0], Run):
+            runs = [Run(0, None, int(e), named=((int(e), EXACT),) if self.engine.exact_anchor else ())  # type: ignore[arg-type]
+                    for e in runs]
         size = self.batch[True]
         guidance_width = guidance_rows.shape[1]
-        anchors = np.zeros(len(entities), np.int32)
-        scores = np.zeros(len(entities), np.float32)
+        anchors = np.zeros(len(runs), np.int32)
+        scores = np.zeros(len(runs), np.float32)
         began = time.perf_counter()
-        for start in range(0, len(entities), size):
+        unknown = sorted({r.mention for r in runs if r.anchor_entity < 0})
+        mention_rows = {}
+        if unknown:  # topics known only by name: the encoder embeds the mention text (eq. 8)
+            matrix = np.asarray(self.encoder.encode(unknown), dtype=np.float32)
+            mention_rows = dict(zip(unknown, matrix, strict=True))
+        for start in range(0, len(runs), size):
+            part = runs[start : start + size]
             ids = np.zeros(size, np.int64)
-            part = entities[start : start + size]
-            ids[: len(part)] = part
-            mentions = self.entity_emb[jnp.asarray(ids)].astype(jnp.float32)
+            ids[: len(part)] = [max(r.anchor_entity, 0) for r in part]
+            mentions = np.array(self.entity_emb[jnp.asarray(ids)], dtype=np.float32)  # writable copy
+            named = np.full((size, self.NAMED_WIDTH), -1, np.int32)
+            level = np.zeros((size, self.NAMED_WIDTH), np.int32)
+            for row, run in enumerate(part):
+                if run.anchor_entity < 0:
+                    mentions[row] = mention_rows[run.mention]
+                for col, (entity, lvl) in enumerate(run.named[: self.NAMED_WIDTH]):
+                    named[row, col], level[row, col] = entity, lvl
             guidance = np.full((size, guidance_width), -1, np.int32)
             guidance[: len(part)] = guidance_rows[start : start + len(part)]
-            a, s = jax.device_get(anchor_batch(self.entity_emb, mentions, guidance, jnp.float32(self.config.tracer.lam),
-                                               top_n=self.config.tracer.top_n))
+            a, s = jax.device_get(anchor_batch(self.entity_emb, jnp.asarray(mentions), guidance,
+                                               jnp.float32(self.config.tracer.lam), jnp.asarray(named),
+                                               jnp.asarray(level), top_n=self.config.tracer.top_n))
             anchors[start : start + len(part)] = a[: len(part)]
             scores[start : start + len(part)] = s[: len(part)]
         timings["anchor"] += time.perf_counter() - began
@@ -227,10 +346,15 @@ class Evaluator:
 
     # ----- records ----------------------------------------------------------------------------
     def record(self, question: Question, runs: Sequence[Run], outputs: Sequence[dict], stage_ms: dict[str, float]) -> dict:
+        engine = self.engine
+        exclude = ({self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids}
+                   if engine.exclude_topic else set())
         answers = QuestionAnswers()
         for run, out in zip(runs, outputs, strict=True):
-            answers.add_run(out["nodes"], out["scores"], out["via"], run.plan.answer_slot, int(out["overflow"]))
-        ranked = answers.ranked()
+            answers.add_run(out["nodes"], out["scores"], out["via"], run.plan.answer_slot, int(out["overflow"]),
+                            beam=run.beam, beam_prob=run.beam_prob,
+                            depth=answer_depth(run.plan.steps, run.plan.answer_slot), exclude=exclude)
+        ranked = answers.ranked(engine.rank, engine.answer_cut)
         evidence = self.index.triple_strings(sorted(answers.evidence))
         gold = gold_path_triples(question, self.index)
         display_evidence = [(self.display(h), r, self.display(t)) for h, r, t in evidence]
@@ -248,6 +372,7 @@ class Evaluator:
             "coverage": coverage_rate(gold, evidence, undirected=False) if gold else None,
             "gold_path_triples": len(gold),
             "overflow": answers.overflow,
+            "capacity": max((int(o.get("capacity", 0)) for o in outputs), default=0),
             "runs": len(runs),
             "ms": {k: round(v, 3) for k, v in stage_ms.items()},
         }
@@ -262,66 +387,16 @@ def evaluate(
     show_progress: bool = True,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Evaluate ``questions`` into ``out_dir`` (resumable), then score predictions.jsonl."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    predictions = out_dir / "predictions.jsonl"
-    finished = read_finished(predictions)
-    wanted = {q.qid for q in questions}
-    todo = [q for q in questions if q.qid not in finished]
-    if finished:
-        log(f"resuming: {len(wanted & set(finished))} of {len(questions)} questions already in {predictions}")
+    """Evaluate ``questions`` with STEM into ``out_dir`` (resumable), then score predictions.jsonl.
 
-    began = time.perf_counter()
-    all_runs, skipped = evaluator.plan_all(questions, planner)  # all questions: a stable text cache key
-    plan_seconds = time.perf_counter() - began
-    texts = [t for runs in all_runs for run in runs for t in run.plan.step_texts()]
-    began = time.perf_counter()
-    evaluator.embed_texts(texts, show_progress)
-    encode_seconds = time.perf_counter() - began
-    guidance_stats = None
-    if evaluator.guidance is not None:
-        guidance_stats = evaluator.guidance.attach(questions, all_runs, show_progress=show_progress)
-    runs_of = {q.qid: runs for q, runs in zip(questions, all_runs, strict=True)}
+    Kept for callers that hold an :class:`Evaluator` (ablations); :class:`stem_jax.engine.Engine`
+    and the CLI go through :func:`stem_jax.eval.loop.evaluate_method` for every method."""
+    from stem_jax.eval.loop import evaluate_method
+    from stem_jax.methods.stem import StemMethod
 
-    chunk_size = evaluator.config.engine.chunk_questions
-    stage_totals = defaultdict(float)
-    with progress(len(questions), "eval", "q", enabled=show_progress, initial=len(questions) - len(todo)) as bar, \
-            predictions.open("a", encoding="utf-8") as sink:
-        for start in range(0, len(todo), chunk_size):
-            chunk = todo[start : start + chunk_size]
-            chunk_runs = [run for q in chunk for run in runs_of[q.qid]]
-            owners = [qi for qi, q in enumerate(chunk) for _ in runs_of[q.qid]]
-            outputs, timings = evaluator.trace_runs(chunk_runs)
-            per_question_ms = {
-                "plan": 1000 * plan_seconds / len(questions),
-                "encode": 1000 * encode_seconds / len(questions),
-                "anchor": 1000 * timings["anchor"] / max(len(chunk), 1),
-                "trace": 1000 * timings["trace"] / max(len(chunk), 1),
-            }
-            began = time.perf_counter()
-            grouped: dict[int, list[int]] = defaultdict(list)
-            for i, qi in enumerate(owners):
-                grouped[qi].append(i)
-            lines = []
-            for qi, question in enumerate(chunk):
-                members = grouped.get(qi, [])
-                record = evaluator.record(question, [chunk_runs[i] for i in members], [outputs[i] for i in members],
-                                          per_question_ms)
-                lines.append(json.dumps(record, ensure_ascii=False))
-            answer_ms = 1000 * (time.perf_counter() - began) / max(len(chunk), 1)
-            for key, value in per_question_ms.items():
-                stage_totals[key] += value * len(chunk)
-            stage_totals["answer"] += answer_ms * len(chunk)
-            sink.write("\n".join(lines) + "\n")
-            sink.flush()
-            os.fsync(sink.fileno())
-            bar.update(len(chunk))
-    summary = score_predictions(predictions, wanted)
-    summary["plan_skips"] = skipped
-    if guidance_stats is not None:
-        summary["guidance"] = guidance_stats
-    summary["stage_ms_total_this_run"] = dict(stage_totals)
-    return summary
+    method = StemMethod.from_evaluator(evaluator, planner)
+    return evaluate_method(method, questions, out_dir, chunk_size=evaluator.config.engine.chunk_questions,
+                           show_progress=show_progress, log=log)
 
 
 def score_predictions(path: Path, qids: set[str] | None = None) -> dict[str, Any]:

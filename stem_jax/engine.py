@@ -1,0 +1,333 @@
+"""The library API: open a dataset or KG once, then retrieve, evaluate or ask.
+
+    from stem_jax import Engine
+
+    engine = Engine.open("metaqa", planner="pattern")          # index, embeddings, encoder, planner
+    answer = engine.ask("what films did [Michelle Trachtenberg] star in")
+    print(answer.answers[:5], answer.chains[:3], answer.stage_ms)
+
+:class:`Engine` owns every loaded resource (KG index, TensorStore embedding tables, the encoder,
+the planner, the optional Triple-GNN guidance provider and, per retrieval method, the compiled
+tracers), so a second question costs only its own planning, anchoring and tracing. The CLI turns
+flags into a :class:`~stem_jax.config.StemConfig`, a :class:`~stem_jax.data.registry.DatasetSpec`,
+a :class:`~stem_jax.plan.factory.PlannerSpec` and a :class:`GuidanceSpec`, and calls this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from stem_jax.config import StemConfig, default_cache_dir
+from stem_jax.data.registry import DatasetSpec, load_dataset
+from stem_jax.data.types import Dataset, Question
+from stem_jax.errors import StemError
+from stem_jax.kg.index import KGIndex, build_index
+from stem_jax.methods import MethodContext, RetrievalMethod, build_method
+from stem_jax.plan.factory import PlannerSpec, build_planner, open_plan_store
+
+Log = Callable[[str], None]
+_BRACKET = re.compile(r"\[([^\[\]]+)\]")
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class GuidanceSpec:
+    """The global guidance graph: ``none``, or ``gnn`` with a ``train-gnn`` run folder."""
+
+    kind: str = "none"
+    checkpoint: Path | None = None
+
+
+@dataclasses.dataclass
+class Answer:
+    """One question's retrieval, readable: ranked answers, evidence, chains and timings."""
+
+    question: Question
+    answers: list[tuple[str, float]]
+    evidence: list[tuple[str, str, str]]
+    chains: list[str]
+    stage_ms: dict[str, float]
+    record: dict[str, Any]
+    topic_link: dict[str, Any] | None = None  # how the topic entity was found (``ask`` without an id)
+
+    @property
+    def best(self) -> str | None:
+        return self.answers[0][0] if self.answers else None
+
+
+def load_kg(spec: DatasetSpec, *, log: Log = _quiet) -> tuple[Dataset, KGIndex]:
+    """Load a dataset and build its integer KG index, logging counts and skips."""
+    start = time.perf_counter()
+    dataset = load_dataset(spec)
+    index = build_index(dataset.triples)
+    hops = Counter(q.hops for q in dataset.questions)
+    by_hop = ", ".join(f"{h}-hop: {n}" for h, n in sorted(hops.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))
+    log(f"{dataset.name}/{spec.split}: {len(dataset.questions)} questions ({by_hop}), {index.num_entities} entities, "
+        f"{index.num_relations} relations, {index.num_triples} triples [{time.perf_counter() - start:.1f}s]")
+    for line in dataset.skips.lines():
+        log(f"  {line}")
+    return dataset, index
+
+
+def open_embeddings(config: StemConfig, dataset: Dataset, index: KGIndex, cache_root: Path, *, rebuild: bool = False,
+                    show_progress: bool = False, log: Log = _quiet) -> tuple[Any, Any, list[list[Any]]]:
+    """The encoder, the KG's embedding tables (built once, resumable) and a per-table summary."""
+    from stem_jax.encoder import get_encoder
+    from stem_jax.kg.embeddings import build_kg_embeddings, cache_folder
+
+    encoder = get_encoder(config.encoder)
+    folder = cache_folder(cache_root, dataset.name, index, encoder)
+    log(f"embedding cache: {folder}")
+    embeddings = build_kg_embeddings(index, encoder, folder, chunk_rows=config.encoder.chunk_rows,
+                                     names=dataset.entity_names, rebuild=rebuild, progress=show_progress)
+    rows = []
+    for kind, table in embeddings.tables().items():
+        rate = table.encoded_rows / table.build_seconds if table.build_seconds else 0.0
+        rows.append([kind, table.n, table.dim, table.encoded_rows, round(table.build_seconds, 1),
+                     round(rate, 1) if table.encoded_rows else "cached"])
+    return encoder, embeddings, rows
+
+
+def gnn_example_factory(config: StemConfig, dataset: Dataset, index: KGIndex, embeddings: Any, encoder: Any) -> Any:
+    from stem_jax.gnn.data import ExampleFactory
+    from stem_jax.gnn.features import SchemaFeaturizer
+
+    featurizer = SchemaFeaturizer(index, embeddings, encoder, dataset.entity_names)
+    return ExampleFactory(index, featurizer, config.subgraph, dataset.entity_names)
+
+
+def build_guidance(spec: GuidanceSpec, config: StemConfig, dataset: Dataset, index: KGIndex, embeddings: Any,
+                   encoder: Any, *, cache_root: Path, log: Log = _quiet) -> Any:
+    """The Triple-GNN guidance provider ``spec`` names (None for ``none``)."""
+    if spec.kind == "none":
+        return None
+    if spec.kind != "gnn":
+        raise StemError(f"unknown guidance {spec.kind!r}\n  how to fix: use none or gnn")
+    if spec.checkpoint is None:
+        raise StemError("--guidance gnn needs --gnn-checkpoint RUN_FOLDER\n"
+                        f"  how to fix: train one with `stem-jax train-gnn --dataset {dataset.name} --out runs/gnn-"
+                        f"{dataset.name}` and pass --gnn-checkpoint runs/gnn-{dataset.name}")
+    from stem_jax.gnn.infer import load_checkpoint
+    from stem_jax.gnn.provider import GNNGuidance
+
+    gnn_spec, params, info = load_checkpoint(spec.checkpoint)
+    log(f"Triple-GNN: {spec.checkpoint} step {info['step']} (L={gnn_spec.layers}, d={gnn_spec.d_gnn}, "
+        f"params {info['params_sha']}); guidance K = |T|·{config.guidance.k_prime}")
+    return GNNGuidance(gnn_spec, params, info, gnn_example_factory(config, dataset, index, embeddings, encoder),
+                       k_prime=config.guidance.k_prime, width=config.engine.guidance,
+                       cache_dir=cache_root / dataset.name / "gnn-guidance")
+
+
+class Engine:
+    """A dataset's KG, embeddings, encoder, planner and guidance, loaded once (see the module docstring).
+
+    Build it with :meth:`open`; then :meth:`ask` / :meth:`retrieve` answer questions and
+    :meth:`evaluate` scores a split into a resumable run folder. Methods (``stem``, ``safe``,
+    ``scr``) are built on first use and kept, with their compiled functions.
+    """
+
+    def __init__(self, dataset_spec: DatasetSpec, dataset: Dataset, index: KGIndex, encoder: Any, embeddings: Any,
+                 config: StemConfig, *, cache_root: Path, planner: PlannerSpec = PlannerSpec(),
+                 guidance: GuidanceSpec = GuidanceSpec(), method_options: dict[str, dict[str, Any]] | None = None,
+                 show_progress: bool = False, log: Log = _quiet, embed_rows: list[list[Any]] | None = None):
+        self.dataset_spec = dataset_spec
+        self.dataset = dataset
+        self.index = index
+        self.encoder = encoder
+        self.embeddings = embeddings
+        self.config = config
+        self.cache_root = Path(cache_root)
+        self.planner_spec = planner
+        self.guidance_spec = guidance
+        self.method_options = method_options or {}
+        self.show_progress = show_progress
+        self.log = log
+        self.embed_rows = embed_rows or []
+        self._planner: Any = None
+        self.planner_info: dict[str, Any] = {}
+        self._planner_fn: Any = None
+        self._guidance: Any = None
+        self._guidance_built = False
+        self._methods: dict[str, RetrievalMethod] = {}
+        self._linker: Any = None
+
+    @classmethod
+    def open(cls, dataset: str | DatasetSpec = "demo", *, config: StemConfig | None = None,
+             planner: str | PlannerSpec = "oracle", guidance: str | Path | GuidanceSpec | None = None,
+             cache_dir: Path | str | None = None, rebuild: bool = False, show_progress: bool = False,
+             log: Log | None = None, method_options: dict[str, dict[str, Any]] | None = None,
+             **dataset_fields: Any) -> Engine:
+        """Load ``dataset`` (a name plus DatasetSpec fields such as ``split=``, ``hops=``, ``limit=``, or a
+        spec), build its index and embedding caches, and return an engine.
+
+        ``planner`` is a planner name or a :class:`PlannerSpec`; ``guidance`` is None, ``"gnn"`` with
+        the checkpoint in ``method_options``, a checkpoint folder, or a :class:`GuidanceSpec`. ``log``
+        receives progress lines (default: silent)."""
+        config = config or StemConfig()
+        log = log or _quiet
+        if isinstance(dataset, DatasetSpec):
+            spec = dataclasses.replace(dataset, **dataset_fields) if dataset_fields else dataset
+        else:
+            spec = DatasetSpec(name=dataset, seed=config.seed, **dataset_fields)
+        if isinstance(planner, str):
+            planner = PlannerSpec(name=planner)
+        if guidance is None:
+            guidance = GuidanceSpec()
+        elif isinstance(guidance, str | Path) and str(guidance) not in ("none", "gnn"):
+            guidance = GuidanceSpec("gnn", Path(guidance))
+        elif isinstance(guidance, str):
+            guidance = GuidanceSpec(guidance)
+        cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        loaded, index = load_kg(spec, log=log)
+        encoder, embeddings, rows = open_embeddings(config, loaded, index, cache_root, rebuild=rebuild,
+                                                    show_progress=show_progress, log=log)
+        return cls(spec, loaded, index, encoder, embeddings, config, cache_root=cache_root, planner=planner,
+                   guidance=guidance, method_options=method_options, show_progress=show_progress, log=log,
+                   embed_rows=rows)
+
+    # ----- lazily built parts -----------------------------------------------------------------
+    @property
+    def planner(self) -> Any:
+        """The :class:`~stem_jax.plan.base.BatchPlanner` (None when plans come from a plan store)."""
+        if self._planner is None and self.planner_spec.plans is None:
+            self._planner, self.planner_info = build_planner(
+                self.planner_spec, self.config, self.dataset, self.index, cache_root=self.cache_root,
+                dataset_spec=self.dataset_spec, encoder=self.encoder)
+        return self._planner
+
+    def _stored_plans(self) -> Any:
+        if self.planner_spec.plans is not None and self._planner_fn is None:
+            self._planner_fn, self.planner_info = open_plan_store(self.planner_spec.plans, self.index)
+        return self._planner_fn
+
+    @property
+    def guidance(self) -> Any:
+        if not self._guidance_built:
+            self._guidance = build_guidance(self.guidance_spec, self.config, self.dataset, self.index, self.embeddings,
+                                            self.encoder, cache_root=self.cache_root, log=self.log)
+            self._guidance_built = True
+        return self._guidance
+
+    def context(self, method: str = "stem") -> MethodContext:
+        """The shared resources a method is built from."""
+        options = {"log": self.log, **self.method_options.get(method, {})}
+        planner = None
+        if method in ("stem", "safe"):
+            options["planner_fn"] = self._stored_plans()
+            planner = self.planner if options["planner_fn"] is None else None
+        return MethodContext(self.dataset, self.index, self.embeddings, self.encoder, self.config,
+                             cache_dir=self.cache_root / self.dataset.name, planner=planner,
+                             guidance=self.guidance if method == "stem" else None, options=options)
+
+    def method(self, name: str = "stem") -> RetrievalMethod:
+        """The retrieval method ``name``, built once over this engine's resources."""
+        if name not in self._methods:
+            self._methods[name] = build_method(name, self.context(name))
+        return self._methods[name]
+
+    # ----- questions --------------------------------------------------------------------------
+    def display(self, entity: str) -> str:
+        return (self.dataset.entity_names or {}).get(entity, entity)
+
+    def _entity_by_name(self) -> dict[str, str]:
+        names = self.dataset.entity_names or {}
+        return {names.get(e, e): e for e in self.index.entities}
+
+    def question(self, text: str, *, topic: str | None = None, qid: str | None = None) -> tuple[Question, dict]:
+        """A :class:`Question` from free text, and how its topic entity was found.
+
+        ``[brackets]`` name the topic (MetaQA style); its KG entity is found by exact name, then
+        case-insensitively. Without brackets (and without ``topic``) the entity linker matches the
+        question's n-grams against the KG's entity names (exact, case-insensitive, fuzzy)."""
+        qid = qid or "ask/" + hashlib.sha256(text.encode()).hexdigest()[:12]
+        by_name = self._entity_by_name()
+        mentions = [m.strip() for m in _BRACKET.findall(text)] if topic is None else [topic]
+        clean = _BRACKET.sub(lambda m: m.group(1), text).strip()
+        if mentions:
+            entities, kinds = [], []
+            for mention in mentions:
+                entity, kind = self._resolve_mention(mention, by_name)
+                entities.append(entity)
+                kinds.append(kind)
+            link = {"mentions": mentions, "entities": [self.display(e) for e in entities], "match": kinds}
+            return Question(qid, clean, tuple(entities), ()), link
+        links = self.linker().link(clean)
+        if not links:
+            raise StemError(f"no KG entity found in {text!r}\n  how to fix: mark the topic entity with "
+                            "[brackets], e.g. 'what films did [Tom Hanks] star in'")
+        best = links[0]
+        link = {"mentions": [best.mention], "entities": [self.display(best.entity)], "match": [best.kind],
+                "score": round(float(best.score), 4)}
+        return Question(qid, clean, (best.entity,), ()), link
+
+    def _resolve_mention(self, mention: str, by_name: dict[str, str]) -> tuple[str, str]:
+        if mention in by_name:
+            return by_name[mention], "exact"
+        lowered = [e for name, e in by_name.items() if name.lower() == mention.lower()]
+        if lowered:
+            return sorted(lowered)[0], "case-insensitive"
+        links = [link for link in self.linker().link(mention) if link.mention.lower() == mention.lower()]
+        if links:
+            return links[0].entity, links[0].kind
+        raise StemError(f"topic entity [{mention}] is not in the KG\n  how to fix: use an entity name as it "
+                        "appears in the KG (or drop the brackets to let the entity linker search)")
+
+    def linker(self) -> Any:
+        if self._linker is None:
+            from stem_jax.kg.linker import EntityLinker
+
+            self._linker = EntityLinker.from_index(self.index, self.dataset.entity_names)
+        return self._linker
+
+    # ----- retrieval --------------------------------------------------------------------------
+    def retrieve(self, questions: str | Question | Sequence[str | Question], *, method: str = "stem") -> list[Answer]:
+        """Answer one question or a batch (strings or :class:`Question`) with ``method``."""
+        from stem_jax.answer.chains import reasoning_chains
+        from stem_jax.methods.records import make_record
+
+        items = [questions] if isinstance(questions, str | Question) else list(questions)
+        parsed: list[tuple[Question, dict | None]] = [
+            self.question(q) if isinstance(q, str) else (q, None) for q in items]
+        batch = [q for q, _ in parsed]
+        chosen = self.method(method)
+        if hasattr(chosen, "forget"):  # plan again: a question asked twice is timed end to end both times
+            chosen.forget([q.qid for q in batch])
+        began = time.perf_counter()
+        retrievals = chosen.retrieve(batch)
+        total_ms = 1000 * (time.perf_counter() - began) / max(len(batch), 1)
+        answers = []
+        for (question, link), retrieval in zip(parsed, retrievals, strict=True):
+            record = make_record(chosen.context, question, retrieval, chosen.name)
+            evidence = [tuple(t) for t in record.get("evidence", [])]
+            roots = [self.display(t) for t in question.topic_entities]
+            chains = record.get("chains") or reasoning_chains(evidence, roots)
+            stage_ms = dict(record.get("ms", {}))
+            stage_ms["total"] = round(total_ms, 3)
+            answers.append(Answer(question, list(zip(record["prediction"], record.get("scores", []), strict=False)),
+                                  evidence, chains, stage_ms, record, link))
+        return answers
+
+    def ask(self, question: str | Question, *, method: str = "stem") -> Answer:
+        """Answer one question."""
+        return self.retrieve([question], method=method)[0]
+
+    def evaluate(self, out: Path | str, *, questions: Sequence[Question] | None = None, method: str = "stem",
+                 show_progress: bool | None = None) -> dict[str, Any]:
+        """Evaluate ``questions`` (default: the loaded split) into the run folder ``out`` (resumable)."""
+        from stem_jax.eval.loop import evaluate_method
+
+        chosen = self.method(method)
+        return evaluate_method(chosen, list(self.dataset.questions if questions is None else questions), Path(out),
+                               chunk_size=self.config.engine.chunk_questions,
+                               show_progress=self.show_progress if show_progress is None else show_progress,
+                               log=self.log)

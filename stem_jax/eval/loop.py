@@ -1,0 +1,70 @@
+"""The evaluation loop every retrieval method shares: chunks in, ``predictions.jsonl`` out, resumable.
+
+Questions are retrieved in chunks of ``engine.chunk_questions``; each finished chunk is appended
+to ``predictions.jsonl`` and flushed, so a killed run resumes after the last written question and,
+because every metric is computed from that file, ends with the same numbers as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from stem_jax.data.types import Question
+from stem_jax.methods.base import RetrievalMethod
+from stem_jax.methods.records import make_record
+from stem_jax.progress import progress
+
+
+def evaluate_method(
+    method: RetrievalMethod,
+    questions: Sequence[Question],
+    out_dir: Path,
+    *,
+    chunk_size: int,
+    show_progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Evaluate ``questions`` with ``method`` into ``out_dir`` (resumable), then score predictions.jsonl."""
+    from stem_jax.eval.runner import read_finished, score_predictions
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    predictions = out_dir / "predictions.jsonl"
+    finished = read_finished(predictions)
+    wanted = {q.qid for q in questions}
+    todo = [q for q in questions if q.qid not in finished]
+    if finished:
+        log(f"resuming: {len(wanted & set(finished))} of {len(questions)} questions already in {predictions}")
+
+    began = time.perf_counter()
+    prepared = method.prepare(questions, show_progress=show_progress) or {}
+    prepare_seconds = time.perf_counter() - began
+    stage_totals: dict[str, float] = defaultdict(float)
+    with progress(len(questions), f"eval {method.name}", "q", enabled=show_progress,
+                  initial=len(questions) - len(todo)) as bar, predictions.open("a", encoding="utf-8") as sink:
+        for start in range(0, len(todo), chunk_size):
+            chunk = todo[start : start + chunk_size]
+            retrievals = method.retrieve(chunk)
+            lines = []
+            for question, retrieval in zip(chunk, retrievals, strict=True):
+                record = make_record(method.context, question, retrieval, method.name)
+                for stage, ms in record.get("ms", {}).items():
+                    stage_totals[stage] += ms
+                lines.append(json.dumps(record, ensure_ascii=False))
+            if lines:
+                sink.write("\n".join(lines) + "\n")
+                sink.flush()
+                os.fsync(sink.fileno())
+            bar.update(len(chunk))
+    summary = score_predictions(predictions, wanted)
+    summary.update({k: v for k, v in prepared.items() if v is not None})
+    summary["method"] = method.name
+    summary["prepare_seconds"] = prepare_seconds
+    summary["stage_ms_total_this_run"] = dict(stage_totals)
+    return summary

@@ -1,0 +1,161 @@
+"""Planner construction from a :class:`PlannerSpec` (the library side of ``--planner``).
+
+Every command and the :class:`stem_jax.engine.Engine` build planners here, so the choice of
+planner and what each one needs (trained weights, an LLM server, a plan store) lives in one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stem_jax.config import StemConfig
+from stem_jax.data.registry import DatasetSpec, load_dataset
+from stem_jax.data.types import Dataset, Question
+from stem_jax.errors import StemError
+from stem_jax.kg.index import KGIndex
+from stem_jax.plan.schema import SchemaGraph
+
+PLANNERS = ("oracle", "pattern", "vllm")
+
+PerQuestionPlanner = Callable[[Question, KGIndex], list[SchemaGraph]]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannerSpec:
+    """Which planner, and what it needs.
+
+    Attributes:
+      name: ``oracle`` (gold paths), ``pattern`` (learned on CPU) or ``vllm`` (an LLM through vLLM or
+        any OpenAI-compatible server).
+      path: trained pattern planner folder (default ``<cache>/<dataset>/planners/pattern-<encoder>``).
+      method: pattern planner scorer, ``mlp`` (Flax head) or ``knn``.
+      train_split: split with training questions (few-shot examples); default dev for MetaQA.
+      llm_model / llm_url: the LLM and, for a served model, its OpenAI-compatible base URL.
+      plans: a plan store written by ``stem-jax plan``; when set it replaces the planner.
+    """
+
+    name: str = "oracle"
+    path: Path | None = None
+    method: str = "mlp"
+    train_split: str | None = None
+    llm_model: str | None = None
+    llm_url: str | None = None
+    plans: Path | None = None
+
+    @property
+    def label(self) -> str:
+        """Short name for run folders and tables."""
+        if self.plans is not None:
+            return f"plans-{Path(self.plans).name}"
+        return self.name
+
+
+def default_planner_path(cache_root: Path, config: StemConfig, dataset_name: str) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", config.encoder.name)
+    return cache_root / dataset_name / "planners" / f"pattern-{slug}"
+
+
+def training_split(dataset_name: str, requested: str | None) -> str:
+    """MetaQA has no train QA text here, so its learned parts train on dev (hash-split by qid)."""
+    return requested or ("dev" if dataset_name == "metaqa" else "train")
+
+
+def training_questions(dataset_spec: DatasetSpec, split: str | None) -> list[Question]:
+    """The training split's questions, all hops, no limit."""
+    spec = dataclasses.replace(dataset_spec, split=training_split(dataset_spec.name, split), limit=None,
+                               questions=None, qtypes=None)
+    return load_dataset(spec).questions
+
+
+def build_planner(spec: PlannerSpec, config: StemConfig, dataset: Dataset, index: KGIndex, *, cache_root: Path,
+                  dataset_spec: DatasetSpec | None = None, encoder: Any = None) -> tuple[Any, dict[str, Any]]:
+    """The :class:`~stem_jax.plan.base.BatchPlanner` ``spec`` names, and a JSON-able description."""
+    from stem_jax.plan.base import SingleQuestionPlanner
+    from stem_jax.plan.oracle import OraclePlanner
+
+    names = dataset.entity_names
+    if spec.name == "oracle":
+        return SingleQuestionPlanner(OraclePlanner().plan, "oracle", index), {"planner": "oracle"}
+    if encoder is None:
+        from stem_jax.encoder import get_encoder
+
+        encoder = get_encoder(config.encoder)
+    if spec.name == "pattern":
+        from stem_jax.plan.pattern import PatternPlanner
+
+        path = spec.path or default_planner_path(cache_root, config, dataset.name)
+        if not Path(path).exists():
+            raise StemError(f"no trained pattern planner at {path}\n  how to fix: run `stem-jax train-planner "
+                            f"--dataset {dataset.name}` first (or pass --planner-path)")
+        planner = PatternPlanner.load(path, encoder=encoder, method=spec.method, beam=config.planner.beam,
+                                      min_prob=config.planner.min_prob, names=names, index=index)
+        planner.name = f"pattern-{spec.method}"
+        return planner, {"planner": "pattern", "path": str(path), "method": spec.method,
+                         "beam": config.planner.beam, "min_prob": config.planner.min_prob,
+                         "templates": len(planner.templates)}
+    if spec.name == "vllm":
+        from stem_jax.kg.index import relation_text
+        from stem_jax.plan.pattern import hash_split
+        from stem_jax.plan.vllm import (
+            FewShotPool,
+            OpenAIBackend,
+            RelationGrounder,
+            VLLMBackend,
+            VLLMPlanner,
+            examples_from_training,
+        )
+
+        if not spec.llm_model:
+            raise StemError("--planner vllm needs --vllm-model (and --vllm-url for an OpenAI-compatible server)")
+        if dataset_spec is None:
+            raise StemError("the vllm planner needs the dataset spec to load few-shot training questions")
+        backend = OpenAIBackend(spec.llm_url, spec.llm_model) if spec.llm_url else VLLMBackend(spec.llm_model)
+        train, _ = hash_split(training_questions(dataset_spec, spec.train_split))
+        pool = FewShotPool(examples_from_training(train, names), encoder=encoder, names=names)
+        relation_emb = encoder.encode([relation_text(r) for r in index.relations])
+        grounder = RelationGrounder(index.relations, encoder, relation_emb)
+        planner = VLLMPlanner(backend, index.relations, pool, grounder, beam=config.planner.beam,
+                              retries=config.planner.retries)
+        return planner, {"planner": "vllm", "model": spec.llm_model, "url": spec.llm_url,
+                         "beam": config.planner.beam, "retries": config.planner.retries}
+    raise StemError(f"unknown planner {spec.name!r}; choose one of {', '.join(PLANNERS)}")
+
+
+def planned(planner: Any, questions: list[Question], *, log: Callable[[str], None] | None = None,
+            label: str = "") -> tuple[PerQuestionPlanner, dict[str, Any], dict[str, Any]]:
+    """Plan ``questions`` once in batches; the evaluator's per-question callable, the beams, and stats."""
+    from stem_jax.plan.base import precomputed_planner
+
+    began = time.perf_counter()
+    plan, beams = precomputed_planner(planner, questions)
+    seconds = time.perf_counter() - began
+    info: dict[str, Any] = {
+        "plan_seconds": seconds,
+        "plan_questions_per_second": len(questions) / max(seconds, 1e-9),
+        "mean_beams": float(np.mean([len(b) for b in beams.values()])) if beams else 0.0,
+    }
+    if getattr(planner, "stats", None):
+        info["stats"] = dict(planner.stats)
+    if log is not None and questions:
+        log(f"planned {len(questions)} questions with {getattr(planner, 'name', label)} in {seconds:.1f}s "
+            f"({info['plan_questions_per_second']:.0f} questions/s, {info['mean_beams']:.2f} beams each)")
+    return plan, beams, info
+
+
+def open_plan_store(path: Path, index: KGIndex) -> tuple[PerQuestionPlanner, dict[str, Any]]:
+    """A stored plan store as the evaluator's per-question planner."""
+    from stem_jax.plan.store import PlanStore
+
+    store = PlanStore.open(path)
+    store.check_index(index)
+    manifest = store.manifest
+    rate = manifest["planned_questions"] / manifest["plan_seconds"] if manifest["plan_seconds"] else None
+    return store.as_planner(), {"planner": manifest["planner"], "plans": str(path),
+                                "plan_questions_per_second_when_stored": rate}
