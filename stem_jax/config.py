@@ -49,6 +49,10 @@ class PlannerConfig:
     retries: int = 5  # planner retries before falling back to Precision (paper footnote 5)
     min_prob: float = 0.0  # pattern planner: drop beams (after the first) below this probability; 0 keeps B
     max_triples: int = 8  # T_max of a plan store: longer schema graphs are dropped and counted
+    llm_prompts: str = "compact"  # LLM planner prompts: compact (small models) or full (the paper's P1/P2 rules)
+    llm_grammar: bool = True  # constrain LLM output with a GBNF grammar (needs llm_prompts=compact)
+    llm_server: str = "auto"  # OpenAI-compatible server flavour: auto (asks /v1/models), vllm or llama.cpp
+    hybrid_consult_below: float = 2.0  # hybrid: ask the LLM where the pattern's top probability is below this (>1: always)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,8 @@ def add_planner_flags(parser: argparse.ArgumentParser, *, plans: bool = False, d
     group = parser.add_argument_group("planner")
     group.add_argument("--planner", choices=PLANNERS, default=default,
                        help="oracle (gold paths), pattern (learned, CPU; train with `stem-jax train-planner`) or "
-                       "vllm (LLM SGDA+SAGB); beam and min_prob: --planner.beam, --planner.min_prob")
+                       "vllm (LLM SGDA+SAGB) or hybrid (LLM, pattern where its plan fails to parse or ground); "
+                       "beam and min_prob: --planner.beam, --planner.min_prob")
     group.add_argument("--planner-path", type=Path, default=None,
                        help="trained pattern planner folder (default <cache>/<dataset>/planners/pattern-<encoder>)")
     group.add_argument("--pattern-method", choices=("mlp", "knn"), default="mlp",
@@ -34,9 +35,12 @@ def add_planner_flags(parser: argparse.ArgumentParser, *, plans: bool = False, d
     group.add_argument("--train-split", default=None,
                        help="split with training questions (few-shot examples for vllm); default: dev for "
                        "metaqa (its train QA text is not available), train otherwise")
-    group.add_argument("--vllm-model", default=None, help="model for --planner vllm (offline vllm.LLM, or the served name)")
-    group.add_argument("--vllm-url", default=None,
-                       help="OpenAI-compatible server (e.g. http://host:8000/v1 from `vllm serve`) instead of offline vLLM")
+    group.add_argument("--llm-model", "--vllm-model", dest="vllm_model", default=None,
+                       help="model for --planner vllm|hybrid (offline vllm.LLM, or the served name)")
+    group.add_argument("--llm-url", "--vllm-url", dest="vllm_url", default=None,
+                       help="OpenAI-compatible server instead of offline vLLM: http://host:8000/v1 from `vllm serve`, "
+                       "or `python -m llama_cpp.server` on CPU; prompts/grammar/flavour: --planner.llm_prompts, "
+                       "--planner.llm_grammar, --planner.llm_server")
     if plans:
         group.add_argument("--plans", type=Path, default=None,
                            help="read schema graphs from a plan store written by `stem-jax plan` (overrides --planner)")

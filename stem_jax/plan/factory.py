@@ -22,7 +22,7 @@ from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex
 from stem_jax.plan.schema import SchemaGraph
 
-PLANNERS = ("oracle", "pattern", "vllm")
+PLANNERS = ("oracle", "pattern", "vllm", "hybrid")
 
 PerQuestionPlanner = Callable[[Question, KGIndex], list[SchemaGraph]]
 
@@ -32,8 +32,9 @@ class PlannerSpec:
     """Which planner, and what it needs.
 
     Attributes:
-      name: ``oracle`` (gold paths), ``pattern`` (learned on CPU) or ``vllm`` (an LLM through vLLM or
-        any OpenAI-compatible server).
+      name: ``oracle`` (gold paths), ``pattern`` (learned on CPU), ``vllm`` (an LLM through vLLM or
+        any OpenAI-compatible server, e.g. llama.cpp's) or ``hybrid`` (the LLM, with the pattern
+        planner where the LLM's plan fails to parse or ground: :mod:`stem_jax.plan.hybrid`).
       path: trained pattern planner folder (default ``<cache>/<dataset>/planners/pattern-<encoder>``).
       method: pattern planner scorer, ``mlp`` (Flax head) or ``knn``.
       train_split: split with training questions (few-shot examples); default dev for MetaQA.
@@ -100,31 +101,26 @@ def build_planner(spec: PlannerSpec, config: StemConfig, dataset: Dataset, index
         return planner, {"planner": "pattern", "path": str(path), "method": spec.method,
                          "beam": config.planner.beam, "min_prob": config.planner.min_prob,
                          "templates": len(planner.templates)}
-    if spec.name == "vllm":
-        from stem_jax.kg.index import relation_text
+    if spec.name in ("vllm", "hybrid"):
         from stem_jax.plan.pattern import hash_split
-        from stem_jax.plan.vllm import (
-            FewShotPool,
-            OpenAIBackend,
-            RelationGrounder,
-            VLLMBackend,
-            VLLMPlanner,
-            examples_from_training,
-        )
+        from stem_jax.plan.vllm import build_llm_planner
 
         if not spec.llm_model:
-            raise StemError("--planner vllm needs --vllm-model (and --vllm-url for an OpenAI-compatible server)")
+            raise StemError(f"--planner {spec.name} needs --llm-model (and --llm-url for an OpenAI-compatible server)")
         if dataset_spec is None:
-            raise StemError("the vllm planner needs the dataset spec to load few-shot training questions")
-        backend = OpenAIBackend(spec.llm_url, spec.llm_model) if spec.llm_url else VLLMBackend(spec.llm_model)
+            raise StemError(f"the {spec.name} planner needs the dataset spec to load few-shot training questions")
         train, _ = hash_split(training_questions(dataset_spec, spec.train_split))
-        pool = FewShotPool(examples_from_training(train, names), encoder=encoder, names=names)
-        relation_emb = encoder.encode([relation_text(r) for r in index.relations])
-        grounder = RelationGrounder(index.relations, encoder, relation_emb)
-        planner = VLLMPlanner(backend, index.relations, pool, grounder, beam=config.planner.beam,
-                              retries=config.planner.retries)
-        return planner, {"planner": "vllm", "model": spec.llm_model, "url": spec.llm_url,
-                         "beam": config.planner.beam, "retries": config.planner.retries}
+        planner, info = build_llm_planner(spec.llm_model, spec.llm_url, config.planner, index, train, names=names,
+                                          encoder=encoder)
+        if spec.name == "vllm":
+            return planner, info
+        from stem_jax.plan.hybrid import HybridPlanner
+
+        fallback, fallback_info = build_planner(dataclasses.replace(spec, name="pattern"), config, dataset, index,
+                                                cache_root=cache_root, dataset_spec=dataset_spec, encoder=encoder)
+        consult = config.planner.hybrid_consult_below
+        hybrid = HybridPlanner(planner, fallback, index, names, consult_below=consult if consult <= 1.0 else None)
+        return hybrid, {"planner": "hybrid", "llm": info, "fallback": fallback_info, "consult_below": consult}
     raise StemError(f"unknown planner {spec.name!r}; choose one of {', '.join(PLANNERS)}")
 
 

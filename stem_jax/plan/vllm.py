@@ -471,6 +471,29 @@ class VLLMPlanner:
         return [entry.schema for entry in self.plan_batch([question])[0]]
 
 
+def build_llm_planner(model: str, url: str | None, config: Any, index: KGIndex, train: Sequence[Question], *,
+                      names: dict[str, str] | None = None, encoder: TextEncoder | None = None,
+                      backend: LLMBackend | None = None) -> tuple[VLLMPlanner, dict[str, Any]]:
+    """The LLM planner for ``--planner vllm|hybrid``: backend, few-shot pool from ``train``, grounder.
+
+    ``config`` is a :class:`~stem_jax.config.PlannerConfig` (beam, retries, llm_prompts, llm_grammar,
+    llm_server). With ``url`` the model is served (``vllm serve`` or ``python -m llama_cpp.server``),
+    else loaded by offline vLLM.
+    """
+    if backend is None:
+        backend = (OpenAIBackend(url, model, server=config.llm_server) if url
+                   else VLLMBackend(model))
+    pool = FewShotPool(examples_from_training(train, names), encoder=encoder, names=names)
+    grounder = RelationGrounder(index.relations)
+    if encoder is not None:
+        grounder = RelationGrounder(index.relations, encoder, encoder.encode([relation_text(r) for r in index.relations]))
+    planner = VLLMPlanner(backend, index.relations, pool, grounder, beam=config.beam, retries=config.retries,
+                          style=config.llm_prompts, constrained=config.llm_grammar)
+    return planner, {"planner": "vllm", "model": model, "url": url, "beam": config.beam, "retries": config.retries,
+                     "prompts": config.llm_prompts, "grammar": config.llm_grammar,
+                     "server": getattr(backend, "server", "vllm-offline")}
+
+
 # ---------------------------------------------------------------------------------------------
 # Generation (P3) and reverse-generation data export (P4-P6)
 # ---------------------------------------------------------------------------------------------
