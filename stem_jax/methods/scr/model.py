@@ -1,0 +1,172 @@
+"""SCR's two trainable parts in Flax: the relational GAT (eqs. 3-6) and the question head.
+
+**Relational message passing** (over a jraph ``GraphsTuple`` of the whole KG; receivers sorted):
+per layer l, with W_E, W_R learnable and attention vectors a_E ∈ R^{2d}, a_R ∈ R^d,
+
+    β_{ee'} = a_E^T [W_E v_e ‖ W_E v_{e'}] + a_R^T (W_R v_r)          (eq. 3)
+    α_{ee'} = softmax_{e' ∈ N_e} LeakyReLU(β_{ee'})                   (eq. 4)
+    v̂_e     = σ(W_E v_e + Σ_{n ∈ N_e} α_{en} W_E v_n)                  (eq. 5)
+
+with σ = ELU. Inputs are the frozen MiniLM entity and relation tables (384-d); the first layer's
+W_E maps 384 -> d (the paper keeps d = 768 throughout). Edges run both ways: a triple's inverse
+uses the same relation text plus a learned ``inverse`` offset, so directions stay distinct.
+
+**Question head** (departure: the paper fine-tunes all of bert-base-uncased on the growing
+string ``[CLS] q [SEP] e0 [SEP] r1 [SEP] e1 [SEP] ...``, eqs. 1 and 8). Here the MiniLM stays
+frozen: the question, and each entity and relation appended to the context, are the frozen
+MiniLM vectors of their own texts (question: encoded once; entities and relations: the KG
+embedding tables), and ``head_layers`` trainable pre-LN transformer layers attend over that
+sequence of segment vectors (with segment-type and position embeddings). The question slot's
+output, projected to d, is h_{q_i}. So re-encoding a grown context costs a gather and a tiny
+attention, not a MiniLM forward per beam and step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from stem_jax.jraph_compat import jraph
+
+# Segment types of the question context sequence.
+SEG_QUESTION, SEG_ENTITY, SEG_RELATION, SEG_INVERSE = 0, 1, 2, 3
+
+
+@dataclasses.dataclass(frozen=True)
+class ScrSpec:
+    """Everything that fixes parameter shapes and the search; stored beside every checkpoint."""
+
+    layers: int
+    dim: int
+    head_layers: int
+    text_dim: int
+    num_relations: int
+    max_steps: int
+    tau: float
+    neighbours: int
+
+    @property
+    def context_length(self) -> int:
+        """Segments of a context: question, e0, then (relation, entity) per step."""
+        return 2 + 2 * self.max_steps
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class RelationalGATLayer(nn.Module):
+    """One layer of eqs. 3-5 over ``graph`` (nodes: features [N, d_in]; edges: directed relation ids)."""
+
+    dim: int
+
+    @nn.compact
+    def __call__(self, graph: jraph.GraphsTuple, relation_features: jax.Array) -> jax.Array:
+        h = graph.nodes
+        num_nodes = h.shape[0]
+        w_e = nn.Dense(self.dim, use_bias=False, name="W_E")(h)  # [N, d]
+        w_r = nn.Dense(self.dim, use_bias=False, name="W_R")(relation_features)  # [2R, d]
+        a_e = self.param("a_E", nn.initializers.normal(0.1), (2 * self.dim,))
+        a_r = self.param("a_R", nn.initializers.normal(0.1), (self.dim,))
+        # a_E^T [W v_e ‖ W v_e'] splits into a receiver term and a sender term.
+        beta = ((w_e @ a_e[: self.dim])[graph.receivers] + (w_e @ a_e[self.dim :])[graph.senders]
+                + (w_r @ a_r)[graph.edges])
+        alpha = jraph.segment_softmax(nn.leaky_relu(beta, 0.2), graph.receivers, num_nodes,
+                                      indices_are_sorted=True)
+        messages = alpha[:, None] * w_e[graph.senders]
+        aggregated = jraph.segment_sum(messages, graph.receivers, num_nodes, indices_are_sorted=True)
+        return nn.elu(w_e + aggregated)
+
+
+class RelationalGAT(nn.Module):
+    """L stacked :class:`RelationalGATLayer` (eq. 6): entity features h_e for every node of ``graph``."""
+
+    layers: int
+    dim: int
+
+    @nn.compact
+    def __call__(self, graph: jraph.GraphsTuple, relation_text: jax.Array) -> jax.Array:
+        inverse = self.param("inverse", nn.initializers.normal(0.1), (relation_text.shape[-1],))
+        relation_features = jnp.concatenate([relation_text, relation_text + inverse], axis=0)  # [2R, text]
+        for layer in range(self.layers):
+            graph = graph._replace(nodes=RelationalGATLayer(self.dim, name=f"layer{layer}")(graph, relation_features))
+        return graph.nodes
+
+
+class QuestionHead(nn.Module):
+    """Trainable layers over frozen MiniLM segment vectors of the question context -> h_q [.., d]."""
+
+    dim: int
+    layers: int
+    heads: int = 4
+
+    @nn.compact
+    def __call__(self, segments: jax.Array, seg_type: jax.Array, mask: jax.Array) -> jax.Array:
+        *batch, length, _ = segments.shape
+        x = nn.Dense(self.dim, name="project")(segments)
+        x = x + nn.Embed(4, self.dim, name="type")(seg_type)
+        x = x + self.param("position", nn.initializers.normal(0.02), (length, self.dim))
+        flat = x.reshape(-1, length, self.dim)
+        attend = mask.reshape(-1, length)
+        attention_mask = nn.make_attention_mask(attend, attend)
+        for i in range(self.layers):
+            y = nn.LayerNorm(name=f"ln_attn{i}")(flat)
+            flat = flat + nn.MultiHeadDotProductAttention(self.heads, name=f"attn{i}")(y, y, mask=attention_mask)
+            y = nn.LayerNorm(name=f"ln_mlp{i}")(flat)
+            y = nn.Dense(2 * self.dim, name=f"mlp_in{i}")(y)
+            flat = flat + nn.Dense(self.dim, name=f"mlp_out{i}")(nn.gelu(y))
+        out = nn.Dense(self.dim, name="out")(nn.LayerNorm(name="ln_out")(flat[:, 0]))
+        return out.reshape(*batch, self.dim)
+
+
+class ScrModel(nn.Module):
+    """Both parts; :meth:`entities` runs the GNN, :meth:`questions` the head (see the module docstring)."""
+
+    spec: ScrSpec
+
+    def setup(self) -> None:
+        self.gnn = RelationalGAT(self.spec.layers, self.spec.dim)
+        self.head = QuestionHead(self.spec.dim, self.spec.head_layers)
+
+    def entities(self, graph: jraph.GraphsTuple, relation_text: jax.Array) -> jax.Array:
+        return self.gnn(graph, relation_text)
+
+    def questions(self, segments: jax.Array, seg_type: jax.Array, mask: jax.Array) -> jax.Array:
+        return self.head(segments, seg_type, mask)
+
+    def __call__(self, graph: jraph.GraphsTuple, relation_text: jax.Array, segments: jax.Array,
+                 seg_type: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return self.entities(graph, relation_text), self.questions(segments, seg_type, mask)
+
+
+def context_segments(question: jax.Array, entity_text: jax.Array, relation_text: jax.Array, path_entities: jax.Array,
+                     path_relations: jax.Array, length: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The question context q_i (eqs. 1 and 8) as frozen segment vectors.
+
+    Args: question [..., text]; entity_text [N, text]; relation_text [R, text]; path_entities
+    [..., T+1] (e0..eT, -1 past the end); path_relations [..., T] directed ids in [0, 2R) (-1 past the
+    end); length [...] hops taken. Returns (segments [..., 2+2T, text], seg_type, mask)."""
+    num_relations = relation_text.shape[0]
+    steps = path_relations.shape[-1]
+    ents = entity_text[jnp.maximum(path_entities, 0)].astype(jnp.float32)  # [..., T+1, text]
+    rels = relation_text[jnp.maximum(path_relations, 0) % num_relations].astype(jnp.float32)  # [..., T, text]
+    # Interleave e0, r1, e1, r2, e2, ...: [q, e0, (r_j, e_j) for j = 1..T].
+    pairs = jnp.stack([rels, ents[..., 1:, :]], axis=-2).reshape(*rels.shape[:-2], 2 * steps, rels.shape[-1])
+    segments = jnp.concatenate([question[..., None, :].astype(jnp.float32), ents[..., :1, :], pairs], axis=-2)
+    rel_type = jnp.where(path_relations >= num_relations, SEG_INVERSE, SEG_RELATION)
+    pair_type = jnp.stack([rel_type, jnp.full_like(rel_type, SEG_ENTITY)], axis=-1).reshape(*rel_type.shape[:-1],
+                                                                                            2 * steps)
+    lead = jnp.broadcast_to(jnp.asarray([SEG_QUESTION, SEG_ENTITY]), (*rel_type.shape[:-1], 2))
+    seg_type = jnp.concatenate([lead, pair_type], axis=-1)
+    position = jnp.arange(2 + 2 * steps)
+    mask = position < (2 + 2 * length[..., None])
+    return segments, seg_type, mask
+
+
+def cosine_logits(h_q: jax.Array, h_e: jax.Array, tau: float) -> jax.Array:
+    """CosineSimilarity(h_q, h_e) / τ for h_q [..., d] against candidates h_e [..., C, d] (eqs. 7, 11)."""
+    q = h_q / jnp.maximum(jnp.linalg.norm(h_q, axis=-1, keepdims=True), 1e-6)
+    e = h_e / jnp.maximum(jnp.linalg.norm(h_e, axis=-1, keepdims=True), 1e-6)
+    return jnp.einsum("...d,...cd->...c", q, e) / tau

@@ -1,0 +1,321 @@
+"""Training SCR: InfoNCE over teacher-forced reasoning steps (eqs. 10-11), optax, orbax, resumable.
+
+Data: a MetaQA split (the dev split by default, through the project's one ``hash_split`` so the
+validation tenth is the same as the planners'; test is never read). Each optimiser step takes
+``train_batch`` questions, samples a gold walk per question (:mod:`.supervision`) and scores every
+step of it: the GNN runs over the whole KG (its features do not depend on the question), the
+question head over each step's context. Batches are pure functions of (seed, step), so a run
+resumed from its last checkpoint sees exactly the batches an uninterrupted run sees.
+
+The run folder holds ``scr.json`` (the :class:`~.model.ScrSpec` and data fingerprint),
+``checkpoints/<step>/`` (orbax: params, optimizer state, history), ``history.json``,
+``curves.png`` and ``train-summary.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from stem_jax.config import ScrConfig
+from stem_jax.data.types import Question
+from stem_jax.errors import StemError
+from stem_jax.gnn.checkpoint import CheckpointStore
+from stem_jax.jraph_compat import jraph
+from stem_jax.kg.index import KGIndex
+from stem_jax.methods.scr.graph import NeighbourTable, build_neighbour_table, next_power_of_two
+from stem_jax.methods.scr.model import ScrModel, ScrSpec
+from stem_jax.methods.scr.search import SearchTables, candidate_log_probs
+from stem_jax.methods.scr.supervision import GoldSteps, StepItems, gold_steps, step_items
+
+SPEC_FILE = "scr.json"
+CHECKPOINTS = "checkpoints"
+VAL_SEED_OFFSET = 10**9
+
+
+def spec_from_config(config: ScrConfig, text_dim: int, num_relations: int) -> ScrSpec:
+    return ScrSpec(layers=config.layers, dim=config.dim, head_layers=config.head_layers, text_dim=text_dim,
+                   num_relations=num_relations, max_steps=config.max_steps, tau=config.tau,
+                   neighbours=config.neighbours)
+
+
+def kg_graph(neighbours: NeighbourTable, entity_text: np.ndarray) -> jraph.GraphsTuple:
+    """The whole KG as one GraphsTuple: nodes = frozen entity vectors, edges = directed relation ids."""
+    senders, receivers, relations = neighbours.gnn_edges()
+    return jraph.GraphsTuple(nodes=jnp.asarray(entity_text, jnp.float32), edges=jnp.asarray(relations),
+                             senders=jnp.asarray(senders), receivers=jnp.asarray(receivers),
+                             n_node=jnp.asarray([entity_text.shape[0]]), n_edge=jnp.asarray([senders.size]),
+                             globals=None)
+
+
+def init_params(spec: ScrSpec, key: jax.Array) -> Any:
+    """Parameters of ``spec`` (shapes never depend on the graph)."""
+    graph = jraph.GraphsTuple(nodes=jnp.zeros((2, spec.text_dim)), edges=jnp.zeros(2, jnp.int32),
+                              senders=jnp.asarray([0, 1], jnp.int32), receivers=jnp.asarray([0, 1], jnp.int32),
+                              n_node=jnp.asarray([2]), n_edge=jnp.asarray([2]), globals=None)
+    length = spec.context_length
+    return ScrModel(spec).init(key, graph, jnp.zeros((spec.num_relations, spec.text_dim)),
+                               jnp.zeros((1, length, spec.text_dim)), jnp.zeros((1, length), jnp.int32),
+                               jnp.ones((1, length), bool))
+
+
+def params_fingerprint(params: Any) -> str:
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(params):
+        digest.update(np.asarray(leaf).tobytes())
+    return digest.hexdigest()[:12]
+
+
+def step_loss(model: ScrModel, params: Any, graph: jraph.GraphsTuple, entity_text: jax.Array,
+              relation_text: jax.Array, questions: jax.Array, items: dict[str, jax.Array]
+              ) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Mean multi-positive InfoNCE over valid items, with step accuracy (argmax is a positive)."""
+    features = model.apply(params, graph, relation_text, method=ScrModel.entities)
+    tables = SearchTables(features, entity_text, relation_text)
+    logp = candidate_log_probs(model, params, tables, questions[items["question"]], items["path_entities"],
+                               items["path_relations"], items["length"], items["cand_entities"], items["cand_valid"])
+    positive = items["positive"] & jnp.isfinite(logp)
+    valid = items["valid"] & positive.any(-1)
+    per_item = -jax.nn.logsumexp(jnp.where(positive, logp, -jnp.inf), axis=-1)
+    n = jnp.maximum(valid.sum(), 1)
+    loss = jnp.where(valid, per_item, 0.0).sum() / n
+    best = jnp.argmax(jnp.where(jnp.isfinite(logp), logp, -jnp.inf), axis=-1)
+    hit = jnp.take_along_axis(positive, best[:, None], axis=1)[:, 0]
+    stop = items["positive"][:, 0]
+    return loss, {"accuracy": jnp.where(valid, hit, False).sum() / n,
+                  "stop_accuracy": (hit & stop & valid).sum() / jnp.maximum((stop & valid).sum(), 1),
+                  "items": valid.sum()}
+
+
+def make_optimizer(config: ScrConfig) -> optax.GradientTransformation:
+    schedule = optax.warmup_cosine_decay_schedule(0.0, config.lr, max(1, min(50, config.steps // 10)),
+                                                  max(config.steps, 2), end_value=config.lr * 0.1)
+    return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=1e-4))
+
+
+@dataclasses.dataclass
+class TrainData:
+    """Everything a run needs, loaded once: graph, text tables, question vectors, gold steps."""
+
+    neighbours: NeighbourTable
+    graph: jraph.GraphsTuple
+    entity_text: jax.Array
+    relation_text: jax.Array
+    questions: jax.Array  # [Q, text] frozen MiniLM question vectors
+    train: list[GoldSteps]
+    val: list[GoldSteps]
+    skipped: Counter
+    fingerprint: dict[str, Any]
+
+
+def question_vectors(encoder: Any, questions: Sequence[Question], cache: Path | None) -> np.ndarray:
+    """Frozen question vectors, cached in ``cache`` (keyed by the encoder and the question texts)."""
+    digest = hashlib.sha256(encoder.name.encode())
+    for q in questions:
+        digest.update(q.text.encode() + b"\x1e")
+    key = digest.hexdigest()[:16]
+    if cache is not None:
+        path = cache / f"questions-{key}.npy"
+        if path.is_file():
+            return np.load(path)
+    vectors = np.asarray(encoder.encode([q.text for q in questions]), np.float32)
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npy")
+        np.save(tmp, vectors)
+        tmp.replace(path)
+    return vectors
+
+
+def prepare_data(train_questions: Sequence[Question], val_questions: Sequence[Question], index: KGIndex,
+                 embeddings: Any, encoder: Any, config: ScrConfig, *, seed: int = 0,
+                 cache: Path | None = None) -> TrainData:
+    neighbours = build_neighbour_table(index, config.neighbours, seed)
+    entity_text = np.asarray(embeddings.entities.array, np.float32)
+    relation_text = np.asarray(embeddings.relations.array, np.float32)
+    questions = list(train_questions) + list(val_questions)
+    vectors = question_vectors(encoder, questions, cache)
+    skipped: Counter = Counter()
+    golds = gold_steps(questions, index, skipped)
+    n_train = len(train_questions)
+    train = [g for g in golds if g.question < n_train]
+    val = [g for g in golds if g.question >= n_train]
+    if not train:
+        raise StemError("no training question has a usable gold relation path\n"
+                        "  how to fix: train on MetaQA (or the demo dataset), whose questions carry gold paths")
+    fingerprint = {"train_questions": len(train_questions), "val_questions": len(val_questions),
+                   "usable_train": len(train), "usable_val": len(val), "entities": index.num_entities,
+                   "triples": index.num_triples, "capped_entities": neighbours.capped}
+    return TrainData(neighbours, kg_graph(neighbours, entity_text), jnp.asarray(entity_text),
+                     jnp.asarray(relation_text), jnp.asarray(vectors), train, val, skipped, fingerprint)
+
+
+def batch_items(data: TrainData, config: ScrConfig, step: int, seed: int) -> StepItems:
+    """The items of optimiser step ``step``: a pure function of (seed, step)."""
+    rng = np.random.default_rng([seed, step])
+    size = min(config.train_batch, len(data.train))
+    picks = rng.choice(len(data.train), size=size, replace=False)
+    # One candidate width for every batch: one compile of the gradient.
+    return step_items([data.train[i] for i in picks], data.neighbours, rng, max_steps=config.max_steps,
+                      rows=config.train_batch * config.max_steps, width=next_power_of_two(config.neighbours + 1),
+                      skipped=Counter())
+
+
+def validation_items(data: TrainData, config: ScrConfig, seed: int, limit: int = 256) -> StepItems | None:
+    if not data.val:
+        return None
+    rng = np.random.default_rng([seed, VAL_SEED_OFFSET])
+    golds = data.val[:limit]
+    return step_items(golds, data.neighbours, rng, max_steps=config.max_steps, rows=len(golds) * config.max_steps,
+                      width=next_power_of_two(config.neighbours + 1))
+
+
+def _device(items: StepItems) -> dict[str, jax.Array]:
+    return {k: jnp.asarray(v) for k, v in dataclasses.asdict(items).items()}
+
+
+class Trainer:
+    """Jitted gradient (one compile per candidate-width bucket) and update."""
+
+    def __init__(self, spec: ScrSpec, optimizer: optax.GradientTransformation):
+        model = ScrModel(spec)
+        self.model = model
+
+        def loss_fn(params, graph, entity_text, relation_text, questions, items):
+            return step_loss(model, params, graph, entity_text, relation_text, questions, items)
+
+        def update(params, opt_state, grads):
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state
+
+        self.grad = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
+        self.evaluate = jax.jit(loss_fn)
+        self.update = jax.jit(update)
+
+
+def _plot(history: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [h for h in history if "loss" in h]
+    val = [h for h in history if "val_loss" in h]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    axes[0].plot([h["step"] for h in train], [h["loss"] for h in train], label="train", alpha=0.6)
+    axes[0].plot([h["step"] for h in val], [h["val_loss"] for h in val], "o-", label="validation")
+    axes[0].set(xlabel="step", ylabel="InfoNCE loss", title="SCR loss")
+    axes[0].legend()
+    axes[1].plot([h["step"] for h in train], [h["accuracy"] for h in train], label="train", alpha=0.6)
+    axes[1].plot([h["step"] for h in val], [h["val_accuracy"] for h in val], "o-", label="validation")
+    axes[1].plot([h["step"] for h in val], [h["val_stop_accuracy"] for h in val], "s--", label="validation (stop)")
+    axes[1].set(xlabel="step", ylabel="step accuracy", title="next-entity argmax is a positive", ylim=(0, 1))
+    axes[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def train_scr(data: TrainData, config: ScrConfig, out_dir: Path, *, seed: int = 0, stop_at: int | None = None,
+              log: Callable[[str], None] = print, plot: bool = True) -> dict[str, Any]:
+    """Train (or resume) into ``out_dir``; ``stop_at`` ends after that many total steps (tests, budgets)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec = spec_from_config(config, int(data.entity_text.shape[1]), int(data.relation_text.shape[0]))
+    spec_path = out_dir / SPEC_FILE
+    if spec_path.is_file():
+        saved = json.loads(spec_path.read_text())
+        if saved["spec"] != spec.as_dict() or saved.get("config") != dataclasses.asdict(config):
+            raise StemError(f"{out_dir} holds a run with another configuration\n"
+                            "  how to fix: pass the same --scr.* values, or a new --out folder")
+    else:
+        spec_path.write_text(json.dumps({"spec": spec.as_dict(), "config": dataclasses.asdict(config), "seed": seed,
+                                         "data": data.fingerprint}, indent=2))
+    optimizer = make_optimizer(config)
+    trainer = Trainer(spec, optimizer)
+    params = init_params(spec, jax.random.key(seed))
+    opt_state = optimizer.init(params)
+    store = CheckpointStore(out_dir / CHECKPOINTS)
+    history: list[dict[str, Any]] = []
+    seconds = 0.0
+    start_step = 0
+    latest = store.latest_step()
+    if latest is not None:
+        params, opt_state, meta = store.restore(latest, params, opt_state)
+        history, seconds, start_step = meta["history"], meta["seconds"], latest
+        log(f"resuming {out_dir} from step {latest}")
+    val = validation_items(data, config, seed)
+    val_device = _device(val) if val is not None else None
+    last = min(config.steps, stop_at) if stop_at is not None else config.steps
+    began = time.perf_counter()
+    for step in range(start_step, last):
+        items = batch_items(data, config, step, seed)
+        (loss, aux), grads = trainer.grad(params, data.graph, data.entity_text, data.relation_text, data.questions,
+                                          _device(items))
+        params, opt_state = trainer.update(params, opt_state, grads)
+        record = {"step": step + 1, "loss": float(loss), "accuracy": float(aux["accuracy"]), "items": int(aux["items"])}
+        if (step + 1) % config.eval_every == 0 or step + 1 == last:
+            if val_device is not None:
+                val_loss, val_aux = trainer.evaluate(params, data.graph, data.entity_text, data.relation_text,
+                                                     data.questions, val_device)
+                record.update(val_loss=float(val_loss), val_accuracy=float(val_aux["accuracy"]),
+                              val_stop_accuracy=float(val_aux["stop_accuracy"]))
+            elapsed = seconds + time.perf_counter() - began
+            log(f"step {step + 1}/{config.steps}: loss {record['loss']:.3f}, accuracy {record['accuracy']:.3f}"
+                + (f", val loss {record['val_loss']:.3f}, val accuracy {record['val_accuracy']:.3f} "
+                   f"(stop {record['val_stop_accuracy']:.3f})" if "val_loss" in record else "")
+                + f" [{elapsed:.0f}s]")
+            history.append(record)
+            store.save(step + 1, params, opt_state, {"history": history, "seconds": elapsed})
+        else:
+            history.append(record)
+    seconds += time.perf_counter() - began
+    store.close()
+    (out_dir / "history.json").write_text(json.dumps(history))
+    if plot and history:
+        _plot(history, out_dir / "curves.png")
+    summary = {"steps": last, "seconds": round(seconds, 1), "params_sha": params_fingerprint(params),
+               "final": history[-1] if history else None, "spec": spec.as_dict(), "data": data.fingerprint,
+               "skipped": dict(data.skipped)}
+    (out_dir / "train-summary.json").write_text(json.dumps(summary, indent=2))
+    return {"params": params, "spec": spec, **summary}
+
+
+@functools.lru_cache(maxsize=4)
+def _abstract(spec: ScrSpec) -> Any:
+    return jax.eval_shape(lambda: init_params(spec, jax.random.key(0)))
+
+
+def load_run(folder: Path) -> tuple[ScrSpec, Any, dict[str, Any]]:
+    """(spec, params, info) of the last checkpoint of a ``train-scr`` run folder."""
+    folder = Path(folder)
+    spec_path = folder / SPEC_FILE
+    if not spec_path.is_file():
+        raise StemError(f"{folder} is not a train-scr run (no {SPEC_FILE})\n"
+                        "  how to fix: train one with `stem-jax train-scr --dataset metaqa --out runs/scr-metaqa`")
+    saved = json.loads(spec_path.read_text())
+    spec = ScrSpec(**saved["spec"])
+    store = CheckpointStore(folder / CHECKPOINTS)
+    step = store.latest_step()
+    if step is None:
+        raise StemError(f"{folder} has no checkpoint yet\n  how to fix: let `stem-jax train-scr` run to its first "
+                        "checkpoint (every --scr.eval_every steps)")
+    import orbax.checkpoint as ocp
+
+    restored = store.manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(_abstract(spec))))
+    store.close()
+    params = restored["params"]
+    return spec, params, {"step": step, "params_sha": params_fingerprint(params), "folder": str(folder),
+                          "config": saved.get("config")}
