@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -116,3 +117,113 @@ def test_empty_and_single_chunk(tmp_path):
         tmp_path / "one", TEXTS[:3], HashingEncoder(dim=32), chunk_rows=4096, progress=True, desc="t"
     )
     assert table.n == 3 and table.strings_per_second > 0
+
+
+# ----- issue 13, rows 2-3: a cache interrupted at any point resumes; no dead ends -----
+
+
+def _array_only(path: Path) -> None:
+    """The state of a build killed after the array was created, before the manifest went down."""
+    build(path)
+    (path / "manifest.json").unlink()
+
+
+KILLED_STATES = {
+    "before-manifest": _array_only,
+    "manifest-temp-file": lambda p: (_array_only(p), (p / ".manifest.json-x1.tmp").write_text("{"),
+                                     (p / "zarr.json.__lock").write_text("")),
+    "manifest-no-array": lambda p: (build(p), shutil.rmtree(p / "c"), (p / "zarr.json").unlink()),
+    "chunks-not-recorded": lambda p: (build(p), (p / "manifest.json").write_text(
+        json.dumps({**json.loads((p / "manifest.json").read_text()), "chunks": {}}))),
+    "truncated-last-chunk": lambda p: (build(p), (p / "c" / "6" / "0").write_bytes((p / "c" / "6" / "0").read_bytes()[:9])),
+    "truncated-middle-chunk": lambda p: (build(p), (p / "c" / "3" / "0").write_bytes(b"")),
+    "corrupt-array-metadata": lambda p: (build(p), (p / "zarr.json").write_text("{not json")),
+    "corrupt-manifest": lambda p: (build(p), (p / "manifest.json").write_text("\x00garbage")),
+}
+
+
+@pytest.mark.parametrize("state", sorted(KILLED_STATES))
+def test_interrupted_or_damaged_cache_resumes_to_the_clean_table(tmp_path, state):
+    clean = build(tmp_path / "clean")
+    KILLED_STATES[state](tmp_path / "emb")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CacheWarning)
+        table = build(tmp_path / "emb")
+    np.testing.assert_array_equal(table.array, clean.array)
+    enc = Counting(HashingEncoder(dim=32))
+    again = build(tmp_path / "emb", enc)  # and the repaired cache is complete: a no-op rerun
+    assert enc.calls == 0
+    np.testing.assert_array_equal(again.array, clean.array)
+
+
+def test_truncated_last_chunk_is_recomputed_alone(tmp_path):
+    clean = build(tmp_path / "clean")
+    KILLED_STATES["truncated-last-chunk"](tmp_path / "emb")
+    enc = Counting(HashingEncoder(dim=32))
+    with pytest.warns(CacheWarning, match=r"chunk 6 \(rows 48-49\) is corrupt"):
+        table = build(tmp_path / "emb", enc)
+    assert table.recomputed_chunks == [6] and enc.rows == 2
+    np.testing.assert_array_equal(table.array, clean.array)
+
+
+def test_empty_table_leaves_no_folder_and_reruns(tmp_path):
+    for _ in range(2):
+        assert build(tmp_path / "empty", texts=[]).n == 0
+    assert not (tmp_path / "empty").exists()
+
+
+def test_cache_path_that_is_a_file_is_an_error(tmp_path):
+    (tmp_path / "emb").write_text("x")
+    with pytest.raises(CacheError, match="is a file"):
+        build(tmp_path / "emb")
+
+
+KILL_SCRIPT = """
+import sys, time
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+from test_embedding_cache import TEXTS
+from stem_jax.encoder import HashingEncoder, open_or_build
+
+class Slow(HashingEncoder):
+    def encode(self, texts):
+        time.sleep(0.02)
+        return super().encode(texts)
+
+print("ready", flush=True)
+open_or_build(sys.argv[1], TEXTS, Slow(dim=32), 8, progress=False)
+"""
+
+
+def _kill_and_resume(tmp_path: Path, rng: np.random.Generator, rounds: int, kills: int = 3) -> int:
+    """Start a build in a subprocess, SIGKILL it at a random moment, resume; repeat. Returns kills that hit mid-build."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    clean = build(tmp_path / "clean")
+    hits = 0
+    for r in range(rounds):
+        path = tmp_path / f"emb{r}"
+        for _ in range(kills):  # several kills into the same folder
+            proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(path), str(Path(__file__).parent)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            assert proc.stdout.readline().strip() == b"ready"
+            time.sleep(float(rng.uniform(0.0, 0.2)))
+            proc.send_signal(signal.SIGKILL)
+            hits += proc.wait() == -signal.SIGKILL
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CacheWarning)
+            table = build(path)
+        np.testing.assert_array_equal(table.array, clean.array)
+    return hits
+
+
+def test_sigkill_at_random_points_then_resume(tmp_path):
+    assert _kill_and_resume(tmp_path, np.random.default_rng(0), rounds=1, kills=2) >= 1
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_points_then_resume_long(tmp_path):
+    _kill_and_resume(tmp_path, np.random.default_rng(1), rounds=12)

@@ -125,6 +125,46 @@ def _check_manifest(path: Path, found: dict[str, Any], expected: dict[str, Any])
         )
 
 
+_OWN_ENTRIES = ("zarr.json", "c")  # what the zarr3 array puts in the folder besides the manifest
+
+
+def _own_files_only(path: Path, *, manifest: bool = False) -> bool:
+    """True when ``path`` holds nothing but this cache's own files (the array, manifest temp files and,
+    with ``manifest``, the manifest itself): safe to clear when the build must start over."""
+    own = _OWN_ENTRIES + ((MANIFEST,) if manifest else ())
+    return all(
+        entry.name in own
+        or entry.name.endswith(".__lock")  # TensorStore's file driver writes through <key>.__lock
+        or (entry.name.startswith(f".{MANIFEST}-") and entry.name.endswith(".tmp"))
+        for entry in path.iterdir()
+    )
+
+
+def _clear_own_files(path: Path) -> None:
+    for entry in path.iterdir():
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def _create_array(path: Path, n: int, dim: int, chunk_rows: int, manifest: dict[str, Any]):
+    """A fresh array, then the manifest: ``delete_existing`` clears the whole folder, manifest included."""
+    store = ts.open(_spec(path, n, dim, chunk_rows), create=True, delete_existing=True).result()
+    manifest["chunks"] = {}
+    _write_manifest(path, manifest)
+    return store
+
+
+def _chunk_file(path: Path, i: int) -> Path:
+    return path / "c" / str(i) / "0"  # zarr3 default chunk key encoding; the dim axis is one chunk
+
+
+def _start_over(path: Path, reason: str) -> None:
+    warnings.warn(f"{path}: {reason}; building this cache again", CacheWarning, stacklevel=3)
+    _clear_own_files(path)
+
+
 def open_or_build(
     path: Path,
     texts: Sequence[str],
@@ -136,10 +176,12 @@ def open_or_build(
 ) -> EmbeddingTable:
     """Return the embeddings of ``texts`` under ``path``, encoding only what is missing or corrupt.
 
-    A complete, matching cache is read without calling the encoder. A partial one (killed build)
-    is finished chunk by chunk. A cache built for another encoder, dim, chunk size or other
-    strings raises :class:`CacheError` saying what differs; ``rebuild=True`` deletes it first.
-    Chunks failing their checksum are recomputed with a :class:`CacheWarning`.
+    A complete, matching cache is read without calling the encoder. A partial one (killed build,
+    at any point: before its manifest, before its first chunk, mid-chunk) is finished chunk by
+    chunk. A cache built for another encoder, dim, chunk size or other strings raises
+    :class:`CacheError` saying what differs; ``rebuild=True`` deletes it first. Chunks failing
+    their checksum, an unreadable manifest or array metadata are recomputed with a
+    :class:`CacheWarning`. A folder holding files that are not this cache's is never touched.
     """
     path = Path(path)
     n, dim = len(texts), int(encoder.dim)
@@ -147,6 +189,10 @@ def open_or_build(
         raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
     if rebuild and path.exists():
         shutil.rmtree(path)
+    if n == 0:  # nothing to encode or store: leave no half-made folder behind
+        return EmbeddingTable(array=np.zeros((0, dim), np.float16), path=path, encoder_name=encoder.name)
+    if path.exists() and not path.is_dir():
+        raise CacheError(f"{path}: is a file, not an embedding cache folder\n  how to fix: delete or move it")
     expected = {
         "format_version": FORMAT_VERSION,
         "encoder": encoder.name,
@@ -156,32 +202,39 @@ def open_or_build(
         "texts_sha256": texts_fingerprint(texts),
     }
     manifest_path = path / MANIFEST
+    manifest: dict[str, Any] | None = None
     if manifest_path.exists():
         try:
             manifest = json.loads(manifest_path.read_text())
+            if not isinstance(manifest, dict) or not isinstance(manifest.get("chunks"), dict):
+                raise ValueError("not a cache manifest")
         except (OSError, ValueError) as e:
-            raise CacheError(
-                f"{manifest_path}: unreadable manifest ({e})\n  how to fix: {_FIX.format(path=path)}"
-            ) from None
+            if not _own_files_only(path, manifest=True):
+                raise CacheError(
+                    f"{manifest_path}: unreadable manifest ({e})\n  how to fix: {_FIX.format(path=path)}"
+                ) from None
+            _start_over(path, f"unreadable manifest ({e})")
+            manifest = None
+    if manifest is not None:
         _check_manifest(path, manifest, expected)
         try:
             # create=True too: a build killed right after its first manifest has no array yet.
             store = ts.open(_spec(path, n, dim, chunk_rows), open=True, create=True).result()
         except ValueError as e:
-            raise CacheError(
-                f"{path}: cannot open the embedding array ({e})\n  how to fix: {_FIX.format(path=path)}"
-            ) from None
+            warnings.warn(f"{path}: unreadable array metadata ({e}); building this cache again", CacheWarning,
+                          stacklevel=2)
+            store = _create_array(path, n, dim, chunk_rows, manifest)
     else:
         if path.exists() and any(path.iterdir()):
-            raise CacheError(
-                f"{path}: folder exists but is not an embedding cache (no {MANIFEST})\n"
-                f"  how to fix: {_FIX.format(path=path)}"
-            )
+            if not _own_files_only(path):
+                raise CacheError(
+                    f"{path}: folder exists but is not an embedding cache (no {MANIFEST})\n"
+                    f"  how to fix: {_FIX.format(path=path)}"
+                )
+            _start_over(path, f"a build was killed before its first {MANIFEST}")
         path.mkdir(parents=True, exist_ok=True)
-        # The manifest goes down before any chunk, so a folder with our data always has one.
         manifest = {**expected, "dtype": "float16", "chunks": {}}
-        _write_manifest(path, manifest)
-        store = ts.open(_spec(path, n, dim, chunk_rows), create=True, delete_existing=True).result()
+        store = _create_array(path, n, dim, chunk_rows, manifest)
 
     out = np.zeros((n, dim), np.float16)
     n_chunks = -(-n // chunk_rows)
@@ -233,6 +286,8 @@ def open_or_build(
                 # Re-normalise in float32 so the table is unit-norm whatever the encoder did.
                 vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
                 block = vectors.astype(np.float16)
+                # A corrupt or half-written chunk file would be read back to merge a partial (last) chunk.
+                _chunk_file(path, i).unlink(missing_ok=True)
                 store[lo:hi].write(block).result()
                 done[str(i)] = _chunk_sha(block)
                 _write_manifest(path, manifest)
