@@ -133,3 +133,132 @@ def test_store_planner_matches_precomputed(demo, tmp_path):
         assert stored(q, index) == plan(q, index) == OraclePlanner().plan(q)
     with pytest.raises(CacheError, match="no stored plan"):
         stored(load_demo(split="dev").questions[0], index)
+
+
+# ----- issue 13: a store interrupted or damaged anywhere resumes; a corrupt record names its line -----
+
+import shutil  # noqa: E402
+import warnings  # noqa: E402
+
+from stem_jax.plan.store import MANIFEST  # noqa: E402
+
+
+def _store_files(path):
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def _killed_before_manifest(p):
+    (p / "sidecar").mkdir(parents=True)
+    (p / f".{MANIFEST}-abc.tmp").write_text("{")
+
+
+def _truncate(file, keep=5):
+    file.write_bytes(file.read_bytes()[:keep])
+
+
+DAMAGE = {
+    "killed-before-manifest": _killed_before_manifest,
+    "corrupt-manifest": lambda p: (p / MANIFEST).write_text("{\"n\": 5"),
+    "truncated-last-array-chunk": lambda p: _truncate(p / "triples.zarr" / "c" / "3" / "0" / "0" / "0"),
+    "missing-middle-array-chunk": lambda p: shutil.rmtree(p / "nodes.zarr" / "c" / "1"),
+    "corrupt-sidecar-line": lambda p: (p / "sidecar" / "chunk-000002.jsonl").write_bytes(
+        (p / "sidecar" / "chunk-000002.jsonl").read_bytes().replace(b"\n", b"\n\xff{", 1)),
+    "torn-last-sidecar": lambda p: _truncate(p / "sidecar" / "chunk-000003.jsonl", 30),
+    "corrupt-array-metadata": lambda p: (p / "score.zarr" / "zarr.json").write_text("{not json"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_damaged_store_is_planned_again_to_identical_files(demo, tmp_path, damage):
+    questions, index = demo
+    write_plan_store(tmp_path / "clean", questions, CountingPlanner(), index, chunk_rows=16)
+    if damage != "killed-before-manifest":
+        write_plan_store(tmp_path / "s", questions, CountingPlanner(), index, chunk_rows=16)
+    DAMAGE[damage](tmp_path / "s")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PlanStoreWarning)
+        write_plan_store(tmp_path / "s", questions, CountingPlanner(), index, chunk_rows=16)
+    store = PlanStore.open(tmp_path / "s")
+    assert store.beams() == PlanStore.open(tmp_path / "clean").beams()
+    for name in ("triples", "nodes", "answer", "strategy", "score"):
+        np.testing.assert_array_equal(store.arrays[name].read().result(),
+                                      PlanStore.open(tmp_path / "clean").arrays[name].read().result())
+
+
+def test_reading_a_corrupt_sidecar_names_file_and_line(demo, tmp_path):
+    questions, index = demo
+    write_plan_store(tmp_path / "s", questions, CountingPlanner(), index, chunk_rows=16)
+    DAMAGE["corrupt-sidecar-line"](tmp_path / "s")
+    with pytest.raises(CacheError, match=r"chunk-000002.jsonl:2: corrupt plan store record .*\n.*rerun the same"):
+        PlanStore.open(tmp_path / "s").beams()
+    (tmp_path / "s" / MANIFEST).write_text("[]")
+    with pytest.raises(CacheError, match="unreadable manifest"):
+        PlanStore.open(tmp_path / "s")
+
+
+def test_store_path_that_is_a_file_or_foreign_folder_is_refused(demo, tmp_path):
+    questions, index = demo
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(CacheError, match="is a file"):
+        write_plan_store(tmp_path / "f", questions, CountingPlanner(), index)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(CacheError, match="not a plan store"):
+        write_plan_store(tmp_path / "mine", questions, CountingPlanner(), index)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+PLAN_KILL_SCRIPT = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from test_plan_store import CountingPlanner
+from stem_jax.data.demo_kg import load_demo
+from stem_jax.kg.index import build_index
+from stem_jax.plan.store import write_plan_store
+
+dataset = load_demo(split="test")
+index = build_index(dataset.triples)
+
+class Slow(CountingPlanner):
+    def plan_batch(self, questions):
+        time.sleep(0.03)
+        return super().plan_batch(questions)
+
+print("ready", flush=True)
+write_plan_store(Path(sys.argv[1]), dataset.questions[:50], Slow(), index, chunk_rows=4)
+"""
+
+
+def _kill_plan_and_resume(demo, tmp_path, rng, rounds, kills):
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    questions, index = demo
+    write_plan_store(tmp_path / "clean", questions, CountingPlanner(), index, chunk_rows=4)
+    clean = PlanStore.open(tmp_path / "clean").beams()
+    for r in range(rounds):
+        path = tmp_path / f"s{r}"
+        for _ in range(kills):
+            proc = subprocess.Popen([sys.executable, "-c", PLAN_KILL_SCRIPT, str(path), str(Path(__file__).parent)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            assert proc.stdout.readline().strip() == b"ready"
+            time.sleep(float(rng.uniform(0.0, 0.4)))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PlanStoreWarning)
+            write_plan_store(path, questions, CountingPlanner(), index, chunk_rows=4)
+        assert PlanStore.open(path).beams() == clean
+
+
+def test_plan_sigkill_at_random_points_then_resume(demo, tmp_path):
+    _kill_plan_and_resume(demo, tmp_path, np.random.default_rng(0), rounds=1, kills=2)
+
+
+@pytest.mark.slow
+def test_plan_sigkill_at_random_points_then_resume_long(demo, tmp_path):
+    _kill_plan_and_resume(demo, tmp_path, np.random.default_rng(1), rounds=8, kills=3)

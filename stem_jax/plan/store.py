@@ -184,10 +184,10 @@ class PlanStore:
         if not manifest_path.is_file():
             raise CacheError(f"{path}: not a plan store (no {MANIFEST})\n"
                              "  how to fix: write one with `stem-jax plan --out PATH`")
-        try:
-            manifest = json.loads(manifest_path.read_text())
-        except ValueError as err:
-            raise CacheError(f"{manifest_path}: unreadable manifest ({err})\n  how to fix: {_FIX.format(path=path)}") from None
+        manifest = _read_manifest(manifest_path)
+        if manifest is None:
+            raise CacheError(f"{manifest_path}: unreadable manifest\n"
+                             "  how to fix: rerun the same `stem-jax plan` command (it starts the store over)")
         if manifest.get("format_version") != FORMAT_VERSION:
             raise CacheError(f"{path}: plan store format {manifest.get('format_version')}, expected {FORMAT_VERSION}\n"
                              f"  how to fix: {_FIX.format(path=path)}")
@@ -214,12 +214,31 @@ class PlanStore:
         rows: list[dict[str, Any]] = []
         size = self.chunk_rows
         for chunk in range(lo // size, -(-hi // size)):
-            lines = (self.path / "sidecar" / f"chunk-{chunk:06d}.jsonl").read_text(encoding="utf-8").splitlines()
+            file = self.path / "sidecar" / f"chunk-{chunk:06d}.jsonl"
+            try:
+                lines = file.read_bytes().split(b"\n")  # not splitlines: U+2028 may sit inside a question
+            except OSError as err:
+                raise self._corrupt(file, None, f"unreadable ({err.strerror})") from None
+            if lines and not lines[-1]:
+                lines.pop()
             base = chunk * size
             for i, line in enumerate(lines):
                 if lo <= base + i < hi:
-                    rows.append(json.loads(line))
+                    try:
+                        record = json.loads(line)
+                    except (ValueError, RecursionError):  # includes undecodable bytes
+                        raise self._corrupt(file, i + 1, "not a JSON record") from None
+                    if not isinstance(record, dict) or not isinstance(record.get("plans"), list):
+                        raise self._corrupt(file, i + 1, "not a plan record")
+                    rows.append(record)
+        if len(rows) != hi - lo:
+            raise self._corrupt(self.path / "sidecar", None, f"{len(rows)} sidecar records for rows {lo}-{hi - 1}")
         return rows
+
+    def _corrupt(self, file: Path, line: int | None, what: str) -> CacheError:
+        where = f"{file}:{line}" if line is not None else str(file)
+        return CacheError(f"{where}: corrupt plan store record ({what})\n"
+                          "  how to fix: rerun the same `stem-jax plan` command; it plans corrupt chunks again")
 
     def iter_batches(self, batch_size: int) -> Iterator[PlanBatch]:
         """Consecutive batches of ``batch_size`` rows (the last may be shorter), in row order."""
@@ -231,7 +250,12 @@ class PlanStore:
         out: dict[str, list[ScoredSchema]] = {}
         for batch in self.iter_batches(self.chunk_rows):
             for qid, record, strategy in zip(batch.qids, batch.sidecar, batch.strategy, strict=True):
-                beam = [schema_from_json(p) for p in record["plans"]]
+                try:
+                    beam = [schema_from_json(p) for p in record["plans"]]
+                except (KeyError, TypeError, ValueError):
+                    raise CacheError(f"{self.path}: corrupt sidecar record for question {qid}\n"
+                                     "  how to fix: rerun the same `stem-jax plan` command; it plans corrupt "
+                                     "chunks again") from None
                 if len(beam) != int((strategy >= 0).sum()):
                     raise CacheError(f"{self.path}: sidecar and arrays disagree for question {qid}\n"
                                      f"  how to fix: {_FIX.format(path=self.path)}")
@@ -268,6 +292,38 @@ def _open_arrays(path: Path, manifest: dict[str, Any], create: bool) -> dict[str
 
 def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
     write_json_atomic(path / MANIFEST, manifest)
+
+
+_MANIFEST_KEYS = ("format_version", "n", "beam", "max_triples", "chunk_rows", "qids", "chunks", "relations")
+
+
+def _read_manifest(manifest_path: Path) -> dict[str, Any] | None:
+    """The manifest, or None when it is unreadable or lacks what a store needs."""
+    try:
+        manifest = json.loads(manifest_path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(manifest, dict) or any(k not in manifest for k in _MANIFEST_KEYS):
+        return None
+    return manifest
+
+
+def _own_files_only(path: Path) -> bool:
+    """True when ``path`` holds only a plan store's own files (the arrays, the sidecar, the manifest and
+    temp/lock files): a store killed before its first manifest, or with a damaged one, can start over."""
+    own = {f"{name}.zarr" for name in _ARRAYS} | {"sidecar", MANIFEST}
+    return all(e.name in own or e.name.endswith((".tmp", ".__lock")) for e in path.iterdir())
+
+
+def _clear(path: Path) -> None:
+    for entry in path.iterdir():
+        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+
+def _delete_chunk_files(path: Path, chunk: int) -> None:
+    """Drop chunk ``chunk`` of every array, so a rewrite never reads (merges) a corrupt or torn chunk file."""
+    for name in _ARRAYS:
+        shutil.rmtree(path / f"{name}.zarr" / "c" / str(chunk), ignore_errors=True)
 
 
 def _chunk_digest(arrays: dict[str, np.ndarray], sidecar_text: str) -> str:
@@ -309,18 +365,29 @@ def write_plan_store(
         "max_triples": max_triples, "chunk_rows": chunk_rows, "qids_sha256": _fingerprint(qids),
         "relations_sha256": _fingerprint(index.relations),
     }
+    if path.exists() and not path.is_dir():
+        raise CacheError(f"{path}: is a file, not a plan store folder\n  how to fix: delete or move it, or pass another --out")
     manifest_path = path / MANIFEST
+    if path.is_dir() and any(path.iterdir()) and _read_manifest(manifest_path) is None:
+        if not _own_files_only(path):
+            raise CacheError(f"{path}: folder exists but is not a plan store (no readable {MANIFEST})\n"
+                             f"  how to fix: {_FIX.format(path=path)}")
+        reason = "unreadable manifest" if manifest_path.exists() else f"killed before its first {MANIFEST}"
+        warnings.warn(f"{path}: {reason}; planning this store again", PlanStoreWarning, stacklevel=2)
+        _clear(path)
     if manifest_path.is_file():
         manifest = json.loads(manifest_path.read_text())
         diffs = [f"{k}: store has {manifest.get(k)!r}, this run has {v!r}" for k, v in expected.items() if manifest.get(k) != v]
         if diffs:
             raise CacheError(f"{path}: plan store was written for other inputs\n  " + "\n  ".join(diffs)
                              + f"\n  how to fix: {_FIX.format(path=path)}")
-        arrays = _open_arrays(path, manifest, create=True)
-    else:
-        if path.exists() and any(path.iterdir()):
-            raise CacheError(f"{path}: folder exists but is not a plan store (no {MANIFEST})\n"
-                             f"  how to fix: {_FIX.format(path=path)}")
+        try:
+            arrays = _open_arrays(path, manifest, create=True)
+        except CacheError as err:  # damaged array metadata: the chunks cannot be trusted either
+            warnings.warn(f"{err}; planning this store again", PlanStoreWarning, stacklevel=2)
+            _clear(path)
+            manifest = None
+    if not manifest_path.is_file():
         (path / "sidecar").mkdir(parents=True, exist_ok=True)
         manifest = {**expected, "qids": qids, "relations": list(index.relations), "chunks": {},
                     "dropped_beams": {"too many triples": 0}, "plan_seconds": 0.0, "planned_questions": 0}
@@ -336,7 +403,7 @@ def write_plan_store(
             batch = store.read_rows(lo, hi)
             text = (path / "sidecar" / f"chunk-{int(key):06d}.jsonl").read_text(encoding="utf-8")
             ok = _chunk_digest({k: getattr(batch, k) for k in _ARRAYS}, text) == manifest["chunks"][key]
-        except (ValueError, OSError):
+        except (ValueError, OSError, CacheError):
             ok = False
         if not ok:
             warnings.warn(f"{path}: plan chunk {key} (rows {lo}-{hi - 1}) is corrupt; planning it again",
@@ -377,6 +444,7 @@ def write_plan_store(
             lines.append(json.dumps({"row": lo + r, "id": question.qid, "question": question.text, "plans": kept},
                                     ensure_ascii=False))
         text = "\n".join(lines) + "\n"
+        _delete_chunk_files(path, chunk)
         for name, dtype in _ARRAYS.items():
             arrays[name][lo:hi].write(block[name].astype(dtype)).result()
         write_text_atomic(path / "sidecar" / f"chunk-{chunk:06d}.jsonl", text)
