@@ -1,0 +1,337 @@
+"""Run folders: resumable results that can only be resumed by the run that made them.
+
+A run folder holds::
+
+    <out>/fingerprint.json    everything that changes results (config, method, planner, KG, encoder, data)
+    <out>/predictions.jsonl   one JSON record per finished question, appended chunk by chunk (fsynced)
+    <out>/.lock               held (fcntl.flock) by the process writing the folder; holds its pid
+
+:meth:`RunFolder.open` takes the lock (a second writer is refused with the holder's pid), then
+compares the fingerprint: a rerun with other settings is refused with the keys that differ and a
+one-line fix (a new ``--out``, or ``--overwrite`` to drop the old predictions), so a resumed run
+never mixes results of two configurations. :meth:`RunFolder.finished` reads the finished records:
+a torn last line (a kill mid-write) is cut, and a corrupt line anywhere is reported with its line
+number and dropped, so that question is simply computed again; the file is then rewritten cleanly.
+Records are stamped with a digest of their question, so an edited question file recomputes
+exactly the questions whose text or answers changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import json
+import math
+import os
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from stem_jax.atomic import write_json_atomic, write_text_atomic
+from stem_jax.errors import StemError
+
+PREDICTIONS = "predictions.jsonl"
+FINGERPRINT = "fingerprint.json"
+LOCK = ".lock"
+QUESTION_KEY = "question_sha"  # field stamped on each record: digest of the question it answers
+# Options that only change how work is chunked, never a result: a rerun may change them and resume.
+NOT_RESULTS = frozenset({"config.engine.chunk_questions"})
+_MAX_KEYS_LISTED = 6
+
+Log = Callable[[str], None]
+
+
+class RunFolderWarning(UserWarning):
+    """A predictions record was unreadable and is being computed again."""
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, RunFolderWarning, stacklevel=3)
+
+
+def canonical_json(value: Any) -> str:
+    """Stable JSON of ``value`` (sorted keys, tuples as lists, paths and other objects as strings)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def short_hash(fingerprint: Mapping[str, Any], length: int = 8) -> str:
+    """First ``length`` hex digits of the fingerprint's sha256: a default output name's suffix."""
+    return hashlib.sha256(canonical_json(_results_only(fingerprint)).encode("utf-8")).hexdigest()[:length]
+
+
+def question_digest(question: Any) -> str:
+    """sha256 (16 hex) of what a question's record depends on: its text, topics, answers, hops and gold path."""
+    fields = {k: getattr(question, k, None) for k in ("qid", "text", "topic_entities", "answers", "hops", "qtype",
+                                                         "gold_path", "graph")}
+    if fields["gold_path"] is not None:
+        fields["gold_path"] = [dataclasses.astuple(step) for step in fields["gold_path"]]
+    return hashlib.sha256(canonical_json(fields).encode("utf-8")).hexdigest()[:16]
+
+
+def results_fingerprint(
+    *,
+    config: Any,
+    method: str,
+    planner: Any,
+    kg: str,
+    encoder: str,
+    data: Mapping[str, Any],
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The fingerprint of everything that changes a run's results.
+
+    ``config``: a config dataclass (or its dict); ``planner``: its label and settings (name,
+    checkpoint, plan store, ...); ``kg``: a KG fingerprint; ``encoder``: encoder name and dim;
+    ``data``: the dataset name, split and the files questions came from. The question set itself
+    is not part of it (``--limit`` may grow between runs): each record carries its question's digest.
+    """
+    if dataclasses.is_dataclass(config):
+        config = dataclasses.asdict(config)
+    fingerprint = {"config": config, "method": method, "planner": planner, "kg": kg, "encoder": encoder,
+                   "data": dict(data)}
+    if extra:
+        fingerprint["extra"] = dict(extra)
+    return json.loads(canonical_json(fingerprint))  # plain JSON types, as they will be read back
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out or {prefix: {}}
+    return {prefix: value}
+
+
+def _results_only(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
+    flat = _flatten(json.loads(canonical_json(fingerprint)))
+    return {k: v for k, v in flat.items() if k not in NOT_RESULTS}
+
+
+def fingerprint_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """``key: old -> new`` for every results-relevant dotted key that differs."""
+    a, b = _results_only(old), _results_only(new)
+    return [f"{k}: {_short(a.get(k, '(unset)'))} -> {_short(b.get(k, '(unset)'))}"
+            for k in sorted(set(a) | set(b)) if a.get(k, "(unset)") != b.get(k, "(unset)")]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def non_finite_fields(record: Any, path: str = "") -> list[str]:
+    """Dotted paths of NaN/inf floats anywhere in ``record``."""
+    if isinstance(record, float):
+        return [] if math.isfinite(record) else [path or "(value)"]
+    if isinstance(record, dict):
+        return [p for k, v in record.items() for p in non_finite_fields(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(record, (list, tuple)):
+        return [p for i, v in enumerate(record) for p in non_finite_fields(v, f"{path}[{i}]")]
+    return []
+
+
+def read_predictions(path: Path, *, log: Log | None = _warn) -> tuple[dict[str, dict], list[str], bool]:
+    """Records of a predictions file by id, the problems found (``file:line: what``), and whether the file
+    needs rewriting (a torn, corrupt or duplicate line). Never raises on content; ``log`` gets each problem."""
+    path = Path(path)
+    if not path.exists():
+        return {}, [], False
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    torn = lines.pop()  # after the last newline: empty, or a record cut by a kill
+    records: dict[str, dict] = {}
+    problems: list[str] = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        what = None
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):  # undecodable bytes and bad JSON alike
+            record, what = None, "not a JSON record"
+        if what is None and (not isinstance(record, dict) or not isinstance(record.get("id"), str)):
+            what = "not a predictions record (no string id)"
+        if what is None and non_finite_fields(record):
+            what = f"non-finite number in {non_finite_fields(record)[0]}"
+        if what is None and record["id"] in records:
+            what = f"duplicate record for question {record['id']}"
+        if what is not None:
+            problems.append(f"{path}:{lineno}: {what}; that question is computed again")
+            continue
+        records[record["id"]] = record
+    if torn.strip():
+        problems.append(f"{path}:{len(lines) + 1}: torn last line (killed mid-write); that question is computed again")
+    if log is not None:
+        for problem in problems:
+            log(problem)
+    return records, problems, bool(problems) or bool(torn)
+
+
+class RunFolder:
+    """An open, locked run folder; see the module docstring. Use as a context manager."""
+
+    def __init__(self, path: Path, fingerprint: dict[str, Any], lock_fd: int, *,
+                 digests: Mapping[str, str] | None = None, log: Log | None = _warn):
+        self.path = path
+        self.fingerprint = fingerprint
+        self.digests = dict(digests or {})
+        self.log = log
+        self.problems: list[str] = []
+        self._lock_fd: int | None = lock_fd
+        self._sink: Any = None
+
+    # ----- opening ---------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: Path, fingerprint: Mapping[str, Any], *, overwrite: bool = False,
+             questions: Iterable[Any] | None = None, log: Log | None = _warn) -> RunFolder:
+        """Create or reopen the folder ``path`` for the run ``fingerprint`` describes.
+
+        ``questions`` (optional) stamps each appended record with its question's digest and makes
+        :meth:`finished` drop records whose question has changed since.
+
+        Raises:
+          StemError: ``path`` is a file; another process holds the folder (names its pid); the folder
+            holds results of a different run (names the differing keys; fix: new --out or --overwrite).
+        """
+        path = Path(path)
+        if path.exists() and not path.is_dir():
+            raise StemError(f"--out {path} is a file, not a run folder\n"
+                            "  how to fix: pass --out a folder path (it is created if missing)")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise StemError(f"--out {path}: cannot create the run folder ({err.strerror})\n"
+                            "  how to fix: pass --out a writable folder path") from None
+        fingerprint = json.loads(canonical_json(dict(fingerprint)))
+        fd = _lock(path)
+        try:
+            _check_fingerprint(path, fingerprint, overwrite)
+            if overwrite:
+                (path / PREDICTIONS).unlink(missing_ok=True)
+            write_json_atomic(path / FINGERPRINT, {"fingerprint": fingerprint, "short_hash": short_hash(fingerprint)})
+        except BaseException:
+            os.close(fd)
+            raise
+        digests = {q.qid: question_digest(q) for q in questions} if questions is not None else None
+        return cls(path, fingerprint, fd, digests=digests, log=log)
+
+    @property
+    def predictions(self) -> Path:
+        return self.path / PREDICTIONS
+
+    # ----- reading and writing ---------------------------------------------------------------
+    def finished(self) -> dict[str, dict]:
+        """Finished records by question id; bad lines are reported (``self.problems``), dropped and the file
+        rewritten without them, so exactly those questions are computed again."""
+        self._close_sink()
+        records, problems, rewrite = read_predictions(self.predictions, log=self.log)
+        stale = [qid for qid, record in records.items()
+                 if qid in self.digests and record.get(QUESTION_KEY) not in (None, self.digests[qid])]
+        for qid in stale:
+            problems.append(f"{self.predictions}: question {qid} changed since its record was written; "
+                            "it is computed again")
+            del records[qid]
+        if stale and self.log is not None:
+            self.log(f"{self.predictions}: {len(stale)} question(s) changed since the last run; recomputing them")
+        if rewrite or stale:
+            text = "".join(_dumps(r) + "\n" for r in records.values())
+            write_text_atomic(self.predictions, text)
+        self.problems = problems
+        return records
+
+    def append(self, records: Sequence[dict]) -> None:
+        """Append finished records (one line each), then flush and fsync: a kill never loses a written chunk.
+
+        Raises:
+          StemError: a record holds NaN/inf (a bug upstream: such scores must never reach predictions).
+        """
+        if not records:
+            return
+        lines = []
+        for record in records:
+            bad = non_finite_fields(record)
+            if bad:
+                raise StemError(f"record for question {record.get('id')!r} holds a non-finite number in {bad[0]} "
+                                "(a bug: NaN/inf must never reach predictions)\n"
+                                "  how to fix: report it with the command that produced it")
+            if record.get("id") in self.digests:
+                record = {**record, QUESTION_KEY: self.digests[record["id"]]}
+            lines.append(_dumps(record))
+        if self._sink is None:
+            self._sink = self.predictions.open("a", encoding="utf-8")
+        self._sink.write("\n".join(lines) + "\n")
+        self._sink.flush()
+        os.fsync(self._sink.fileno())
+
+    # ----- closing ---------------------------------------------------------------------------
+    def _close_sink(self) -> None:
+        if self._sink is not None:
+            self._sink.close()
+            self._sink = None
+
+    def close(self) -> None:
+        """Close the predictions file and release the lock (also on exceptions, via ``with``)."""
+        self._close_sink()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
+
+    def __enter__(self) -> RunFolder:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _dumps(record: dict) -> str:
+    return json.dumps(record, ensure_ascii=False, allow_nan=False)
+
+
+def _lock(path: Path) -> int:
+    """An exclusive, non-blocking flock on ``path/.lock``; the file then holds our pid for the next one to read."""
+    lock_path = path / LOCK
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        os.close(fd)
+        if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        holder = lock_path.read_text(encoding="utf-8", errors="replace").strip() or "unknown"
+        raise StemError(f"run folder {path} is in use by another stem-jax process (pid {holder})\n"
+                        "  how to fix: wait for it to finish, or pass another --out") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _check_fingerprint(path: Path, fingerprint: dict[str, Any], overwrite: bool) -> None:
+    stored_path = path / FINGERPRINT
+    has_results = (path / PREDICTIONS).exists() and (path / PREDICTIONS).stat().st_size > 0
+    if overwrite:
+        return
+    if not stored_path.exists():
+        if has_results:
+            raise StemError(f"{path} holds predictions without a fingerprint (an older or foreign run), so they "
+                            "cannot be resumed safely\n"
+                            "  how to fix: pass a new --out, or --overwrite to replace its results")
+        return
+    try:
+        stored = json.loads(stored_path.read_bytes())["fingerprint"]
+        if not isinstance(stored, dict):
+            raise TypeError
+    except (OSError, ValueError, KeyError, TypeError):
+        if has_results:
+            raise StemError(f"{stored_path}: unreadable, so the predictions beside it cannot be resumed safely\n"
+                            "  how to fix: pass a new --out, or --overwrite to replace its results") from None
+        return
+    diffs = fingerprint_differences(stored, fingerprint)
+    if diffs and has_results:
+        listed = "; ".join(diffs[:_MAX_KEYS_LISTED]) + (f"; and {len(diffs) - _MAX_KEYS_LISTED} more"
+                                                          if len(diffs) > _MAX_KEYS_LISTED else "")
+        raise StemError(f"{path} holds results of a different run ({listed})\n"
+                        "  how to fix: pass a new --out, or --overwrite to replace its results")
