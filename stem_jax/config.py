@@ -88,6 +88,26 @@ class EngineConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SafeConfig:
+    """SAFE, schema-driven approximate distance join (the SAFE paper; departures in stem_jax/methods/safe)."""
+
+    k_schema: int = 3  # candidate schema edges per pseudo edge (ADJ step 1)
+    delta: int = 1  # δ: edge-distance threshold of the distance edge join (Algorithm 1)
+    k_qg: int = 5  # schema-aligned query graphs kept per pseudo query graph
+    k_ent: int = 3  # |SimEnt|: KG entities per named query node (value retrieval)
+    k_rel: int = 10  # |SimRel|: KG relations per query relation
+    k_typ: int = 8  # |SimTyp|: entity types a variable node may take
+    k_retrieval: int = 10  # top matches kept per query graph (ranked semantic subgraph matching)
+    beams: int = 1  # planner beams used as pseudo query graphs (the paper's LLM writes one)
+    containment: float = 0.75  # merge relation roles into one entity type when this share of the smaller overlaps
+    min_support: int = 1  # θ_supp: schema edges need this many KG triples (paper C.2)
+    min_confidence: float = 0.0001  # θ_conf: ... and this share of the domain type's entities (paper C.2)
+    injective: bool = True  # a KG entity matches at most one query node (subgraph isomorphism)
+    answer_margin: float = -1.0  # keep answers within this distance of the best; < 0 keeps every match's answer
+    use_adj: bool = True  # False: match the pseudo query graph as written (the paper's "w/o ADJ" ablation)
+
+
+@dataclasses.dataclass(frozen=True)
 class StemConfig:
     tracer: TracerConfig = TracerConfig()
     guidance: GuidanceConfig = GuidanceConfig()
@@ -96,6 +116,7 @@ class StemConfig:
     subgraph: SubgraphConfig = SubgraphConfig()
     encoder: EncoderConfig = EncoderConfig()
     engine: EngineConfig = EngineConfig()
+    safe: SafeConfig = SafeConfig()
     seed: int = 0
 
 
