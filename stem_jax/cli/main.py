@@ -10,8 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from stem_jax.cli import commands, gnn, planning
-from stem_jax.cli.args import add_cache_flags, add_config_flags, add_dataset_flags
+from stem_jax.cli import commands, gnn, planning, sweep
+from stem_jax.cli.args import add_cache_flags, add_config_flags, add_dataset_flags, disable_abbreviations
+from stem_jax.cli.bench import add_bench_stages_parser
 from stem_jax.errors import StemError
 from stem_jax.methods import METHODS
 
@@ -84,7 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     planning.add_planner_flags(evaluate, plans=True)
     gnn.add_guidance_flags(evaluate)
     add_method_flags(evaluate)
-    evaluate.add_argument("--out", type=Path, default=None, help="run folder (default runs/<dataset>-<split>-<planner>)")
+    evaluate.add_argument("--out", type=Path, default=None,
+                          help="run folder (default runs/<dataset>-<split>-<planner>-<hash of the settings>)")
+    evaluate.add_argument("--overwrite", action="store_true",
+                          help="drop the predictions of a different run in --out instead of refusing to mix them")
     evaluate.set_defaults(func=commands.cmd_eval)
 
     ask = sub.add_parser("ask", help="answer a question with a loaded engine (answers, evidence chains, timing)",
@@ -105,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     planning.add_plan_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
     gnn.add_train_gnn_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
     gnn.add_ablate_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags, planning.add_planner_flags)
+    sweep.add_sweep_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
 
     bench = sub.add_parser("bench", help="benchmarks (tables + JSON under experiments/results/)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
@@ -117,12 +122,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_flags(bench_trace)
     bench_trace.add_argument("--num-questions", dest="num_questions", type=int, default=256, help="questions to trace (default 256)")
     bench_trace.add_argument("--repeats", type=int, default=3, help="timed JAX repeats after the compile call")
-    bench_trace.add_argument("--out", type=Path, default=Path("experiments/results"), help="where to write results")
+    bench_trace.add_argument("--out", type=Path, default=None, help="where to write results (default runs/bench)")
+    bench_trace.add_argument("--record", action="store_true",
+                             help="write into experiments/results/ (the committed results) instead of --out")
     bench_trace.set_defaults(func=commands.cmd_bench_trace)
+
+    add_bench_stages_parser(bench_sub, add_dataset_flags, add_cache_flags, add_config_flags, planning.add_planner_flags,
+                            gnn.add_guidance_flags)
 
     config = sub.add_parser("config", help="print every config option with its value")
     add_config_flags(config)
     config.set_defaults(func=commands.cmd_config)
+    disable_abbreviations(parser)
     return parser
 
 

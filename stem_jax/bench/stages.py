@@ -1,0 +1,206 @@
+"""`stem-jax bench stages`: per-stage latency of a loaded engine at several batch sizes.
+
+Stages, in pipeline order: question encoding (MiniLM over the masked question wordings, pattern
+planner only), planning (template head, beam, type check), grounding + schema-triple encoding,
+GNN guidance (when on), anchoring, tracing, answers (ranking, evidence, record). For each batch
+size the first call (which compiles new shapes) is timed on its own, then ``repeats`` warm calls
+on *other* questions of the split, each planned afresh, give p50/p95/p99 per stage and end to
+end, and throughput. Compile counts of the jitted tracer/anchor functions, peak host RSS and (on a
+GPU) device memory are recorded with the jax/jaxlib versions, machine and commit.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from stem_jax.data.types import Question
+
+STAGES = ("question_encoding", "planning", "schema_encoding", "gnn", "anchoring", "tracing", "answers")
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _device_memory() -> dict[str, Any] | None:
+    device = jax.devices()[0]
+    if device.platform == "cpu":
+        return None
+    stats = device.memory_stats() or {}
+    return {k: stats[k] for k in ("peak_bytes_in_use", "bytes_in_use", "bytes_limit") if k in stats}
+
+
+def _compiles() -> dict[str, int]:
+    from stem_jax.trace.tracer import anchor_batch, trace_batch
+
+    return {"trace_batch": trace_batch._cache_size(), "anchor_batch": anchor_batch._cache_size()}
+
+
+class StageTimer:
+    """Runs one batch through the STEM stages of an engine, timing each stage on its own."""
+
+    def __init__(self, engine: Any):
+        self.engine = engine
+        self.method = engine.method("stem")
+        self.evaluator = self.method.evaluator
+        self.planner = engine.planner if engine.planner_spec.plans is None else None
+
+    def _plan(self, batch: Sequence[Question], times: dict[str, float]) -> Any:
+        planner = self.planner
+        if planner is not None and hasattr(planner, "embed") and hasattr(planner, "score_embeddings"):
+            began = time.perf_counter()
+            x = planner.embed(batch)
+            times["question_encoding"] = time.perf_counter() - began
+            began = time.perf_counter()
+            beams = planner.beams_from_scores(batch, *planner.score_embeddings(x))
+        else:
+            times["question_encoding"] = 0.0
+            began = time.perf_counter()
+            beams = planner.plan_batch(batch)
+        times["planning"] = time.perf_counter() - began
+        by_qid = {q.qid: beam for q, beam in zip(batch, beams, strict=True)}
+
+        def plan(question: Question, index: Any = None) -> list[Any]:
+            return by_qid[question.qid]
+
+        plan.beams = by_qid  # the evaluator reads beam probabilities from here
+        return plan
+
+    def run(self, batch: Sequence[Question]) -> dict[str, float]:
+        """Seconds per stage for ``batch`` (planned, encoded, guided, anchored, traced, answered)."""
+        times: dict[str, float] = {}
+        plan = self._plan(batch, times)
+        began = time.perf_counter()
+        runs, _ = self.evaluator.plan_all(batch, plan)
+        self.method._embed([t for rs in runs for r in rs for t in r.plan.step_texts()], False)
+        times["schema_encoding"] = time.perf_counter() - began
+        began = time.perf_counter()
+        if self.method.context.guidance is not None:
+            self.method.context.guidance.attach(batch, runs, show_progress=False)
+        times["gnn"] = time.perf_counter() - began
+        flat = [r for rs in runs for r in rs]
+        outputs, timings = self.evaluator.trace_runs(flat)
+        times["anchoring"] = timings["anchor"]
+        times["tracing"] = timings["trace"]
+        began = time.perf_counter()
+        cursor = 0
+        for question, rs in zip(batch, runs, strict=True):
+            self.evaluator.record(question, rs, outputs[cursor : cursor + len(rs)], {})
+            cursor += len(rs)
+        times["answers"] = time.perf_counter() - began
+        times["total"] = sum(times[s] for s in STAGES)
+        return times
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    ms = 1000 * np.asarray(values)
+    return {"p50": float(np.percentile(ms, 50)), "p95": float(np.percentile(ms, 95)),
+            "p99": float(np.percentile(ms, 99)), "mean": float(ms.mean())}
+
+
+def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Sequence[int] = (1, 8, 64, 256, 1024),
+                 repeats: int | None = None, warmup: int = 2, min_seconds: float = 0.0,
+                 log: Any = None) -> dict[str, Any]:
+    """Latency per stage and batch size; see the module docstring. ``repeats`` defaults to a count
+    that keeps every batch size near the same number of questions (at least 3 calls); ``warmup``
+    untimed calls after the first let the remaining shape buckets (strategy x steps x capacity)
+    compile, and compiles during the timed calls are reported."""
+    timer = StageTimer(engine)
+    questions = list(questions)
+    results: dict[str, Any] = {"stages": list(STAGES), "batch_sizes": {}}
+    cursor = 0
+
+    def take(n: int) -> list[Question]:
+        nonlocal cursor
+        if cursor + n > len(questions):
+            cursor = 0
+        batch = questions[cursor : cursor + n]
+        cursor += n
+        return batch
+
+    for size in batch_sizes:
+        if size > len(questions):
+            if log:
+                log(f"batch size {size}: skipped, only {len(questions)} questions loaded")
+            continue
+        before = _compiles()
+        first = timer.run(take(size))
+        after_first = _compiles()
+        for _ in range(warmup):
+            timer.run(take(size))
+        after_warmup = _compiles()
+        reps = repeats or max(3, min(50, 2048 // size))
+        warm: list[dict[str, float]] = []
+        began = time.perf_counter()
+        while len(warm) < reps or time.perf_counter() - began < min_seconds:
+            warm.append(timer.run(take(size)))
+        after = _compiles()
+        per_stage = {stage: _percentiles([w[stage] for w in warm]) for stage in (*STAGES, "total")}
+        total_seconds = sum(w["total"] for w in warm)
+        results["batch_sizes"][str(size)] = {
+            "batch_size": size,
+            "warm_calls": len(warm),
+            "first_call_ms": {k: 1000 * v for k, v in first.items()},
+            "warm_ms": per_stage,
+            "questions_per_second": size * len(warm) / max(total_seconds, 1e-9),
+            "compiles_first_call": {k: after_first[k] - before[k] for k in before},
+            "compiles_warmup": {k: after_warmup[k] - after_first[k] for k in before},
+            "compiles_timed": {k: after[k] - after_warmup[k] for k in before},
+            "peak_rss_mib": _rss_mib(),
+            "device_memory": _device_memory(),
+        }
+        if log:
+            row = results["batch_sizes"][str(size)]
+            log(f"batch {size:5d}: end-to-end p50 {per_stage['total']['p50']:.1f} ms, "
+                f"{row['questions_per_second']:.0f} q/s, first call {row['first_call_ms']['total']:.0f} ms")
+    results["compiles_total"] = _compiles()
+    results["peak_rss_mib"] = _rss_mib()
+    results["jax"] = jax.__version__
+    results["jaxlib"] = __import__("jaxlib").__version__
+    results["devices"] = [str(d) for d in jax.devices()]
+    return results
+
+
+def stage_table(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """Markdown table rows: one row per (batch size, stage) with p50/p95/p99 ms per question batch."""
+    headers = ["batch", "stage", "p50 ms", "p95 ms", "p99 ms", "first call ms"]
+    rows = []
+    for size, row in results["batch_sizes"].items():
+        for stage in (*STAGES, "total"):
+            w = row["warm_ms"][stage]
+            rows.append([size, stage, round(w["p50"], 2), round(w["p95"], 2), round(w["p99"], 2),
+                         round(row["first_call_ms"][stage], 1)])
+        rows.append([size, "questions/s", round(row["questions_per_second"], 1), "", "", ""])
+    return headers, rows
+
+
+def plot_stages(results: dict[str, Any], path: Any) -> None:
+    """Latency (p50 per batch) vs batch size, one line per stage, log-log."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [int(s) for s in results["batch_sizes"]]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for stage in (*STAGES, "total"):
+        values = [results["batch_sizes"][str(s)]["warm_ms"][stage]["p50"] for s in sizes]
+        if max(values) <= 0:
+            continue
+        ax.plot(sizes, values, marker="o", label=stage, linewidth=2.5 if stage == "total" else 1.2)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch size (questions)")
+    ax.set_ylabel("p50 latency per batch (ms)")
+    ax.set_title(results.get("title", "stem-jax bench stages"))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,79 @@
+"""``stem-jax bench stages``: per-stage latency and throughput of a loaded engine by batch size."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from stem_jax.cli.args import config_from_args
+from stem_jax.cli.engine_args import open_engine
+from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from stem_jax.config import as_dict
+
+RESULTS = Path("experiments/results")
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--batch-sizes expects numbers like 1,8,64, got {text!r}") from None
+    if not sizes or any(s < 1 for s in sizes):
+        raise argparse.ArgumentTypeError(f"--batch-sizes expects positive numbers like 1,8,64, got {text!r}")
+    return sizes
+
+
+def add_bench_stages_parser(bench_sub, add_dataset_flags, add_cache_flags, add_config_flags, add_planner_flags,
+                            add_guidance_flags) -> None:
+    p = bench_sub.add_parser(
+        "stages", help="per-stage latency (p50/p95/p99), throughput, compiles and memory by batch size",
+        description="Open the engine once, then time question encoding, planning, schema encoding, GNN guidance, "
+        "anchoring, tracing and answers for batches of 1, 8, 64, 256 and 1024 questions: first call (compiles) and "
+        "warm calls on other questions, planned afresh. Writes JSON + Markdown + a PNG.")
+    add_dataset_flags(p, default="metaqa")
+    p.set_defaults(hops=(2,))
+    add_cache_flags(p)
+    add_config_flags(p)
+    add_planner_flags(p, default="pattern")
+    add_guidance_flags(p)
+    p.add_argument("--batch-sizes", type=parse_sizes, default=(1, 8, 64, 256, 1024),
+                   help="batch sizes (default 1,8,64,256,1024)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="warm calls per batch size (default: enough for ~2048 questions, 3 to 50 calls)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed calls after the first, per batch size (default 2)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="where to write bench-stages-*.json/.md/.png (default runs/bench)")
+    p.add_argument("--record", action="store_true",
+                   help=f"write into {RESULTS}/ (the committed results) instead of --out")
+    p.set_defaults(func=cmd_bench_stages)
+
+
+def cmd_bench_stages(args: argparse.Namespace) -> int:
+    from stem_jax.bench.stages import bench_stages, plot_stages, stage_table
+
+    config = config_from_args(args)
+    started = time.perf_counter()
+    engine = open_engine(args, config)
+    results = bench_stages(engine, engine.dataset.questions, batch_sizes=args.batch_sizes, repeats=args.repeats, warmup=args.warmup,
+                           log=print)
+    meta = run_metadata()
+    hops = "-".join(map(str, args.hops))
+    guidance = "-gnn" if getattr(args, "guidance", "none") == "gnn" else ""
+    name = f"bench-stages-{engine.dataset.name}-{hops}hop-{engine.planner_spec.label}{guidance}-{meta['backend']}"
+    results["title"] = f"{engine.dataset.name} {hops}-hop, planner {engine.planner_spec.label}{guidance}, {meta['backend']}"
+    headers, rows = stage_table(results)
+    table = markdown_table(headers, rows)
+    print("\n" + table)
+    out = RESULTS if args.record else (args.out or Path("runs/bench"))
+    payload = {"meta": meta, "command": "stem-jax " + " ".join(getattr(args, "argv", [])),
+               "dataset": engine.dataset.name, "split": args.split, "hops": list(args.hops),
+               "questions_loaded": len(engine.dataset.questions), "planner": engine.planner_spec.label,
+               "guidance": getattr(args, "guidance", "none"), "config": as_dict(config), **results,
+               "wall_seconds": time.perf_counter() - started}
+    paths = write_report(out, name, payload, f"Command: `{payload['command']}`\n\nMachine: {meta}\n\n"
+                         "Per-batch latency (ms per call of the whole batch), warm calls; first call includes "
+                         f"compilation.\n\n{table}")
+    plot_stages(results, out / f"{name}.png")
+    print(f"wrote {paths[0]}, {paths[1]} and {out / (name + '.png')}")
+    return 0
