@@ -9,12 +9,13 @@ from pathlib import Path
 from stem_jax.config import default_data_dir
 from stem_jax.data.demo_kg import load_demo
 from stem_jax.data.fb15k import load_fb15k237
+from stem_jax.data.files import load_files
 from stem_jax.data.metaqa import load_metaqa
 from stem_jax.data.rog import load_rog
 from stem_jax.data.types import Dataset
 from stem_jax.errors import DataError
 
-DATASETS = ("demo", "metaqa", "fb15k-237", "rog")
+DATASETS = ("demo", "metaqa", "fb15k-237", "rog", "files")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,13 +26,18 @@ class DatasetSpec:
     split: str = "test"
     hops: tuple[int, ...] = (1, 2, 3)
     data_dir: Path | None = None  # defaults to $STEM_DATA_DIR
-    questions: Path | None = None  # a user's own MetaQA-format question file
+    questions: Path | None = None  # a user's own MetaQA-format question file; for `files`: JSONL or text
     qtypes: Path | None = None
     kb: Path | None = None
     rog_path: Path | None = None
     strict: bool = False
     limit: int | None = None  # first N questions per hop, for quick runs
     seed: int = 0
+    # `files` (your own KG, see stem_jax.data.files): data_dir is the KG folder; these override its files.
+    triples: Path | None = None
+    entity_names: Path | None = None
+    relation_names: Path | None = None
+    delimiter: str | None = None  # triples/name files; default from the extension
 
 
 def _data_root(spec: DatasetSpec, folder: str) -> Path:
@@ -61,6 +67,14 @@ def load_dataset(spec: DatasetSpec) -> Dataset:
         if spec.rog_path is None:
             raise DataError("--dataset rog needs --rog-path", fix="pass a RoG .jsonl/.parquet file or dataset folder")
         dataset = load_rog(spec.rog_path, split=spec.split, strict=spec.strict)
+    elif spec.name == "files":
+        if spec.data_dir is None and spec.triples is None:
+            raise DataError("--dataset files needs --data-dir FOLDER (holding triples.tsv) or --triples FILE",
+                            fix="see `stem-jax index --help` and the README section 'Your own KG'")
+        dataset = load_files(
+            folder=spec.data_dir, triples=spec.triples, questions=spec.questions, entity_names=spec.entity_names,
+            relation_names=spec.relation_names, delimiter=spec.delimiter, split=spec.split, strict=spec.strict,
+        )
     else:
         raise DataError(f"unknown dataset {spec.name!r}", fix=f"choose one of {', '.join(DATASETS)}")
     if spec.limit is not None:

@@ -176,6 +176,22 @@ class EntityLinker:
         kwargs.setdefault("extra_stop_words", relation_words)
         return cls(index.entities, names, degree=index.degree, **kwargs)
 
+    @classmethod
+    def from_triples(cls, triples: Sequence[tuple[str, str, str]], names: Mapping[str, str] | None = None,
+                     **kwargs) -> EntityLinker:
+        """A linker over string triples without building a :class:`~stem_jax.kg.index.KGIndex` (loaders)."""
+        from stem_jax.kg.index import relation_text
+
+        degree: dict[str, int] = {}
+        relations: set[str] = set()
+        for head, relation, tail in triples:
+            degree[head] = degree.get(head, 0) + 1
+            if tail != head:
+                degree[tail] = degree.get(tail, 0) + 1
+            relations.add(relation)
+        kwargs.setdefault("extra_stop_words", {w for r in relations for w in re.findall(r"\w+", relation_text(r))})
+        return cls(list(degree), names, degree=list(degree.values()), **kwargs)
+
     # ------------------------------------------------------------------------------------------
     def link(self, question: str, *, max_links: int = 5) -> list[Link]:
         """Ranked, non-overlapping links for ``question`` (best first); ``[]`` when nothing matches.

@@ -1,0 +1,453 @@
+"""Your own KG from plain files: triples (TSV, CSV, JSONL), optional names, questions (JSONL or text).
+
+Layout (every file but the triples is optional; a folder passed as ``--data-dir`` is searched for
+these names, explicit ``--triples`` / ``--questions`` / ``--entity-names`` / ``--relation-names`` win)::
+
+    triples.tsv | triples.csv | triples.jsonl | triples.txt   (.gz allowed)
+    entity_names.tsv       id<TAB>readable name   (CSV / JSONL {"id", "name"} too)
+    relation_names.tsv     id<TAB>readable name
+    train.jsonl, dev.jsonl, test.jsonl   (or train.txt ...: one question per line), chosen by --split
+
+Triples: one ``head, relation, tail`` per line. The format follows the extension (``.tsv`` tab,
+``.csv`` comma with CSV quoting, ``.jsonl`` objects ``{"head", "relation", "tail"}`` or 3-item lists,
+anything else: the first of tab, ``|`` or comma that splits the first line into three); ``--delimiter``
+overrides it. A first line ``head<TAB>relation<TAB>tail`` (or subject/predicate/object, h/r/t,
+source/relation/target) is a header and skipped.
+
+Entity names are display names: entities keep their ids in the KG (two entities may share a name)
+and the encoder, the linker and the answers read the names. A relation name replaces the relation's
+id everywhere (KG, gold paths, evidence chains), as MetaQA's relations are words already; two ids
+with one name are an error. Without a name, the text of a relation is derived from its id by
+:func:`stem_jax.kg.index.relation_text` (``film.film.directed_by`` -> "film directed by").
+
+Questions, JSONL: one object per line::
+
+    {"id": "q1", "question": "who directed Kismet", "topic_entities": ["Kismet"],
+     "answers": ["William Dieterle"], "gold_path": ["directed_by"]}
+
+``id`` (default ``<file>/<line>``) must be unique: a resumed ``eval`` finds its finished questions
+by it. ``topic_entities`` are entity ids or (unique) names; without them the entity linker finds
+the topic in the text (``[brackets]`` mark it explicitly). ``answers`` may be empty (no metrics
+then). ``gold_path`` lists the relations from the first topic entity to the answers; a relation
+walked backwards (tail to head) is written ``"^directed_by"`` or ``{"relation": "directed_by",
+"forward": false}``. ``hops`` (default: the gold path's length) groups the metrics; ``qtype`` is
+an optional free label (a MetaQA qtype still plans with the oracle when there is no gold path).
+
+Questions, plain text: one question per line, optionally ``<TAB>answer1|answer2``; the topic is
+found by the entity linker; blank lines and lines starting with ``#`` are ignored.
+
+Every bad line (malformed, undecodable bytes, unknown entity or relation, duplicate) is a counted
+skip naming ``file:line``, or a :class:`DataError` naming them with ``strict``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from stem_jax.data.types import Dataset, PathStep, Question, SkipReport, Triple, read_lines
+from stem_jax.errors import DataError
+
+TRIPLE_NAMES = ("triples.tsv", "triples.csv", "triples.jsonl", "triples.txt")
+ENTITY_NAME_FILES = ("entity_names.tsv", "entity_names.csv", "entity_names.jsonl", "entity_names.txt")
+RELATION_NAME_FILES = ("relation_names.tsv", "relation_names.csv", "relation_names.jsonl", "relation_names.txt")
+_JSONL = (".jsonl", ".json", ".ndjson")
+_HEADERS = {("head", "relation", "tail"), ("subject", "predicate", "object"), ("h", "r", "t"),
+            ("source", "relation", "target"), ("id", "name"), ("entity", "name"), ("relation", "name")}
+
+
+class _Reader:
+    """Counted skips or strict errors for one file, located by line."""
+
+    def __init__(self, path: Path, skips: SkipReport, strict: bool):
+        self.path, self.skips, self.strict = path, skips, strict
+
+    def bad(self, lineno: int, reason: str, fix: str, detail: str = "") -> None:
+        if self.strict:
+            raise DataError(f"{reason} {detail}".strip(), path=str(self.path), line=lineno,
+                            fix=f"{fix}, or drop --strict to skip such lines")
+        self.skips.skip(reason, f"{self.path}:{lineno} {detail}".strip())
+
+    def lines(self) -> Iterator[tuple[int, str]]:
+        """Decoded, non-blank lines with their numbers; undecodable bytes are a counted skip."""
+        if not self.path.is_file():
+            raise DataError("file not found", path=str(self.path), fix="check the path")
+        for lineno, line in read_lines(self.path, self.skips, strict=self.strict):
+            if line.strip():
+                yield lineno, line
+
+
+def _base_suffix(path: Path) -> str:
+    return Path(path.stem).suffix.lower() if path.suffix == ".gz" else path.suffix.lower()
+
+
+def _split_rows(reader: _Reader, width: int, delimiter: str | None, what: str) -> Iterator[tuple[int, list[str]]]:
+    """Rows of ``width`` stripped fields from a delimited or JSONL file; malformed rows are skips."""
+    suffix = _base_suffix(reader.path)
+    keys = {3: (("head", "relation", "tail"), ("subject", "predicate", "object")), 2: (("id", "name"),)}[width]
+    if suffix in _JSONL and delimiter is None:
+        for lineno, line in reader.lines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                reader.bad(lineno, "invalid JSON", "write one JSON object or list per line",
+                           f"({err.msg} at column {err.colno})")
+                continue
+            fields = None
+            if isinstance(record, list) and len(record) == width:
+                fields = record
+            elif isinstance(record, dict):
+                for names in keys:
+                    if all(k in record for k in names):
+                        fields = [record[k] for k in names]
+                        break
+            if fields is None or not all(isinstance(f, (str, int, float)) for f in fields):
+                reader.bad(lineno, f"malformed {what} record", f"write {{{', '.join(map(repr, keys[0]))}}} "
+                           f"or a {width}-item list")
+                continue
+            yield lineno, [str(f).strip() for f in fields]
+        return
+    use_csv = suffix == ".csv"
+    sep = delimiter if delimiter is not None else ("," if use_csv else "\t" if suffix == ".tsv" else None)
+    first = True
+    for lineno, line in reader.lines():
+        if sep is None:  # sniff: the first separator that splits the first line into `width` fields
+            sep = next((s for s in ("\t", "|", ",") if len(line.split(s)) == width), "\t")
+        if use_csv:
+            fields = next(csv.reader(io.StringIO(line), delimiter=sep), [])
+        else:
+            fields = line.split(sep) if width == 3 else line.split(sep, 1)
+        fields = [f.strip() for f in fields]
+        if first:
+            first = False
+            if tuple(f.lower() for f in fields) in _HEADERS:
+                continue
+        if len(fields) != width or not all(fields):
+            shown = {"\t": "<TAB>"}.get(sep, sep)
+            reader.bad(lineno, f"malformed {what} line (expected {width} non-empty fields separated by {shown!r})",
+                       "fix the line or pass --delimiter", repr(line[:80]))
+            continue
+        yield lineno, fields
+
+
+def read_triples(path: Path, skips: SkipReport, *, delimiter: str | None = None, strict: bool = False) -> list[Triple]:
+    """``head, relation, tail`` rows; malformed and duplicate rows are counted skips."""
+    reader = _Reader(path, skips, strict)
+    triples: dict[Triple, None] = {}
+    for lineno, (head, relation, tail) in _split_rows(reader, 3, delimiter, "triple"):
+        triple = (head, relation, tail)
+        if triple in triples:
+            skips.skip("duplicate triple", f"{path}:{lineno}")
+            continue
+        triples[triple] = None
+    if not triples:
+        raise DataError("the triples file has no usable triples", path=str(path),
+                        fix="write one head, relation, tail per line (see the skip reasons above: "
+                        + "; ".join(skips.lines()) + ")")
+    return list(triples)
+
+
+def read_name_file(path: Path, skips: SkipReport, *, known: set[str], what: str, delimiter: str | None = None,
+                   strict: bool = False) -> dict[str, str]:
+    """``id, name`` rows for ids in ``known``; other ids and repeated ids are counted skips."""
+    reader = _Reader(path, skips, strict)
+    names: dict[str, str] = {}
+    for lineno, (key, name) in _split_rows(reader, 2, delimiter, f"{what} name"):
+        if key not in known:
+            skips.skip(f"{what} name for an id not in the KG", f"{path}:{lineno} {key!r}")
+        elif key in names:
+            skips.skip(f"repeated {what} id in the name file (first name kept)", f"{path}:{lineno} {key!r}")
+        else:
+            names[key] = name
+    return names
+
+
+def _rename_relations(triples: list[Triple], names: dict[str, str], path: Path) -> list[Triple]:
+    by_name: dict[str, str] = {}
+    for relation, name in names.items():
+        other = by_name.setdefault(name, relation)
+        if other != relation:
+            raise DataError(f"relations {other!r} and {relation!r} have the same name {name!r}", path=str(path),
+                            fix="give every relation its own name (the name replaces the id in the KG)")
+    return [(h, names.get(r, r), t) for h, r, t in triples]
+
+
+def parse_gold_path(value: Any) -> tuple[PathStep, ...] | None:
+    """``["r1", "^r2"]`` or ``[{"relation": "r2", "forward": false}]`` -> steps; ``None`` when malformed."""
+    if not isinstance(value, list) or not value:
+        return None
+    steps = []
+    for item in value:
+        if isinstance(item, str) and item.strip():
+            text = item.strip()
+            steps.append(PathStep(text[1:], False) if text.startswith("^") else PathStep(text, True))
+        elif isinstance(item, dict) and isinstance(item.get("relation"), str) and isinstance(item.get("forward", True), bool):
+            steps.append(PathStep(item["relation"], item.get("forward", True)))
+        else:
+            return None
+    return tuple(steps)
+
+
+def _as_strings(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return ()
+    if isinstance(value, (str, int, float)):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
+        return None
+    return tuple(dict.fromkeys(str(v).strip() for v in value if str(v).strip()))
+
+
+class _QuestionBuilder:
+    """Resolves topics (ids, names or the linker), answers and gold paths against the KG."""
+
+    def __init__(self, triples: list[Triple], entity_names: dict[str, str], relation_ids: dict[str, str]):
+        self.triples = triples
+        self.entities = {h for h, _, _ in triples} | {t for _, _, t in triples}
+        self.relations = {r for _, r, _ in triples}
+        self.relation_ids = relation_ids  # original id -> name, for gold paths written with ids
+        self.entity_names = entity_names
+        by_name: dict[str, list[str]] = {}
+        for key, name in entity_names.items():
+            by_name.setdefault(name, []).append(key)
+        self.unique_names = {name: keys[0] for name, keys in by_name.items() if len(keys) == 1}
+        self._linker = None
+
+    @property
+    def linker(self):
+        if self._linker is None:
+            from stem_jax.kg.linker import EntityLinker
+
+            self._linker = EntityLinker.from_triples(self.triples, self.entity_names)
+        return self._linker
+
+    def topics(self, given: tuple[str, ...], text: str) -> tuple[tuple[str, ...] | None, str]:
+        """(entity ids, problem): resolved topics, or None and the reason."""
+        if given:
+            resolved = []
+            for topic in given:
+                if topic in self.entities:
+                    resolved.append(topic)
+                elif topic in self.unique_names:
+                    resolved.append(self.unique_names[topic])
+                else:
+                    return None, topic
+            return tuple(resolved), ""
+        links = self.linker.link(text, max_links=1)
+        if not links:
+            return None, "no topic entity found in the question (entity linker)"
+        return (links[0].entity,), ""
+
+    def gold_path(self, steps: tuple[PathStep, ...]) -> tuple[tuple[PathStep, ...] | None, str]:
+        resolved = []
+        for step in steps:
+            relation = self.relation_ids.get(step.relation, step.relation)
+            if relation not in self.relations:
+                return None, f"unknown relation {step.relation!r} in gold_path"
+            resolved.append(PathStep(relation, step.forward))
+        return tuple(resolved), ""
+
+
+def _strip_brackets(text: str) -> str:
+    return re.sub(r"\[([^\[\]]+)\]", r"\1", text).strip()
+
+
+def read_questions_jsonl(path: Path, builder: _QuestionBuilder, skips: SkipReport, *,
+                         strict: bool = False) -> list[Question]:
+    reader = _Reader(path, skips, strict)
+    questions: list[Question] = []
+    seen: set[str] = set()
+    for lineno, line in reader.lines():
+        def bad(reason: str, fix: str, detail: str = "", lineno: int = lineno) -> None:
+            reader.bad(lineno, reason, fix, detail)
+
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            bad("invalid JSON", "write one JSON object per line", f"({err.msg} at column {err.colno})")
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("question"), str) or not record["question"].strip():
+            bad("question record without a 'question' string", 'write {"id": ..., "question": "..."}')
+            continue
+        qid = str(record.get("id", f"{path.stem}/{lineno}"))
+        if qid in seen:
+            bad("duplicate question id", "give every question its own id", repr(qid))
+            continue
+        given, answers = _as_strings(record.get("topic_entities")), _as_strings(record.get("answers"))
+        if given is None or answers is None:
+            bad("topic_entities / answers must be a string or a list of strings", "fix the field")
+            continue
+        topics, problem = builder.topics(given, record["question"])
+        if topics is None:
+            if given:
+                bad("unknown topic entity (not an entity id or a unique name)",
+                    "name the topic by its entity id or by a name only one entity has", repr(problem))
+            else:
+                bad(problem, "add topic_entities, or write the topic as the KG names it", repr(record["question"][:80]))
+            continue
+        gold = None
+        if record.get("gold_path") is not None:
+            steps = parse_gold_path(record["gold_path"])
+            if steps is None:
+                bad("malformed gold_path", 'write a list like ["directed_by", "^directed_by"]')
+                continue
+            gold, problem = builder.gold_path(steps)
+            if gold is None:
+                bad("unknown relation in gold_path", "use relation ids or names of the KG", problem)
+                continue
+        hops = record.get("hops")
+        if hops is not None and (not isinstance(hops, int) or hops < 1):
+            bad("hops must be a positive integer", "fix or drop the field")
+            continue
+        seen.add(qid)
+        qtype = record.get("qtype")
+        questions.append(Question(
+            qid=qid, text=_strip_brackets(record["question"]), topic_entities=topics, answers=answers,
+            hops=hops if hops is not None else (len(gold) if gold else None),
+            qtype=str(qtype) if qtype is not None else None, gold_path=gold, source=f"{path}:{lineno}",
+        ))
+    return questions
+
+
+def read_questions_text(path: Path, builder: _QuestionBuilder, skips: SkipReport, *,
+                        strict: bool = False) -> list[Question]:
+    reader = _Reader(path, skips, strict)
+    questions: list[Question] = []
+    for lineno, line in reader.lines():
+        if line.lstrip().startswith("#"):
+            continue
+        text, _, answer_field = line.partition("\t")
+        topics, problem = builder.topics((), text)
+        if topics is None:
+            reader.bad(lineno, problem, "write the topic as the KG names it, or mark it with [brackets]",
+                       repr(text[:80]))
+            continue
+        answers = tuple(dict.fromkeys(a.strip() for a in answer_field.split("|") if a.strip()))
+        questions.append(Question(qid=f"{path.stem}/{lineno}", text=_strip_brackets(text), topic_entities=topics,
+                                  answers=answers, source=f"{path}:{lineno}"))
+    return questions
+
+
+def _first(folder: Path | None, candidates: tuple[str, ...]) -> Path | None:
+    if folder is None:
+        return None
+    for name in candidates:
+        for path in (folder / name, folder / f"{name}.gz"):
+            if path.is_file():
+                return path
+    return None
+
+
+def find_questions(folder: Path | None, split: str) -> Path | None:
+    """``<folder>/<split>.jsonl`` or ``<folder>/<split>.txt`` (``.gz`` too)."""
+    return _first(folder, (f"{split}.jsonl", f"{split}.txt"))
+
+
+def dataset_name(folder: Path | None, triples: Path) -> str:
+    """``files-<folder or triples-file name>``: run folders and trained planners of two KGs stay apart."""
+    stem = folder.resolve().name if folder is not None else Path(triples.stem).stem
+    return "files-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-") or "kg")
+
+
+def load_files(
+    *,
+    folder: Path | None = None,
+    triples: Path | None = None,
+    questions: Path | None = None,
+    entity_names: Path | None = None,
+    relation_names: Path | None = None,
+    delimiter: str | None = None,
+    split: str = "test",
+    strict: bool = False,
+    name: str | None = None,
+) -> Dataset:
+    """Load a KG and the ``split`` questions from files (see the module docstring for the formats).
+
+    Explicit paths win over the names looked up in ``folder``; the questions default to
+    ``<folder or the triples' folder>/<split>.jsonl|.txt`` and may be absent (``index`` needs none).
+    """
+    if folder is not None and not folder.is_dir():
+        raise DataError("KG folder not found", path=str(folder), fix="pass the folder holding triples.tsv")
+    triples_path = triples or _first(folder, TRIPLE_NAMES)
+    if triples_path is None:
+        raise DataError(
+            "no triples file" + (f" in {folder} (looked for {', '.join(TRIPLE_NAMES)})" if folder else ""),
+            fix="pass --triples FILE (head, relation, tail per line) or --data-dir FOLDER holding triples.tsv",
+        )
+    skips = SkipReport()
+    kg = read_triples(Path(triples_path), skips, delimiter=delimiter, strict=strict)
+    entities = {h for h, _, _ in kg} | {t for _, _, t in kg}
+    names: dict[str, str] = {}
+    entity_path = entity_names or _first(folder, ENTITY_NAME_FILES)
+    if entity_path is not None:
+        names = read_name_file(Path(entity_path), skips, known=entities, what="entity", strict=strict)
+    relation_ids: dict[str, str] = {}
+    relation_path = relation_names or _first(folder, RELATION_NAME_FILES)
+    if relation_path is not None:
+        relation_ids = read_name_file(Path(relation_path), skips, known={r for _, r, _ in kg}, what="relation",
+                                      strict=strict)
+        kg = _rename_relations(kg, relation_ids, Path(relation_path))
+    question_path = questions or find_questions(folder or Path(triples_path).parent, split)
+    parsed: list[Question] = []
+    if question_path is not None:
+        builder = _QuestionBuilder(kg, names, relation_ids)
+        read: Callable = read_questions_jsonl if _base_suffix(Path(question_path)) in _JSONL else read_questions_text
+        parsed = read(Path(question_path), builder, skips, strict=strict)
+    return Dataset(name=name or dataset_name(folder, Path(triples_path)), questions=parsed, triples=kg, skips=skips,
+                   entity_names=names or None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing: any loaded dataset in this format (MetaQA export, test fixtures)
+# ---------------------------------------------------------------------------------------------
+
+
+def question_record(question: Question) -> dict[str, Any]:
+    """The JSONL object of ``question`` in this format."""
+    record: dict[str, Any] = {"id": question.qid, "question": question.text,
+                              "topic_entities": list(question.topic_entities), "answers": list(question.answers)}
+    if question.gold_path:
+        record["gold_path"] = [s.relation if s.forward else f"^{s.relation}" for s in question.gold_path]
+    if question.hops is not None:
+        record["hops"] = question.hops
+    if question.qtype is not None:
+        record["qtype"] = question.qtype
+    return record
+
+
+def write_files(folder: Path, triples: list[Triple], questions: dict[str, list[Question]], *,
+                entity_names: dict[str, str] | None = None) -> dict[str, Path]:
+    """Write ``triples.tsv``, ``entity_names.tsv`` (when given) and ``<split>.jsonl`` per split into ``folder``.
+
+    Raises:
+      DataError: a field holds a tab or a newline (the TSV could not be read back as written).
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+
+    def tsv(name: str, rows) -> None:
+        path = folder / name
+        with path.open("w", encoding="utf-8", newline="\n") as handle:
+            for row in rows:
+                if any("\t" in f or "\n" in f or "\r" in f or f != f.strip() for f in row):
+                    raise DataError(f"cannot write {row!r} as TSV: a field has a tab, a newline or outer spaces",
+                                    path=str(path), fix="clean the field first")
+                handle.write("\t".join(row) + "\n")
+        written[name] = path
+
+    tsv("triples.tsv", triples)
+    if entity_names:
+        tsv("entity_names.tsv", sorted(entity_names.items()))
+    for split, split_questions in questions.items():
+        path = folder / f"{split}.jsonl"
+        with path.open("w", encoding="utf-8", newline="\n") as handle:
+            for question in split_questions:
+                handle.write(json.dumps(question_record(question), ensure_ascii=False) + "\n")
+        written[f"{split}.jsonl"] = path
+    return written
