@@ -322,12 +322,22 @@ class Engine:
         return self.retrieve([question], method=method)[0]
 
     def evaluate(self, out: Path | str, *, questions: Sequence[Question] | None = None, method: str = "stem",
-                 show_progress: bool | None = None) -> dict[str, Any]:
-        """Evaluate ``questions`` (default: the loaded split) into the run folder ``out`` (resumable)."""
+                 show_progress: bool | None = None, overwrite: bool = False) -> dict[str, Any]:
+        """Evaluate ``questions`` (default: the loaded split) into the run folder ``out`` (resumable).
+
+        ``out`` is fingerprinted (:meth:`results_fingerprint`): a folder holding another run's results is
+        refused unless ``overwrite`` (which drops them)."""
         from stem_jax.eval.loop import evaluate_method
 
+        fingerprint = self.results_fingerprint(method)
         chosen = self.method(method)
         return evaluate_method(chosen, list(self.dataset.questions if questions is None else questions), Path(out),
                                chunk_size=self.config.engine.chunk_questions,
                                show_progress=self.show_progress if show_progress is None else show_progress,
-                               log=self.log)
+                               log=self.log, fingerprint=fingerprint, overwrite=overwrite)
+
+    def results_fingerprint(self, method: str = "stem") -> dict[str, Any]:
+        """Everything that changes ``method``'s results here: config, method, planner, KG, encoder, data."""
+        from stem_jax.eval.run_folder import engine_fingerprint
+
+        return engine_fingerprint(self, method)

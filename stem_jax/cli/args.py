@@ -109,3 +109,20 @@ def dataset_spec(args: argparse.Namespace, config: StemConfig) -> DatasetSpec:
 
 def cache_root(args: argparse.Namespace) -> Path:
     return args.cache_dir or default_cache_dir()
+
+
+def disable_abbreviations(parser: argparse.ArgumentParser) -> None:
+    """No prefix matching anywhere (``--tracer.la=2`` must not mean ``--tracer.lam``): this parser and every
+    subparser below it, however deep."""
+    parser.allow_abbrev = False
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                disable_abbreviations(sub)
+
+
+def check_out_path(path: Path | None) -> None:
+    """An ``--out`` that names an existing file is an error before any loading work."""
+    if path is not None and path.exists() and not path.is_dir():
+        raise StemError(f"--out {path} is a file, not a folder\n"
+                        "  how to fix: pass --out a folder path (it is created if missing)")

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
-from stem_jax.cli.args import cache_root, config_from_args
+from stem_jax.cli.args import cache_root, check_out_path, config_from_args
 from stem_jax.cli.engine_args import default_run_folder, embed, load, open_engine
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import as_dict, config_fields
 from stem_jax.data.types import Dataset
 from stem_jax.eval.metrics import MetricAccumulator, strict_metrics
+from stem_jax.eval.run_folder import short_hash
 from stem_jax.kg.index import KGIndex
 from stem_jax.kg.paths import follow_relation_path
 from stem_jax.kg.stats import question_subgraph_sizes
@@ -176,12 +177,14 @@ def _summary_table(summary: dict) -> str:
 def cmd_eval(args: argparse.Namespace) -> int:
     """Full-split evaluation with a retrieval method and a planner, resumable, into --out."""
     config = config_from_args(args)
+    check_out_path(args.out)
     start = time.perf_counter()
     engine = open_engine(args, config, method_options=method_options(args))
     method = getattr(args, "method", "stem")
     label = engine.planner_spec.label if method != "scr" else "scr"
-    out = args.out or default_run_folder(args, engine.dataset.name, label if method == "stem" else f"{method}-{label}")
-    summary = engine.evaluate(out, method=method)
+    label = f"{label if method == 'stem' else f'{method}-{label}'}-{short_hash(engine.results_fingerprint(method))}"
+    out = args.out or default_run_folder(args, engine.dataset.name, label)
+    summary = engine.evaluate(out, method=method, overwrite=getattr(args, "overwrite", False))
     wall = time.perf_counter() - start
     table = _summary_table(summary)
     print(f"\n{engine.dataset.name}/{args.split}, method {method}, planner {label} (percent; F1/precision/recall are "
@@ -250,6 +253,7 @@ def cmd_bench_trace(args: argparse.Namespace) -> int:
     from stem_jax.plan.oracle import OraclePlanner
 
     config = config_from_args(args)
+    check_out_path(args.out)
     dataset, index = load(args, config)
     encoder, embeddings, _ = embed(args, config, dataset, index)
     stride = max(1, len(dataset.questions) // args.num_questions)  # evenly spread over the hops
@@ -269,7 +273,8 @@ def cmd_bench_trace(args: argparse.Namespace) -> int:
                "split": args.split, "hops": list(args.hops), "questions": len(questions), "config": as_dict(config),
                **result}
     bonus = "-relation-bonus" if config.engine.relation_bonus else ""
-    name = f"bench-trace-{dataset.name}-{'-'.join(map(str, args.hops))}hop{bonus}-{meta['backend']}"
-    paths = write_report(args.out, name, payload, f"Command: `{payload['command']}`\n\n{table}")
+    name = f"bench-trace-{dataset.name}-{'-'.join(map(str, args.hops))}hop-{len(questions)}q{bonus}-{meta['backend']}"
+    out = Path("experiments/results") if args.record else (args.out or Path("runs/bench"))
+    paths = write_report(out, name, payload, f"Command: `{payload['command']}`\n\n{table}")
     print(f"wrote {paths[0]} and {paths[1]}")
     return 0

@@ -7,8 +7,6 @@ because every metric is computed from that file, ends with the same numbers as a
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -16,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from stem_jax.data.types import Question
+from stem_jax.errors import StemError
 from stem_jax.methods.base import RetrievalMethod
 from stem_jax.methods.records import make_record
 from stem_jax.progress import progress
@@ -29,14 +28,29 @@ def evaluate_method(
     chunk_size: int,
     show_progress: bool = True,
     log: Callable[[str], None] = print,
+    fingerprint: dict[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Evaluate ``questions`` with ``method`` into ``out_dir`` (resumable), then score predictions.jsonl."""
-    from stem_jax.eval.runner import read_finished, score_predictions
+    """Evaluate ``questions`` with ``method`` into ``out_dir`` (resumable), then score predictions.jsonl.
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    predictions = out_dir / "predictions.jsonl"
-    finished = read_finished(predictions)
+    ``out_dir`` is a locked :class:`~stem_jax.eval.run_folder.RunFolder` for ``fingerprint`` (default:
+    the method's own settings): a folder holding another run's results is refused unless ``overwrite``."""
+    from stem_jax.eval.run_folder import RunFolder, method_fingerprint
+
+    if not questions:
+        raise StemError("no questions to evaluate: the selection is empty\n"
+                        "  how to fix: check --hops, --limit, --split and the question file")
+    fingerprint = method_fingerprint(method) if fingerprint is None else fingerprint
+    with RunFolder.open(Path(out_dir), fingerprint, overwrite=overwrite, questions=questions, log=log) as run:
+        return _evaluate_into(method, questions, run, chunk_size=chunk_size, show_progress=show_progress, log=log)
+
+
+def _evaluate_into(method: RetrievalMethod, questions: Sequence[Question], run: Any, *, chunk_size: int,
+                   show_progress: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    from stem_jax.eval.runner import score_predictions
+
+    predictions = run.predictions
+    finished = run.finished()
     wanted = {q.qid for q in questions}
     todo = [q for q in questions if q.qid not in finished]
     if finished:
@@ -47,20 +61,17 @@ def evaluate_method(
     prepare_seconds = time.perf_counter() - began
     stage_totals: dict[str, float] = defaultdict(float)
     with progress(len(questions), f"eval {method.name}", "q", enabled=show_progress,
-                  initial=len(questions) - len(todo)) as bar, predictions.open("a", encoding="utf-8") as sink:
+                  initial=len(questions) - len(todo)) as bar:
         for start in range(0, len(todo), chunk_size):
             chunk = todo[start : start + chunk_size]
             retrievals = method.retrieve(chunk)
-            lines = []
+            records = []
             for question, retrieval in zip(chunk, retrievals, strict=True):
                 record = make_record(method.context, question, retrieval, method.name)
                 for stage, ms in record.get("ms", {}).items():
                     stage_totals[stage] += ms
-                lines.append(json.dumps(record, ensure_ascii=False))
-            if lines:
-                sink.write("\n".join(lines) + "\n")
-                sink.flush()
-                os.fsync(sink.fileno())
+                records.append(record)
+            run.append(records)  # flushed and fsynced; refuses NaN/inf
             bar.update(len(chunk))
     summary = score_predictions(predictions, wanted)
     summary.update({k: v for k, v in prepared.items() if v is not None})

@@ -171,6 +171,15 @@ def read_predictions(path: Path, *, log: Log | None = _warn) -> tuple[dict[str, 
     return records, problems, bool(problems) or bool(torn)
 
 
+def clean_predictions(path: Path, *, log: Log | None = _warn) -> dict[str, dict]:
+    """Finished records of a predictions file; a torn, corrupt, duplicate or non-finite line is reported
+    (``file:line``), dropped and the file rewritten without it, so appending after it is safe."""
+    records, _, rewrite = read_predictions(path, log=log)
+    if rewrite:
+        write_text_atomic(Path(path), "".join(_dumps(r) + "\n" for r in records.values()))
+    return records
+
+
 class RunFolder:
     """An open, locked run folder; see the module docstring. Use as a context manager."""
 
@@ -335,3 +344,69 @@ def _check_fingerprint(path: Path, fingerprint: dict[str, Any], overwrite: bool)
                                                           if len(diffs) > _MAX_KEYS_LISTED else "")
         raise StemError(f"{path} holds results of a different run ({listed})\n"
                         "  how to fix: pass a new --out, or --overwrite to replace its results")
+
+
+# ---------------------------------------------------------------------------------------------
+# Fingerprints of loaded pipelines
+# ---------------------------------------------------------------------------------------------
+
+
+def path_stamp(path: Path | str | None) -> dict[str, Any] | None:
+    """What a file or folder input (planner, plan store, checkpoint) currently holds, cheaply.
+
+    A file: its sha256. A folder: sha256 over its files' relative names and sizes, plus the full
+    content of its top-level ``*.json`` (manifests, which carry chunk digests and training steps).
+    """
+    if path is None:
+        return None
+    path = Path(path)
+    digest = hashlib.sha256()
+    if path.is_file():
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    elif path.is_dir():
+        for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name != LOCK):
+            digest.update(f"{file.relative_to(path).as_posix()}\x1f{file.stat().st_size}\x1e".encode())
+            if file.parent == path and file.suffix == ".json":
+                digest.update(file.read_bytes())
+    else:
+        return {"path": str(path), "exists": False}
+    return {"path": str(path), "sha256": digest.hexdigest()[:16]}
+
+
+def engine_fingerprint(engine: Any, method: str) -> dict[str, Any]:
+    """The results fingerprint of ``engine`` (a :class:`stem_jax.engine.Engine`) evaluating with ``method``."""
+    from stem_jax.kg.embeddings import kg_fingerprint
+
+    planner = dataclasses.asdict(engine.planner_spec)
+    planner["path_stamp"] = path_stamp(engine.planner_spec.path)
+    planner["plans_stamp"] = path_stamp(engine.planner_spec.plans)
+    guidance = dataclasses.asdict(engine.guidance_spec)
+    guidance["checkpoint_stamp"] = path_stamp(engine.guidance_spec.checkpoint)
+    options = {k: {name: path_stamp(v) if isinstance(v, Path) else v for name, v in opts.items()}
+               for k, opts in engine.method_options.items() if k == method}
+    return results_fingerprint(
+        config=engine.config, method=method,
+        planner=planner if method in ("stem", "safe") else None,
+        kg=kg_fingerprint(engine.index), encoder=engine.encoder.name,
+        data={"dataset": engine.dataset.name, "split": engine.dataset_spec.split},
+        extra={"guidance": guidance if method == "stem" else None, "method_options": options},
+    )
+
+
+def method_fingerprint(method: Any) -> dict[str, Any]:
+    """A fingerprint from a method's own context, for callers that evaluate a method without an engine."""
+    from stem_jax.kg.embeddings import kg_fingerprint
+
+    context = method.context
+    planner_fn = context.options.get("planner_fn") or getattr(method, "planner_fn", None)
+    planner = {"planner": getattr(context.planner, "name", None),
+               "planner_fn": getattr(planner_fn, "__qualname__", type(planner_fn).__name__) if planner_fn else None}
+    guidance = context.guidance
+    return results_fingerprint(
+        config=context.config, method=method.name, planner=planner, kg=kg_fingerprint(context.index),
+        encoder=getattr(context.encoder, "name", type(context.encoder).__name__),
+        data={"dataset": context.dataset.name},
+        extra={"guidance": None if guidance is None else getattr(guidance, "info", type(guidance).__name__)},
+    )

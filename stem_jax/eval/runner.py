@@ -10,7 +10,6 @@ padded batches, one device transfer per batch.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 import unicodedata
 from collections import defaultdict
@@ -71,20 +70,11 @@ def steps_bucket(n_steps: int) -> int:
 
 
 def read_finished(path: Path) -> dict[str, dict]:
-    """Records already written; a torn last line (killed mid-write) is cut off and redone."""
-    if not path.exists():
-        return {}
-    data = path.read_bytes()
-    cut = data.rfind(b"\n") + 1
-    if cut < len(data):
-        with path.open("r+b") as handle:
-            handle.truncate(cut)
-    records = {}
-    for line in data[:cut].splitlines():
-        if line.strip():
-            record = json.loads(line)
-            records[record["id"]] = record
-    return records
+    """Records already written; a torn last line (killed mid-write) or a corrupt line anywhere is reported
+    with its line number, cut out and redone (:func:`stem_jax.eval.run_folder.clean_predictions`)."""
+    from stem_jax.eval.run_folder import clean_predictions
+
+    return clean_predictions(path)
 
 
 PAPER_ENGINE = {"relation_bonus": False, "exact_anchor": False, "exclude_topic": False, "rank": "max",
