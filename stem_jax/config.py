@@ -83,8 +83,15 @@ class EngineConfig:
     guidance: int = 64  # guidance entities per run
     batch_precision: int = 256  # runs per compiled Precision batch
     batch_breadth: int = 64  # runs per compiled Breadth batch
-    relation_bonus: bool = False  # the authors' code: +1 T-Score for exact relation matches
+    relation_bonus: bool = True  # the authors' code: +1 T-Score for exact relation matches (MetaQA evidence)
     chunk_questions: int = 2048  # questions written to predictions.jsonl per resumable chunk
+    preset: str = "default"  # "paper": the paper-literal engine (no bonus/exact anchor/topic exclusion, max rank)
+    exact_anchor: bool = True  # the topic entity the question names is its anchor (wins case/accent twins)
+    exclude_topic: bool = True  # drop the question's topic entities from its answers (MetaQA convention)
+    max_frontier: int = 1024  # overflowing Breadth runs are re-traced with 2x, 4x, ... capacity up to this
+    rank: str = "beam"  # "beam": beam support, then length-fair score; "max": best cumulative score (paper)
+    answer_cut: float = 0.5  # keep answers whose beam support >= this x the best answer's support
+    strategy: str = "breadth"  # "breadth": trace every plan as Breadth (MetaQA dev evidence); "planner": its own
 
 
 @dataclasses.dataclass(frozen=True)
