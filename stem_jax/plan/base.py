@@ -68,4 +68,5 @@ def precomputed_planner(
             beams[question.qid] = planner.plan_batch([question])[0]
         return [entry.schema for entry in beams[question.qid]]
 
+    plan.beams = beams  # the scored beams, read by Evaluator.plan_all for beam-aware answer ranking
     return plan, beams
