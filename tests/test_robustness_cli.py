@@ -17,7 +17,7 @@ def parse(*argv: str, planner: str | None = None) -> argparse.Namespace:
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (("--questions", "q.txt"), "--questions is only read with --dataset metaqa, not --dataset demo"),
+    (("--questions", "q.txt"), "--questions is only read with --dataset metaqa or files, not --dataset demo"),
     (("--kb", "kb.txt", "--dataset", "rog"), "--kb is only read with --dataset metaqa, not --dataset rog"),
     (("--qtypes", "t.txt", "--dataset", "fb15k-237"), "--qtypes is only read with --dataset metaqa"),
     (("--rog-path", "x.jsonl", "--dataset", "metaqa"), "--rog-path is only read with --dataset rog"),

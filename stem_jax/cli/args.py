@@ -73,12 +73,12 @@ def config_from_args(args: argparse.Namespace) -> StemConfig:
 def check_dataset_flags(args: argparse.Namespace) -> None:
     """Flags that the chosen dataset would ignore are an error, not a silent no-op (issue 13, rows 11-13)."""
     dataset = args.dataset
-    only = {"questions": "metaqa", "qtypes": "metaqa", "kb": "metaqa", "rog_path": "rog"}
-    for dest, owner in only.items():
-        if getattr(args, dest, None) is not None and dataset != owner:
+    only = {"questions": ("metaqa", "files"), "qtypes": ("metaqa",), "kb": ("metaqa",), "rog_path": ("rog",)}
+    for dest, owners in only.items():
+        if getattr(args, dest, None) is not None and dataset not in owners:
             flag = "--" + dest.replace("_", "-")
-            raise StemError(f"{flag} is only read with --dataset {owner}, not --dataset {dataset}\n"
-                            f"  how to fix: add --dataset {owner}, or drop {flag}")
+            raise StemError(f"{flag} is only read with --dataset {' or '.join(owners)}, not --dataset {dataset}\n"
+                            f"  how to fix: add --dataset {owners[0]}, or drop {flag}")
     if getattr(args, "qtypes", None) is not None and getattr(args, "questions", None) is None:
         raise StemError("--qtypes describes the lines of --questions, which is missing\n"
                         "  how to fix: pass --questions FILE too, or drop --qtypes")
@@ -90,8 +90,8 @@ def check_dataset_flags(args: argparse.Namespace) -> None:
             raise StemError(f"--hops {','.join(map(str, hops))}: {dataset} has no {outside[0]}-hop questions\n"
                             f"  how to fix: use --hops from {','.join(map(str, allowed))}")
     plans_given = getattr(args, "plans", None) is not None
-    if (getattr(args, "planner", None) == "oracle" and not plans_given and getattr(args, "questions", None) is not None
-            and getattr(args, "qtypes", None) is None):
+    if (getattr(args, "planner", None) == "oracle" and not plans_given and dataset == "metaqa"
+            and getattr(args, "questions", None) is not None and getattr(args, "qtypes", None) is None):
         raise StemError("the oracle planner follows each question's gold relation path, which --questions without "
                         "--qtypes does not give\n"
                         "  how to fix: pass --qtypes FILE (line i = relation-path type of question i), "
