@@ -1,0 +1,426 @@
+"""Hyper-parameter grids (λ, τ, θ, K') evaluated in one compiled call per batch, resumable.
+
+A sweep plans, embeds and computes the GNN guidance of every question once (K' is only a rank
+cut-off on the cached GNN rows, so each K' value is one cheap ``attach``). The grid axis is then
+a leading ``jax.vmap`` axis of the existing jitted kernels, not a Python loop over points:
+
+* anchoring (:func:`anchor_grid_batch`): ``anchor_batch`` vmapped over (guidance rows, λ); the
+  cosine top-N over the entity table does not depend on either, so XLA computes it once;
+* tracing (:func:`trace_grid_batch`): ``trace_batch`` vmapped over (anchor, anchor score,
+  guidance rows) of the batch and a stacked :class:`~stem_jax.trace.tracer.Hyper` (τ, θ), with the
+  KG arrays and the plan-dependent batch fields shared.
+
+Every point's answers are ranked by :meth:`Evaluator.record` (the code ``stem-jax eval`` uses) and
+written to ``<out>/points/<label>/predictions.jsonl`` one chunk of questions at a time, so a
+killed sweep keeps every finished (point, chunk) and each point's metrics are exactly those of
+``stem-jax eval`` with that point's flags. Breadth runs that overflow climb the Evaluator's
+capacity ladder per point: a level re-traces the union of the points' overflowing runs and keeps,
+per point, only the rows that point needed (rows of a batch are independent).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import json
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from stem_jax.data.types import Question
+from stem_jax.errors import StemError
+from stem_jax.progress import progress
+from stem_jax.trace.tracer import Hyper, TraceBatch, anchor_batch, trace_batch
+
+AXES = ("lam", "tau", "theta", "k_prime")
+AXIS_TITLES = {"lam": "λ", "tau": "τ", "theta": "θ", "k_prime": "K'"}
+METRICS = (("hit_at_1", "Hit@1"), ("f1", "F1"), ("coverage", "Coverage"))
+
+
+@dataclasses.dataclass(frozen=True)
+class GridPoint:
+    lam: float
+    tau: float
+    theta: float
+    k_prime: int
+
+    @property
+    def label(self) -> str:
+        return f"lam{self.lam:g}-tau{self.tau:g}-theta{self.theta:g}-k{self.k_prime}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def parse_values(text: str | None, flag: str, *, integer: bool = False) -> tuple[float, ...] | None:
+    """``"1.2,1.5"`` -> (1.2, 1.5); None stays None (the axis keeps the configured value)."""
+    if text is None:
+        return None
+    try:
+        values = tuple(int(v) if integer else float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        kind = "whole numbers" if integer else "numbers"
+        raise StemError(f"{flag} expects comma-separated {kind} like {'1,2,4' if integer else '0.2,0.5'}, "
+                        f"got {text!r}") from None
+    if not values:
+        raise StemError(f"{flag} needs at least one value, got {text!r}")
+    if len(set(values)) != len(values):
+        raise StemError(f"{flag} lists a value twice: {text!r}")
+    return values
+
+
+def make_grid(config: Any, *, lams: Sequence[float] | None = None, taus: Sequence[float] | None = None,
+              thetas: Sequence[float] | None = None, k_primes: Sequence[int] | None = None) -> list[GridPoint]:
+    """The cartesian grid (λ slowest, K' fastest); an axis left as None keeps the config's value."""
+    t = config.tracer
+    axes = [lams or (t.lam,), taus or (t.tau,), thetas or (t.theta,), k_primes or (config.guidance.k_prime,)]
+    for name, values in zip(AXES, axes, strict=True):
+        for v in values:
+            if name == "k_prime" and v < 1:
+                raise StemError(f"--k-prime values must be 1 or more, got {v}")
+            if name != "k_prime" and v < 0:
+                raise StemError(f"--{name.replace('lam', 'lambda')} values must not be negative, got {v}")
+    return [GridPoint(float(a), float(b), float(c), int(d)) for a, b, c, d in itertools.product(*axes)]
+
+
+# ----- the vmapped kernels ------------------------------------------------------------------------
+@functools.partial(jax.jit, static_argnames=("top_n",))
+def anchor_grid_batch(entity_emb: jax.Array, mentions: jax.Array, guidance: jax.Array, lam: jax.Array,
+                      named: jax.Array, named_level: jax.Array, *, top_n: int) -> tuple[jax.Array, jax.Array]:
+    """:func:`anchor_batch` for P grid points: ``guidance`` int32 [P, B, G], ``lam`` float32 [P];
+    returns anchors int32 [P, B] and scores float32 [P, B]."""
+    def one(rows, lam_p):
+        return anchor_batch(entity_emb, mentions, rows, lam_p, named, named_level, top_n=top_n)
+
+    return jax.vmap(one)(guidance, lam)
+
+
+_GRID_BATCH_AXES = TraceBatch(steps=None, step_mask=None, step_emb=None, anchor=0, anchor_score=0, guidance=0)
+
+
+@functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus"))
+def trace_grid_batch(kg: Any, batch: TraceBatch, hyper: Hyper, *, shapes: Any, precision: bool,
+                     relation_bonus: bool = False) -> Any:
+    """:func:`trace_batch` for P grid points: ``batch.anchor``/``anchor_score`` [P, B],
+    ``batch.guidance`` [P, B, G], ``hyper`` fields [P]; the KG and the plan fields are shared."""
+    def one(b, h):
+        return trace_batch(kg, b, h, shapes=shapes, precision=precision, relation_bonus=relation_bonus)
+
+    return jax.vmap(one, in_axes=(_GRID_BATCH_AXES, 0))(batch, hyper)
+
+
+# ----- one chunk of runs, every grid point ---------------------------------------------------------
+def anchor_grid(evaluator: Any, runs: Sequence[Any], guidance: np.ndarray, lams: np.ndarray,
+                timings: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    """Anchors [P, R] and anchor scores [P, R] of ``runs`` for P (guidance rows [P, R, G], λ [P]).
+
+    Mirrors :meth:`Evaluator._anchor` (mention embeddings, named entities) with a grid axis."""
+    ev = evaluator
+    size = ev.batch[True]
+    n_points, width = guidance.shape[0], guidance.shape[2]
+    anchors = np.zeros((n_points, len(runs)), np.int32)
+    scores = np.zeros((n_points, len(runs)), np.float32)
+    began = time.perf_counter()
+    unknown = sorted({r.mention for r in runs if r.anchor_entity < 0})
+    mention_rows = {}
+    if unknown:
+        mention_rows = dict(zip(unknown, np.asarray(ev.encoder.encode(unknown), dtype=np.float32), strict=True))
+    named_width = ev.NAMED_WIDTH
+    lam_device = jnp.asarray(lams, jnp.float32)
+    for start in range(0, len(runs), size):
+        part = runs[start : start + size]
+        ids = np.zeros(size, np.int64)
+        ids[: len(part)] = [max(r.anchor_entity, 0) for r in part]
+        mentions = np.array(ev.entity_emb[jnp.asarray(ids)], dtype=np.float32)
+        named = np.full((size, named_width), -1, np.int32)
+        level = np.zeros((size, named_width), np.int32)
+        for row, run in enumerate(part):
+            if run.anchor_entity < 0:
+                mentions[row] = mention_rows[run.mention]
+            for col, (entity, lvl) in enumerate(run.named[:named_width]):
+                named[row, col], level[row, col] = entity, lvl
+        rows = np.full((n_points, size, width), -1, np.int32)
+        rows[:, : len(part)] = guidance[:, start : start + len(part)]
+        a, s = jax.device_get(anchor_grid_batch(ev.entity_emb, jnp.asarray(mentions), jnp.asarray(rows), lam_device,
+                                                jnp.asarray(named), jnp.asarray(level), top_n=ev.config.tracer.top_n))
+        anchors[:, start : start + len(part)] = a[:, : len(part)]
+        scores[:, start : start + len(part)] = s[:, : len(part)]
+    timings["anchor"] += time.perf_counter() - began
+    return anchors, scores
+
+
+def trace_grid(evaluator: Any, runs: Sequence[Any], guidance: np.ndarray, lams: np.ndarray, taus: np.ndarray,
+               thetas: np.ndarray) -> tuple[list[list[dict[str, np.ndarray]]], dict[str, float]]:
+    """:meth:`Evaluator.trace_runs` for P grid points at once: per point, per run host arrays.
+
+    ``guidance`` int32 [P, R, G] (each point's guidance rows, from its K'), ``lams``/``taus``/
+    ``thetas`` [P]. Batching, strategy groups and the capacity ladder follow the Evaluator."""
+    from stem_jax.eval.runner import steps_bucket
+
+    ev = evaluator
+    timings = {"anchor": 0.0, "trace": 0.0}
+    n_points = len(lams)
+    outputs: list[list[dict | None]] = [[None] * len(runs) for _ in range(n_points)]
+    if not runs:
+        return [[] for _ in range(n_points)], timings
+    anchors, anchor_scores = anchor_grid(ev, runs, guidance, lams, timings)
+    hyper = Hyper(jnp.asarray(taus, jnp.float32), jnp.asarray(thetas, jnp.float32))
+    groups: dict[tuple[bool, int], list[int]] = defaultdict(list)
+    for i, run in enumerate(runs):
+        groups[(ev._precision(run), steps_bucket(max(run.plan.num_steps, 1)))].append(i)
+    keys = ("nodes", "scores", "via", "parents", "overflow")
+    for (precision, bucket), members in sorted(groups.items()):
+        ladder = [ev.shapes[True]] if precision else ev.ladder
+        pending = [set(members) for _ in range(n_points)]  # per point: runs still to (re-)trace
+        for level, shapes in enumerate(ladder):
+            size = max(ev.batch[precision] >> level, 4)
+            union = sorted(set().union(*pending))
+            retry: list[set[int]] = [set() for _ in range(n_points)]
+            for start in range(0, len(union), size):
+                chunk = union[start : start + size]
+                shared = ev._batch([runs[i] for i in chunk], anchors[0, chunk], anchor_scores[0, chunk], size, bucket,
+                                   guidance[0, chunk])
+                anchor = np.full((n_points, size), -1, np.int32)
+                score = np.zeros((n_points, size), np.float32)
+                rows = np.full((n_points, size, guidance.shape[2]), -1, np.int32)
+                anchor[:, : len(chunk)] = anchors[:, chunk]
+                score[:, : len(chunk)] = anchor_scores[:, chunk]
+                rows[:, : len(chunk)] = guidance[:, chunk]
+                batch = shared._replace(anchor=jnp.asarray(anchor), anchor_score=jnp.asarray(score),
+                                        guidance=jnp.asarray(rows))
+                began = time.perf_counter()
+                out = trace_grid_batch(ev.kg, batch, hyper, shapes=shapes, precision=precision,
+                                       relation_bonus=ev.engine.relation_bonus)
+                host = jax.device_get(out)  # one device->host transfer for the whole grid
+                timings["trace"] += time.perf_counter() - began
+                for p in range(n_points):
+                    for row, i in enumerate(chunk):
+                        if i not in pending[p]:
+                            continue
+                        result = {k: getattr(host, k)[p, row] for k in keys}
+                        result["capacity"] = shapes.frontier
+                        outputs[p][i] = result
+                        if host.overflow[p, row] > 0:
+                            retry[p].add(i)
+            if not any(retry) or level + 1 == len(ladder):
+                break
+            pending = retry
+    return outputs, timings  # type: ignore[return-value]
+
+
+# ----- the sweep -----------------------------------------------------------------------------------
+def guidance_rows_by_k(method: Any, questions: Sequence[Question], k_primes: Sequence[int],
+                       show_progress: bool = False) -> dict[int, dict[str, np.ndarray]]:
+    """Per K': per question, its runs' guidance rows (int32 [runs, G]) from the cached GNN rows."""
+    ev = method.evaluator
+    provider = ev.guidance
+    runs_per_q = [method.runs[q.qid] for q in questions]
+    result: dict[int, dict[str, np.ndarray]] = {}
+    for k in sorted(set(k_primes)):
+        if provider is not None:
+            provider.with_k_prime(k).attach(list(questions), runs_per_q, show_progress=show_progress)
+        result[k] = {q.qid: ev._guidance_rows(runs) for q, runs in zip(questions, runs_per_q, strict=True)}
+    if provider is not None:  # leave the runs as the method's own K' set them
+        provider.attach(list(questions), runs_per_q, show_progress=False)
+    return result
+
+
+def _point_dir(out_dir: Path, point: GridPoint) -> Path:
+    return out_dir / "points" / point.label
+
+
+def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridPoint], out_dir: Path, *,
+              chunk_size: int, points_per_call: int | None = None, show_progress: bool = True,
+              log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Evaluate ``questions`` at every grid point into ``out_dir/points/<label>/`` (resumable).
+
+    ``method`` is STEM's :class:`~stem_jax.methods.stem.StemMethod` (its evaluator, planner and
+    guidance). ``points_per_call`` caps the grid points vmapped into one compiled call (None: all;
+    1: the point-by-point loop, for comparison). Returns per-point summaries and timings."""
+    from stem_jax.eval.runner import read_finished, score_predictions
+    from stem_jax.methods.base import Retrieval
+    from stem_jax.methods.records import make_record
+
+    if not points:
+        raise StemError("the sweep grid is empty")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    questions = list(questions)
+    wanted = {q.qid for q in questions}
+    began = time.perf_counter()
+    prepared = method.prepare(questions, show_progress=show_progress) or {}
+    prepare_seconds = time.perf_counter() - began
+    began = time.perf_counter()
+    rows_by_k = guidance_rows_by_k(method, questions, [p.k_prime for p in points])
+    guidance_seconds = time.perf_counter() - began
+
+    finished: list[set[str]] = []
+    sinks = []
+    for point in points:
+        folder = _point_dir(out_dir, point)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "point.json").write_text(json.dumps(point.as_dict(), sort_keys=True) + "\n")
+        finished.append(set(read_finished(folder / "predictions.jsonl")) & wanted)
+        sinks.append((folder / "predictions.jsonl").open("a", encoding="utf-8"))
+    done = sum(len(f) for f in finished)
+    if done:
+        log(f"resuming: {done} of {len(points) * len(questions)} (point, question) records already written")
+    per_call = len(points) if points_per_call is None else max(1, points_per_call)
+    ev = method.evaluator
+    timings = {"anchor": 0.0, "trace": 0.0, "answer": 0.0}
+    calls = 0
+    try:
+        with progress(len(points) * len(questions), f"sweep {len(points)} points", "q", enabled=show_progress,
+                      initial=done) as bar:
+            for start in range(0, len(questions), chunk_size):
+                chunk = questions[start : start + chunk_size]
+                todo = [p for p in range(len(points)) if any(q.qid not in finished[p] for q in chunk)]
+                if not todo:
+                    continue
+                chunk_runs = [run for q in chunk for run in method.runs[q.qid]]
+                for first in range(0, len(todo), per_call):
+                    part = todo[first : first + per_call]
+                    grid = [points[p] for p in part]
+                    width = ev.shapes[True].guidance
+                    guidance = np.full((len(part), len(chunk_runs), width), -1, np.int32)
+                    for j, point in enumerate(grid):
+                        per_q = rows_by_k[point.k_prime]
+                        if chunk_runs:
+                            guidance[j] = np.concatenate([per_q[q.qid] for q in chunk if len(method.runs[q.qid])])
+                    outputs, spent = trace_grid(ev, chunk_runs, guidance, np.array([g.lam for g in grid]),
+                                                np.array([g.tau for g in grid]), np.array([g.theta for g in grid]))
+                    calls += 1
+                    timings["anchor"] += spent["anchor"]
+                    timings["trace"] += spent["trace"]
+                    share = {"anchor": 1000 * spent["anchor"] / (len(chunk) * len(part)),
+                             "trace": 1000 * spent["trace"] / (len(chunk) * len(part))}
+                    answer_began = time.perf_counter()
+                    for j, p in enumerate(part):
+                        lines, cursor = [], 0
+                        for question in chunk:
+                            mine = method.runs[question.qid]
+                            outs = outputs[j][cursor : cursor + len(mine)]
+                            cursor += len(mine)
+                            if question.qid in finished[p]:
+                                continue
+                            record = ev.record(question, mine, outs, dict(share))
+                            retrieval = Retrieval(question.qid, answers=[], info={"record": record})
+                            lines.append(json.dumps(make_record(method.context, question, retrieval, method.name),
+                                                    ensure_ascii=False))
+                            finished[p].add(question.qid)
+                        if lines:
+                            sinks[p].write("\n".join(lines) + "\n")
+                            sinks[p].flush()
+                            os.fsync(sinks[p].fileno())
+                        bar.update(len(lines))
+                    timings["answer"] += time.perf_counter() - answer_began
+    finally:
+        for sink in sinks:
+            sink.close()
+    results = []
+    for point in points:
+        summary = score_predictions(_point_dir(out_dir, point) / "predictions.jsonl", wanted)
+        results.append({"point": point.as_dict(), "label": point.label, "overall": summary["overall"],
+                        "groups": summary["groups"], "overflow_total": summary["overflow_total"]})
+    return {"points": results, "prepare_seconds": prepare_seconds, "guidance_seconds": guidance_seconds,
+            "stage_seconds_this_run": timings, "compiled_calls_this_run": calls, "points_per_call": per_call,
+            "questions": len(questions), "prepared": {k: v for k, v in prepared.items() if v is not None}}
+
+
+# ----- tables and figures --------------------------------------------------------------------------
+def varying_axes(points: Sequence[GridPoint]) -> list[str]:
+    return [a for a in AXES if len({getattr(p, a) for p in points}) > 1]
+
+
+def _metric(result: dict[str, Any], key: str, group: str | None = None) -> float | None:
+    stats = result["overall"] if group is None else result["groups"].get(group)
+    if not stats or key not in stats["mean"]:
+        return None
+    return 100.0 * stats["mean"][key]
+
+
+def sweep_table(results: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """Markdown-ready rows: one per (point, hop group) plus the point's overall row."""
+    groups = sorted({g for r in results for g in r["groups"]})
+    headers = [AXIS_TITLES[a] for a in AXES] + ["hops", "questions"] + [t for _, t in METRICS] + ["Hit"]
+    rows = []
+    for r in results:
+        point = r["point"]
+        for group in (groups if len(groups) > 1 else []) + [None]:
+            stats = r["overall"] if group is None else r["groups"].get(group)
+            if not stats:
+                continue
+            cells = [_metric(r, k, group) for k, _ in METRICS] + [_metric(r, "hit", group)]
+            rows.append([point[a] for a in AXES] + [group or "all", stats["n"]]
+                        + ["-" if c is None else round(c, 2) for c in cells])
+    return headers, rows
+
+
+def plot_sweep(results: Sequence[dict[str, Any]], out_dir: Path, prefix: str = "sweep") -> list[Path]:
+    """One heat map PNG per metric for each 2-D slice, or one line plot for a 1-D sweep."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [GridPoint(**r["point"]) for r in results]
+    axes = varying_axes(points)
+    written: list[Path] = []
+    by_point = {p: r for p, r in zip(points, results, strict=True)}
+    if len(axes) == 1:
+        axis = axes[0]
+        xs = [getattr(p, axis) for p in points]
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        for key, title in METRICS:
+            ys = [_metric(r, key) for r in results]
+            ax.plot(xs, [np.nan if y is None else y for y in ys], marker="o", label=title)
+        ax.set_xlabel(AXIS_TITLES[axis])
+        ax.set_ylabel("percent")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        path = out_dir / f"{prefix}-{axis}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return [path]
+    for a, b in itertools.combinations(axes, 2):
+        rest = [x for x in axes if x not in (a, b)]
+        fixed_values = sorted({tuple(getattr(p, x) for x in rest) for p in points})
+        a_values = sorted({getattr(p, a) for p in points})
+        b_values = sorted({getattr(p, b) for p in points})
+        for fixed in fixed_values:
+            tag = "".join(f"-{x}{v:g}" for x, v in zip(rest, fixed, strict=True))
+            for key, title in METRICS:
+                grid = np.full((len(a_values), len(b_values)), np.nan)
+                for p, r in by_point.items():
+                    if tuple(getattr(p, x) for x in rest) != fixed:
+                        continue
+                    value = _metric(r, key)
+                    if value is not None:
+                        grid[a_values.index(getattr(p, a)), b_values.index(getattr(p, b))] = value
+                fig, ax = plt.subplots(figsize=(1.0 + 0.75 * len(b_values), 1.0 + 0.6 * len(a_values)))
+                image = ax.imshow(grid, cmap="viridis", aspect="auto", origin="lower")
+                ax.set_xticks(range(len(b_values)), [f"{v:g}" for v in b_values])
+                ax.set_yticks(range(len(a_values)), [f"{v:g}" for v in a_values])
+                ax.set_xlabel(AXIS_TITLES[b])
+                ax.set_ylabel(AXIS_TITLES[a])
+                for (i, j), value in np.ndenumerate(grid):
+                    if not np.isnan(value):
+                        ax.text(j, i, f"{value:.1f}", ha="center", va="center", fontsize=7,
+                                color="white" if value < np.nanmean(grid) else "black")
+                ax.set_title(f"{title} (%)" + (f", {tag[1:]}" if tag else ""), fontsize=9)
+                fig.colorbar(image, ax=ax, fraction=0.05)
+                fig.tight_layout()
+                path = out_dir / f"{prefix}-{key}-{a}-x-{b}{tag}.png"
+                fig.savefig(path, dpi=120)
+                plt.close(fig)
+                written.append(path)
+    return written
