@@ -92,6 +92,7 @@ class EngineConfig:
     rank: str = "beam"  # "beam": beam support, then length-fair score; "max": best cumulative score (paper)
     answer_cut: float = 0.5  # keep answers whose beam support >= this x the best answer's support
     strategy: str = "breadth"  # "breadth": trace every plan as Breadth (MetaQA dev evidence); "planner": its own
+    calibrated: bool = True  # use the encoder's dev-calibrated θ (stem_jax.eval.calibration) when one is stored
 
 
 @dataclasses.dataclass(frozen=True)
