@@ -197,7 +197,7 @@ def test_cli_index_and_eval_every_format(tmp_path):
         assert metrics["overall"]["n"] == 3
         assert metrics["overall"]["mean"]["hit"] == 1.0, fmt
         predictions = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
-        assert sorted(p["qid"] for p in predictions) == ["q1", "q2", "q3"]
+        assert sorted(p["id"] for p in predictions) == ["q1", "q2", "q3"]
     # A rerun resumes: nothing is recomputed and the metrics are the same.
     before = (out / "predictions.jsonl").read_text()
     assert _cli("eval", folder, cache, "--out", str(out)) == 0

@@ -95,3 +95,15 @@ def test_entity_ids_with_names():
 def test_normalise():
     assert normalise("Grégoire  Colin!") == "gregoire colin"
     assert normalise("Straße") == "strasse"
+
+
+def test_case_twins_follow_the_exact_match(linker):
+    links = linker.link("which movies are tagged michelle trachtenberg")
+    assert [(link.entity, link.kind) for link in links[:2]] == [
+        ("michelle trachtenberg", "exact"), ("Michelle Trachtenberg", "case-insensitive")]
+    assert links[0].start == links[1].start and links[0].end == links[1].end
+
+
+def test_fuzzy_at_the_start_of_a_question(linker):
+    link = linker.link("Michelle Trachtenburg starred in which films")[0]
+    assert (link.entity, link.kind, link.start) == ("Michelle Trachtenberg", "fuzzy", 0)

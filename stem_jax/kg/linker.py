@@ -93,6 +93,7 @@ class _Span:
     key: str  # normalise(question[start:end])
     stop: bool  # only stop words
     capitals: int  # words written with a capital (not counting the question's first word)
+    leads_with_capital: bool  # its first word that is not a stop word is written with a capital
 
 
 def normalise(text: str) -> str:
@@ -135,7 +136,8 @@ class EntityLinker:
         extra_stop_words: Iterable[str] = (),
         min_fuzzy: float = 0.9,
         max_tokens: int | None = None,
-        max_posting: int = 500,
+        max_posting: int = 300,
+        max_pool: int = 64,
     ):
         if not entities:
             raise DataError("cannot link entities in an empty KG", fix="load a KG with at least one triple")
@@ -145,6 +147,7 @@ class EntityLinker:
         self.stop_words = STOP_WORDS | {w.casefold() for w in extra_stop_words}
         self.min_fuzzy = float(min_fuzzy)
         self.max_posting = max_posting
+        self.max_pool = max_pool
         self._exact: dict[str, list[int]] = defaultdict(list)
         self._folded: dict[str, list[int]] = defaultdict(list)
         self._normal: dict[str, list[int]] = defaultdict(list)
@@ -235,6 +238,7 @@ class EntityLinker:
                 continue  # a mention starts with a word
             words = content = capitals = 0
             all_stop = True
+            lead: bool | None = None
             key_parts: list[str] = []
             for j in range(i, min(i + self.max_tokens, len(tokens))):
                 if is_word[j]:
@@ -244,12 +248,14 @@ class EntityLinker:
                     capital = upper[j] and j > 0
                     capitals += int(capital)
                     content += int(not stop[j] or capital)  # "Me and You" is a title, not three stop words
+                    if lead is None and (capital or not stop[j]):
+                        lead = upper[j]  # the question's first word counts here: "Ang Lee directed what"
                     if normal[j]:
                         key_parts.append(normal[j])
                 elif tokens[j].group() not in ".)!?'":
                     continue
                 spans.append(_Span(tokens[i].start(), tokens[j].end(), words, content, " ".join(key_parts), all_stop,
-                                   capitals))
+                                   capitals, bool(lead)))
         return spans
 
     def _rank(self, span: _Span, kind: str, score: float, ids: list[int]) -> tuple:
@@ -265,22 +271,31 @@ class EntityLinker:
         best_words = 0
         for span in spans:
             surface = text[span.start : span.end]
+            seen: set[int] | None = None
             for kind, ids in (("exact", self._exact.get(surface)),
                               ("case-insensitive", self._folded.get(surface.casefold())),
                               ("fuzzy", self._normal.get(span.key))):
                 if not ids or (span.stop and not (kind == "exact" and span.capitals)):
                     continue
+                if seen and set(ids) <= seen:
+                    continue
+                seen = set(ids) if seen is None else seen | set(ids)
+                # Every kind is kept: the less specific ones add the case and accent twins of the best match.
                 found.append((self._rank(span, kind, 1.0, ids), span.start, span.end, kind, 1.0, ids))
                 best_words = max(best_words, span.content)
-                break
         if best_words < 2:
             found += self._fuzzy(spans)
         return found
 
     def _fuzzy(self, spans: list[_Span]) -> list[tuple]:
         found = []
+        # A question written with capitals uses them for names: then only spans that start with one (after
+        # leading stop words: "the Prowler") are searched.
+        cased = any(span.capitals for span in spans)
         for span in spans:
             key = span.key
+            if cased and not span.leads_with_capital:
+                continue
             if span.stop or not key or (span.words < 2 and (len(key) < 6 or not span.capitals)):
                 continue  # one lower-case word is too often a plural or a variant ("directors", "persons")
             qwords = key.split()
@@ -297,9 +312,10 @@ class EntityLinker:
             # A name must share all but one of the span's words (a typo breaks at most one word).
             need = max(1, len(qwords) - 1)
             best, best_ids = 0.0, None
-            for k, n in shared.items():
-                if n < need or abs(int(self._key_words[k]) - len(qwords)) > 1:
-                    continue
+            pool = [k for k, n in shared.items() if n >= need and abs(int(self._key_words[k]) - len(qwords)) <= 1]
+            if len(pool) > self.max_pool:  # the names sharing the most words first
+                pool = sorted(pool, key=lambda k: -shared[k])[: self.max_pool]
+            for k in pool:
                 candidate = self._normal_keys[k]
                 if abs(len(candidate) - len(key)) > 0.25 * max(len(key), len(candidate)):
                     continue
@@ -313,12 +329,22 @@ class EntityLinker:
     def _select(self, text: str, candidates: list[tuple], max_links: int) -> list[Link]:
         links: list[Link] = []
         taken: list[tuple[int, int]] = []
-        for _, start, end, kind, score, ids in sorted(candidates, key=lambda c: (c[0], -c[1]), reverse=True):
+        ranked = sorted(candidates, key=lambda c: (c[0], -c[1]), reverse=True)
+        for _, start, end, kind, score, ids in ranked:
             if any(start < b and a < end for a, b in taken):
                 continue
             taken.append((start, end))
             for i in self._by_degree(ids):
-                links.append(Link(self.entities[i], self.names[i], text[start:end], start, end, kind, round(float(score), 4)))
+                if all(link.entity != self.entities[i] or (link.start, link.end) != (start, end) for link in links):
+                    links.append(Link(self.entities[i], self.names[i], text[start:end], start, end, kind,
+                                      round(float(score), 4)))
+            # Less specific matches of the same span follow (an exact lower-case tag, then its capitalised twin).
+            for _, s2, e2, kind2, score2, ids2 in ranked:
+                if (s2, e2) == (start, end) and ids2 is not ids:
+                    for i in self._by_degree(ids2):
+                        if all(link.entity != self.entities[i] for link in links):
+                            links.append(Link(self.entities[i], self.names[i], text[start:end], start, end, kind2,
+                                              round(float(score2), 4)))
             if len(links) >= max_links:
                 break
         return links[:max_links]
