@@ -54,7 +54,7 @@ def add_cache_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("cache")
     group.add_argument("--cache-dir", type=Path, default=None,
                        help="where embeddings live (default: $STEM_CACHE_DIR or ~/.cache/stem_jax)")
-    group.add_argument("--rebuild", action="store_true", help="delete and recompute the embedding caches")
+    group.add_argument("--rebuild", action="store_true", help="delete and recompute the embedding caches (KG tables and schema-triple texts)")
     group.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 

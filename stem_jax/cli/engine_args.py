@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ def load(args: argparse.Namespace, config: StemConfig) -> tuple[Dataset, KGIndex
 
 def embed(args: argparse.Namespace, config: StemConfig, dataset: Dataset, index: KGIndex) -> tuple[Any, Any, list]:
     """Encoder, embedding tables (built once, resumable) and a summary table's rows."""
+    if getattr(args, "rebuild", False):  # --rebuild reaches every embedding cache, schema-triple texts included
+        shutil.rmtree(cache_root(args) / dataset.name / "schema-texts", ignore_errors=True)
     return open_embeddings(config, dataset, index, cache_root(args), rebuild=getattr(args, "rebuild", False),
                            show_progress=not getattr(args, "no_progress", False), log=print)
 
