@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from stem_jax.cli.args import cache_root, check_out_path, config_from_args
+from stem_jax.cli.distributed import join_processes, shard_folder, share
 from stem_jax.cli.engine_args import default_run_folder, embed, load, open_engine
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import as_dict, config_fields
@@ -179,12 +180,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     check_out_path(args.out)
     start = time.perf_counter()
+    pid, processes = join_processes(args)  # issue 10: with N processes, each evaluates every N-th question
     engine = open_engine(args, config, method_options=method_options(args))
     method = getattr(args, "method", "stem")
     label = engine.planner_spec.label if method != "scr" else "scr"
     label = f"{label if method == 'stem' else f'{method}-{label}'}-{short_hash(engine.results_fingerprint(method))}"
     out = args.out or default_run_folder(args, engine.dataset.name, label)
-    summary = engine.evaluate(out, method=method, overwrite=getattr(args, "overwrite", False))
+    questions = None
+    if processes > 1:  # into its own resumable shard folder; `stem-jax score --out` merges them
+        questions, out = share(engine.dataset.questions, pid, processes), shard_folder(out, pid, processes)
+    summary = engine.evaluate(out, method=method, questions=questions, overwrite=getattr(args, "overwrite", False))
     wall = time.perf_counter() - start
     table = _summary_table(summary)
     print(f"\n{engine.dataset.name}/{args.split}, method {method}, planner {label} (percent; F1/precision/recall are "

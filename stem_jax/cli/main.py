@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from stem_jax.cli import commands, gnn, planning, sweep
+from stem_jax.cli import commands, distributed, gnn, planning, sweep
 from stem_jax.cli.args import add_cache_flags, add_config_flags, add_dataset_flags, disable_abbreviations
 from stem_jax.cli.bench import add_bench_stages_parser
 from stem_jax.errors import StemError
@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     planning.add_planner_flags(evaluate, plans=True)
     gnn.add_guidance_flags(evaluate)
     add_method_flags(evaluate)
+    distributed.add_distributed_flags(evaluate)
     evaluate.add_argument("--out", type=Path, default=None,
                           help="run folder (default runs/<dataset>-<split>-<planner>-<hash of the settings>)")
     evaluate.add_argument("--overwrite", action="store_true",
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     gnn.add_train_gnn_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
     gnn.add_ablate_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags, planning.add_planner_flags)
     sweep.add_sweep_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
+    distributed.add_score_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmarks (tables + JSON under experiments/results/)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")

@@ -36,6 +36,8 @@ def add_sweep_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags) 
     p.add_argument("--subset", type=int, default=None,
                    help="deterministic stratified subset: per hop, the N questions with the lowest sha256(qid)")
     p.add_argument("--out", type=Path, default=None, help="run folder (default runs/sweep-<dataset>-<split>)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="drop the predictions of grid points that ran with other settings instead of refusing")
     p.set_defaults(func=cmd_sweep)
 
 
@@ -43,16 +45,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from stem_jax.cli.engine_args import open_engine
     from stem_jax.cli.gnn import subset
     from stem_jax.errors import StemError
-    from stem_jax.eval.sweep import make_grid, parse_values, plot_sweep, run_sweep, sweep_table, varying_axes
+    from stem_jax.eval.sweep import make_grid, parse_values, plot_sweep, run_sweep, sweep_table
 
     config = config_from_args(args)
     started = time.perf_counter()
-    points = make_grid(config, lams=parse_values(args.lams, "--lambda"), taus=parse_values(args.taus, "--tau"),
-                       thetas=parse_values(args.thetas, "--theta"),
-                       k_primes=parse_values(args.k_primes, "--k-prime", integer=True))
+    axes = {"lams": parse_values(args.lams, "--lambda"), "taus": parse_values(args.taus, "--tau"),
+            "thetas": parse_values(args.thetas, "--theta"),
+            "k_primes": parse_values(args.k_primes, "--k-prime", integer=True)}
+    make_grid(config, **axes)  # bad values fail before anything is loaded
     if args.points_per_call is not None and args.points_per_call < 1:
         raise StemError(f"--points-per-call must be 1 or more, got {args.points_per_call}")
-    if args.guidance == "none" and set(varying_axes(points)) & {"lam", "tau", "k_prime"}:
+    if args.guidance == "none" and (axes["lams"] or axes["taus"] or axes["k_primes"]):
         print("note: --guidance none: λ, τ and K' have no effect without a guidance graph")
     engine = open_engine(args, config)
     engine.dataset.questions = subset(engine.dataset.questions, args.subset)
@@ -60,9 +63,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"stratified subset: {len(engine.dataset.questions)} questions ({args.subset} per hop, lowest sha256(qid))")
     out = args.out or Path("runs") / f"sweep-{engine.dataset.name}-{args.split}"
     method = engine.method("stem")
+    points = make_grid(config, **axes, default_theta=getattr(method.evaluator, "theta", None))
     print(f"sweep: {len(points)} grid points x {len(engine.dataset.questions)} questions -> {out}")
     result = run_sweep(method, engine.dataset.questions, points, out, chunk_size=config.engine.chunk_questions,
-                       points_per_call=args.points_per_call, show_progress=not args.no_progress)
+                       points_per_call=args.points_per_call, fingerprint=engine.results_fingerprint("stem"),
+                       overwrite=args.overwrite, show_progress=not args.no_progress)
     wall = time.perf_counter() - started
     headers, rows = sweep_table(result["points"])
     table = markdown_table(headers, rows)

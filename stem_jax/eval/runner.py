@@ -28,6 +28,7 @@ from stem_jax.encoder.base import TextEncoder
 from stem_jax.encoder.cache import open_or_build, texts_fingerprint
 from stem_jax.errors import StemError
 from stem_jax.eval.metrics import MetricAccumulator, coverage_rate, rog_question_metrics, strict_metrics
+from stem_jax.eval.sharding import local_sharding
 from stem_jax.kg.embeddings import KGEmbeddings
 from stem_jax.kg.index import KGIndex
 from stem_jax.plan.oracle import gold_path_triples
@@ -39,9 +40,7 @@ from stem_jax.trace.tracer import (
     KGArrays,
     TraceBatch,
     TracerShapes,
-    anchor_batch,
     capacity_ladder,
-    trace_batch,
 )
 
 STEP_BUCKETS = (1, 2, 4, 8, 16)
@@ -123,6 +122,9 @@ class Evaluator:
         self.kg = KGArrays.from_index(index, embeddings.triples.array)
         # float32 on device once: anchoring reads the whole table for every batch
         self.entity_emb = jnp.asarray(np.asarray(embeddings.entities.array, dtype=np.float32))
+        # issue 10: batches sharded over the local devices, KG and entity table replicated (identity on 1 device)
+        self.sharding = local_sharding()
+        self.kg, self.entity_emb = self.sharding.replicate((self.kg, self.entity_emb))
         engine = config.engine
         node_matches = config.tracer.breadth_cap or engine.node_matches
         self.shapes = {
@@ -134,7 +136,8 @@ class Evaluator:
         # in batches halved per bucket so the padded work per batch stays about the same.
         self.ladder = capacity_ladder(self.shapes[False], max(engine.max_frontier, engine.frontier))
         self.capacity_runs: dict[int, int] = defaultdict(int)  # final frontier bucket -> Breadth runs
-        self.batch = {True: engine.batch_precision, False: engine.batch_breadth}
+        self.batch = {True: self.sharding.round_up(engine.batch_precision),
+                      False: self.sharding.round_up(engine.batch_breadth)}
         self.theta = self._theta(config)
         self.hyper = Hyper(jnp.float32(config.tracer.tau), jnp.float32(self.theta))
         self.text_rows: dict[str, int] = {}
@@ -251,15 +254,15 @@ class Evaluator:
         for (precision, bucket), members in sorted(groups.items()):
             ladder = [self.shapes[True]] if precision else self.ladder
             for level, shapes in enumerate(ladder):
-                size = max(self.batch[precision] >> level, 4)
+                size = self.sharding.round_up(max(self.batch[precision] >> level, 4))
                 retry = []
                 for start in range(0, len(members), size):
                     chunk = members[start : start + size]
                     batch = self._batch([runs[i] for i in chunk], anchors[chunk], anchor_scores[chunk], size, bucket,
                                         guidance[chunk])
                     began = time.perf_counter()
-                    out = trace_batch(self.kg, batch, self.hyper, shapes=shapes, precision=precision,
-                                      relation_bonus=self.engine.relation_bonus)
+                    out = self.sharding.trace(self.kg, batch, self.hyper, shapes=shapes, precision=precision,
+                                              relation_bonus=self.engine.relation_bonus)
                     host = jax.device_get(out)  # the batch's single device->host transfer
                     timings["trace"] += time.perf_counter() - began
                     for row, i in enumerate(chunk):
@@ -322,9 +325,9 @@ class Evaluator:
                     named[row, col], level[row, col] = entity, lvl
             guidance = np.full((size, guidance_width), -1, np.int32)
             guidance[: len(part)] = guidance_rows[start : start + len(part)]
-            a, s = jax.device_get(anchor_batch(self.entity_emb, jnp.asarray(mentions), guidance,
-                                               jnp.float32(self.config.tracer.lam), jnp.asarray(named),
-                                               jnp.asarray(level), top_n=self.config.tracer.top_n))
+            a, s = jax.device_get(self.sharding.anchor(self.entity_emb, jnp.asarray(mentions), guidance,
+                                                       jnp.float32(self.config.tracer.lam), jnp.asarray(named),
+                                                       jnp.asarray(level), top_n=self.config.tracer.top_n))
             anchors[start : start + len(part)] = a[: len(part)]
             scores[start : start + len(part)] = s[: len(part)]
         timings["anchor"] += time.perf_counter() - began

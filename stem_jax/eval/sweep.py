@@ -24,7 +24,6 @@ import dataclasses
 import functools
 import itertools
 import json
-import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -78,10 +77,13 @@ def parse_values(text: str | None, flag: str, *, integer: bool = False) -> tuple
 
 
 def make_grid(config: Any, *, lams: Sequence[float] | None = None, taus: Sequence[float] | None = None,
-              thetas: Sequence[float] | None = None, k_primes: Sequence[int] | None = None) -> list[GridPoint]:
-    """The cartesian grid (λ slowest, K' fastest); an axis left as None keeps the config's value."""
+              thetas: Sequence[float] | None = None, k_primes: Sequence[int] | None = None,
+              default_theta: float | None = None) -> list[GridPoint]:
+    """The cartesian grid (λ slowest, K' fastest); an axis left as None keeps the config's value
+    (θ: ``default_theta`` when given, i.e. the Evaluator's θ, which may come from a dev calibration)."""
     t = config.tracer
-    axes = [lams or (t.lam,), taus or (t.tau,), thetas or (t.theta,), k_primes or (config.guidance.k_prime,)]
+    theta = t.theta if default_theta is None else default_theta
+    axes = [lams or (t.lam,), taus or (t.tau,), thetas or (theta,), k_primes or (config.guidance.k_prime,)]
     for name, values in zip(AXES, axes, strict=True):
         for v in values:
             if name == "k_prime" and v < 1:
@@ -237,47 +239,62 @@ def _point_dir(out_dir: Path, point: GridPoint) -> Path:
     return out_dir / "points" / point.label
 
 
+def point_fingerprint(base: dict[str, Any], point: GridPoint) -> dict[str, Any]:
+    """``base`` (the run's results fingerprint) with the point's λ, τ, θ and K' in its config."""
+    fingerprint = json.loads(json.dumps(base, default=str))
+    config = fingerprint.setdefault("config", {})
+    config.setdefault("tracer", {}).update(lam=point.lam, tau=point.tau, theta=point.theta)
+    config.setdefault("guidance", {})["k_prime"] = point.k_prime
+    return fingerprint
+
+
 def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridPoint], out_dir: Path, *,
-              chunk_size: int, points_per_call: int | None = None, show_progress: bool = True,
+              chunk_size: int, points_per_call: int | None = None, fingerprint: dict[str, Any] | None = None,
+              overwrite: bool = False, show_progress: bool = True,
               log: Callable[[str], None] = print) -> dict[str, Any]:
     """Evaluate ``questions`` at every grid point into ``out_dir/points/<label>/`` (resumable).
 
     ``method`` is STEM's :class:`~stem_jax.methods.stem.StemMethod` (its evaluator, planner and
-    guidance). ``points_per_call`` caps the grid points vmapped into one compiled call (None: all;
-    1: the point-by-point loop, for comparison). Returns per-point summaries and timings."""
-    from stem_jax.eval.runner import read_finished, score_predictions
+    guidance). Each point folder is a locked, fingerprinted :class:`~stem_jax.eval.run_folder.RunFolder`
+    (``fingerprint``: the run's, default the method's; the point's values replace λ, τ, θ, K').
+    ``points_per_call`` caps the grid points vmapped into one compiled call (None: all; 1: the
+    point-by-point loop, for comparison). Returns per-point summaries and timings."""
+    from contextlib import ExitStack
+
+    from stem_jax.eval.run_folder import RunFolder, method_fingerprint
+    from stem_jax.eval.runner import score_predictions
     from stem_jax.methods.base import Retrieval
     from stem_jax.methods.records import make_record
 
     if not points:
         raise StemError("the sweep grid is empty")
+    if not questions:
+        raise StemError("no questions to sweep: the selection is empty\n"
+                        "  how to fix: check --hops, --limit, --subset and --split")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     questions = list(questions)
     wanted = {q.qid for q in questions}
-    began = time.perf_counter()
-    prepared = method.prepare(questions, show_progress=show_progress) or {}
-    prepare_seconds = time.perf_counter() - began
-    began = time.perf_counter()
-    rows_by_k = guidance_rows_by_k(method, questions, [p.k_prime for p in points])
-    guidance_seconds = time.perf_counter() - began
-
-    finished: list[set[str]] = []
-    sinks = []
-    for point in points:
-        folder = _point_dir(out_dir, point)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "point.json").write_text(json.dumps(point.as_dict(), sort_keys=True) + "\n")
-        finished.append(set(read_finished(folder / "predictions.jsonl")) & wanted)
-        sinks.append((folder / "predictions.jsonl").open("a", encoding="utf-8"))
-    done = sum(len(f) for f in finished)
-    if done:
-        log(f"resuming: {done} of {len(points) * len(questions)} (point, question) records already written")
-    per_call = len(points) if points_per_call is None else max(1, points_per_call)
-    ev = method.evaluator
-    timings = {"anchor": 0.0, "trace": 0.0, "answer": 0.0}
-    calls = 0
-    try:
+    base = method_fingerprint(method) if fingerprint is None else fingerprint
+    with ExitStack() as stack:
+        folders = [stack.enter_context(RunFolder.open(_point_dir(out_dir, p), point_fingerprint(base, p),
+                                                      overwrite=overwrite, questions=questions, log=log))
+                   for p in points]
+        for point, folder in zip(points, folders, strict=True):
+            (folder.path / "point.json").write_text(json.dumps(point.as_dict(), sort_keys=True) + "\n")
+        finished = [set(folder.finished()) & wanted for folder in folders]
+        done = sum(len(f) for f in finished)
+        if done:
+            log(f"resuming: {done} of {len(points) * len(questions)} (point, question) records already written")
+        began = time.perf_counter()
+        prepared = method.prepare(questions, show_progress=show_progress) or {}
+        prepare_seconds = time.perf_counter() - began
+        began = time.perf_counter()
+        rows_by_k = guidance_rows_by_k(method, questions, [p.k_prime for p in points])
+        guidance_seconds = time.perf_counter() - began
+        per_call = len(points) if points_per_call is None else max(1, points_per_call)
+        ev = method.evaluator
+        timings = {"anchor": 0.0, "trace": 0.0, "answer": 0.0}
+        calls = 0
         with progress(len(points) * len(questions), f"sweep {len(points)} points", "q", enabled=show_progress,
                       initial=done) as bar:
             for start in range(0, len(questions), chunk_size):
@@ -286,15 +303,14 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
                 if not todo:
                     continue
                 chunk_runs = [run for q in chunk for run in method.runs[q.qid]]
+                width = ev.shapes[True].guidance
                 for first in range(0, len(todo), per_call):
                     part = todo[first : first + per_call]
                     grid = [points[p] for p in part]
-                    width = ev.shapes[True].guidance
                     guidance = np.full((len(part), len(chunk_runs), width), -1, np.int32)
                     for j, point in enumerate(grid):
-                        per_q = rows_by_k[point.k_prime]
                         if chunk_runs:
-                            guidance[j] = np.concatenate([per_q[q.qid] for q in chunk if len(method.runs[q.qid])])
+                            guidance[j] = np.concatenate([rows_by_k[point.k_prime][q.qid] for q in chunk])
                     outputs, spent = trace_grid(ev, chunk_runs, guidance, np.array([g.lam for g in grid]),
                                                 np.array([g.tau for g in grid]), np.array([g.theta for g in grid]))
                     calls += 1
@@ -304,7 +320,7 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
                              "trace": 1000 * spent["trace"] / (len(chunk) * len(part))}
                     answer_began = time.perf_counter()
                     for j, p in enumerate(part):
-                        lines, cursor = [], 0
+                        records, cursor = [], 0
                         for question in chunk:
                             mine = method.runs[question.qid]
                             outs = outputs[j][cursor : cursor + len(mine)]
@@ -313,18 +329,11 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
                                 continue
                             record = ev.record(question, mine, outs, dict(share))
                             retrieval = Retrieval(question.qid, answers=[], info={"record": record})
-                            lines.append(json.dumps(make_record(method.context, question, retrieval, method.name),
-                                                    ensure_ascii=False))
+                            records.append(make_record(method.context, question, retrieval, method.name))
                             finished[p].add(question.qid)
-                        if lines:
-                            sinks[p].write("\n".join(lines) + "\n")
-                            sinks[p].flush()
-                            os.fsync(sinks[p].fileno())
-                        bar.update(len(lines))
+                        folders[p].append(records)  # flushed and fsynced: a kill keeps it
+                        bar.update(len(records))
                     timings["answer"] += time.perf_counter() - answer_began
-    finally:
-        for sink in sinks:
-            sink.close()
     results = []
     for point in points:
         summary = score_predictions(_point_dir(out_dir, point) / "predictions.jsonl", wanted)

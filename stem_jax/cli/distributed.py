@@ -1,0 +1,134 @@
+"""Several processes (hosts) scoring one split: ``eval --num-processes N --process-id I``, then ``score``.
+
+Each process joins the job with ``jax.distributed.initialize`` (flags, or ``JAX_COORDINATOR_ADDRESS``
+/ ``JAX_NUM_PROCESSES`` / ``JAX_PROCESS_ID``), shards its own batches over its local devices
+(:mod:`stem_jax.eval.sharding`) and evaluates its deterministic share of the questions (every
+N-th, starting at its id) into its own run folder ``<out>/shard-<I>-of-<N>/`` (locked,
+fingerprinted and resumable like any run folder, so resume works per shard). ``stem-jax score
+--out <out>`` checks that every shard is complete and ran the same settings, merges them into
+``<out>/predictions.jsonl`` in the split's order and scores it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from stem_jax.errors import StemError
+
+SHARD = re.compile(r"shard-(\d+)-of-(\d+)$")
+
+
+def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("several processes (hosts): each evaluates every N-th question")
+    group.add_argument("--num-processes", dest="num_processes", type=int, default=None,
+                       help="processes in the job (default $JAX_NUM_PROCESSES, else 1); merge with `stem-jax score`")
+    group.add_argument("--process-id", dest="process_id", type=int, default=None,
+                       help="this process's id, 0..N-1 (default $JAX_PROCESS_ID)")
+    group.add_argument("--coordinator", default=None,
+                       help="host:port of process 0 (default $JAX_COORDINATOR_ADDRESS)")
+
+
+def join_processes(args: argparse.Namespace) -> tuple[int, int]:
+    """(process id, process count) after ``jax.distributed.initialize``; (0, 1) for a single process."""
+    env = os.environ
+    count = args.num_processes if getattr(args, "num_processes", None) is not None else int(env.get("JAX_NUM_PROCESSES", 1))
+    if count < 1:
+        raise StemError(f"--num-processes must be 1 or more, got {count}")
+    if count == 1:
+        return 0, 1
+    pid = args.process_id if getattr(args, "process_id", None) is not None else env.get("JAX_PROCESS_ID")
+    coordinator = getattr(args, "coordinator", None) or env.get("JAX_COORDINATOR_ADDRESS")
+    if pid is None or coordinator is None:
+        raise StemError(f"--num-processes {count} needs --process-id and --coordinator (or $JAX_PROCESS_ID and "
+                        "$JAX_COORDINATOR_ADDRESS)\n  how to fix: e.g. --coordinator host0:1234 --process-id 0 on host0, "
+                        "--process-id 1 on host1")
+    pid = int(pid)
+    if not 0 <= pid < count:
+        raise StemError(f"--process-id must be in 0..{count - 1}, got {pid}")
+    import jax
+
+    jax.distributed.initialize(coordinator_address=coordinator, num_processes=count, process_id=pid)
+    return jax.process_index(), jax.process_count()
+
+
+def shard_folder(out: Path, pid: int, count: int) -> Path:
+    return Path(out) / f"shard-{pid}-of-{count}"
+
+
+def share(questions: list[Any], pid: int, count: int) -> list[Any]:
+    """Process ``pid``'s deterministic share: questions pid, pid + count, pid + 2·count, ..."""
+    return list(questions[pid::count])
+
+
+def merge_shards(out: Path) -> tuple[Path, dict[str, Any]]:
+    """Merge ``out/shard-*-of-N/predictions.jsonl`` into ``out/predictions.jsonl`` (split order)."""
+    from stem_jax.atomic import write_text_atomic
+    from stem_jax.eval.run_folder import read_predictions
+
+    out = Path(out)
+    shards = sorted((p for p in out.glob("shard-*-of-*") if SHARD.match(p.name)),
+                    key=lambda p: int(SHARD.match(p.name).group(1)))
+    if not shards:
+        raise StemError(f"no shard folders (shard-<i>-of-<n>) in {out}\n  how to fix: run `stem-jax eval "
+                        "--num-processes N --process-id I --out {out}` on every process first")
+    counts = {int(SHARD.match(p.name).group(2)) for p in shards}
+    if len(counts) > 1:
+        raise StemError(f"{out} holds shards of runs with different process counts {sorted(counts)}\n"
+                        "  how to fix: keep one run's shards (or use a new --out)")
+    count = counts.pop()
+    missing = sorted(set(range(count)) - {int(SHARD.match(p.name).group(1)) for p in shards})
+    if missing:
+        raise StemError(f"{out}: shards {missing} of {count} are missing\n  how to fix: run those process ids")
+    prints = [(p / "fingerprint.json").read_text() if (p / "fingerprint.json").exists() else None for p in shards]
+    if len(set(prints)) > 1:
+        raise StemError(f"{out}: the shards ran with different settings (fingerprint.json differs)\n"
+                        "  how to fix: rerun the odd shards with the same flags")
+    per_shard, totals = [], []
+    for p in shards:
+        summary = p / "metrics.json"
+        if not summary.exists():
+            raise StemError(f"{p} has no metrics.json: that process has not finished\n  how to fix: rerun it "
+                            "with the same flags (it resumes), then score again")
+        expected = json.loads(summary.read_text()).get("overall", {}).get("n")
+        records, _, _ = read_predictions(p / "predictions.jsonl", log=None)
+        per_shard.append(list(records.values()))
+        totals.append({"shard": p.name, "records": len(records), "scored": expected})
+    merged = []
+    for row in range(max(len(r) for r in per_shard)):  # round robin restores the split's order
+        merged.extend(records[row] for records in per_shard if row < len(records))
+    path = out / "predictions.jsonl"
+    write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in merged))
+    if prints[0] is not None:
+        write_text_atomic(out / "fingerprint.json", prints[0])
+    return path, {"shards": totals, "processes": count}
+
+
+def add_score_parser(sub) -> None:
+    p = sub.add_parser("score", help="merge the shards of a multi-process eval and score them",
+                       description="Merge <out>/shard-<i>-of-<n>/predictions.jsonl (written by `stem-jax eval "
+                       "--num-processes N`) into <out>/predictions.jsonl and write metrics.json/.md from it.")
+    p.add_argument("--out", type=Path, required=True, help="the run folder given to every process")
+    p.set_defaults(func=cmd_score)
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from stem_jax.cli.commands import _summary_table
+    from stem_jax.cli.report import run_metadata, write_report
+    from stem_jax.eval.runner import score_predictions
+
+    started = time.perf_counter()
+    path, info = merge_shards(args.out)
+    summary = score_predictions(path)
+    table = _summary_table(summary)
+    print(f"merged {info['processes']} shards into {path}:\n\n{table}")
+    payload = {"meta": run_metadata(), "command": "stem-jax " + " ".join(getattr(args, "argv", [])), **info,
+               **summary, "wall_seconds": time.perf_counter() - started}
+    paths = write_report(Path(args.out), "metrics", payload, table)
+    print(f"\nwrote {paths[0]} and {paths[1]}")
+    return 0
