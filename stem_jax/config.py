@@ -110,7 +110,8 @@ class SafeConfig:
     containment: float = 0.75  # merge relation roles into one entity type when this share of the smaller overlaps
     min_support: int = 1  # θ_supp: schema edges need this many KG triples (paper C.2)
     min_confidence: float = 0.0001  # θ_conf: ... and this share of the domain type's entities (paper C.2)
-    injective: bool = True  # a KG entity matches at most one query node (subgraph isomorphism)
+    min_share: float = 0.01  # ... and this share of its relation's triples (drops name-collision noise; not in the paper)
+    injective: bool = False  # True: a KG entity matches at most one query node (isomorphism, not the paper's Def. 1)
     answer_margin: float = -1.0  # keep answers within this distance of the best; < 0 keeps every match's answer
     use_adj: bool = True  # False: match the pseudo query graph as written (the paper's "w/o ADJ" ablation)
 

@@ -97,6 +97,7 @@ class QueryGraph:
     answer: int
     label: str = ""
     adj_distance: float = 0.0
+    info: dict = dataclasses.field(default_factory=dict)  # readable extras for the record (relations, types)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,7 +252,7 @@ def expand(kg: MatchIndex, graph: QueryGraph, prepared: _Prepared, step: Step, b
     return nbrs[order], tids[order], cost[order]
 
 
-def rank_matches(kg: MatchIndex, graph: QueryGraph, k: int, *, prune: bool = True, injective: bool = True,
+def rank_matches(kg: MatchIndex, graph: QueryGraph, k: int, *, prune: bool = True, injective: bool = False,
                  stats: dict | None = None) -> list[Match]:
     """Top-``k`` matches of ``graph`` by (score, discovery order); ``prune=False`` enumerates everything first.
 
@@ -269,6 +270,7 @@ def rank_matches(kg: MatchIndex, graph: QueryGraph, k: int, *, prune: bool = Tru
     tids_bound = [-1] * len(steps)
     used: set[int] = set()
     counter = {"seq": 0, "expansions": 0, "pruned": 0}
+    cache: dict[tuple[int, int, int], list[list[int]]] = {}
 
     def full_worst() -> int | None:
         if prune and len(heap) >= k:
@@ -296,9 +298,12 @@ def rank_matches(kg: MatchIndex, graph: QueryGraph, k: int, *, prune: bool = Tru
             counter["pruned"] += 1
             return
         step = steps[i]
-        counter["expansions"] += 1
-        children, tids, costs = expand(kg, graph, prepared, step, bound[step.parent], bound[step.child])
-        for child, tid, step_cost in zip(children.tolist(), tids.tolist(), costs.tolist(), strict=True):
+        key = (i, bound[step.parent], bound[step.child] if step.closing else -1)
+        if key not in cache:  # the same KG node is often reached again through other bindings
+            counter["expansions"] += 1
+            cache[key] = [a.tolist() for a in expand(kg, graph, prepared, step, bound[step.parent], bound[step.child])]
+        children, tids, costs = cache[key]
+        for child, tid, step_cost in zip(children, tids, costs, strict=True):
             total = cost + step_cost
             worst = full_worst()
             if worst is not None and total + rest[i + 1] >= worst:

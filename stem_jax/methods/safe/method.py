@@ -105,7 +105,7 @@ class SafeMethod:
         self.index = index
         cfg = self.config
         self.schema: KGSchema = derive_schema(index, containment=cfg.containment, min_support=cfg.min_support,
-                                              min_confidence=cfg.min_confidence)
+                                              min_confidence=cfg.min_confidence, min_share=cfg.min_share)
         self.node_distance = floyd_warshall(schema_adjacency(self.schema.num_types, self.schema.edges))
         self.kg = MatchIndex.build(index, self.schema.entity_types)
         encoder = context.encoder
@@ -263,7 +263,12 @@ class SafeMethod:
             return None
         anchor = min(anchors, key=lambda i: (nodes[i].min_cost(), i))
         label = "; ".join(self._edge_label(aligned, e) for e in aligned.edges)
-        return QueryGraph(nodes, edges, anchor, aligned.answer, label, aligned.distance)
+        answer_type = aligned.nodes[aligned.answer].type_id
+        info = {"relations": [self.index.relations[e.relation] if e.relation is not None else "?"
+                              for e in aligned.edges],
+                "answer_type": None if answer_type is None else self.schema.type_names[answer_type],
+                "anchor_candidates": [self.context.display(self.index.entities[e]) for e in nodes[anchor].entities]}
+        return QueryGraph(nodes, edges, anchor, aligned.answer, label, aligned.distance, info)
 
     def _edge_label(self, aligned: AlignedGraph, edge: Any) -> str:
         def node_label(i: int) -> str:
@@ -300,8 +305,15 @@ class SafeMethod:
             cursor += n
             joined = distance_edge_join(cands, p.adjacency(), self.schema.edges, self.node_distance,
                                         cfg.delta, cfg.k_qg)
-            graphs = [instantiate(p, assignment, total, self.schema.edges, self.node_distance, cfg.delta)
-                      for assignment, total in joined]
+            graphs, seen = [], set()
+            for assignment, total in joined:
+                graph = instantiate(p, assignment, total, self.schema.edges, self.node_distance, cfg.delta)
+                shape = (graph.nodes, graph.edges)
+                if shape in seen:  # two assignments that instantiate alike (the type sets coincide): match once
+                    self.stats["adj_duplicate"] += 1
+                    continue
+                seen.add(shape)
+                graphs.append(graph)
             if not graphs:
                 self.stats["adj_no_alignment"] += 1
                 graphs = [unaligned(p, self.index.relation_ids, self.schema.domain, self.schema.range_)]
@@ -363,12 +375,19 @@ class SafeMethod:
                 triples = self.index.triple_strings([t for t in matches[0].triples if t >= 0])
                 chains.append(" ; ".join(f"{self.context.display(h)} -{r}-> {self.context.display(t)}"
                                          for h, r, t in triples))
+        if self.context.config.engine.exclude_topic:  # MetaQA convention, as STEM: the topic is not an answer
+            for name in question.topic_entities:
+                best.pop(self.index.entity_ids.get(name, -1), None)
         ranked = sorted(best.items(), key=lambda kv: kv[1])  # stable: first found wins ties
         if ranked and self.config.answer_margin >= 0:
             cut = ranked[0][1] + to_cost(self.config.answer_margin)
             ranked = [(e, s) for e, s in ranked if s <= cut]
         answers = [(e, 1.0 / (1.0 + s / 1e6)) for e, s in ranked]
-        info = {"query_graphs": [q.label for q, _ in found],
+        info = {"pseudo_relations": [[r for _, r, _ in edges] for _, edges, _ in self.pseudo.get(question.qid, [])],
+                "query_graphs": [q.label for q, _ in found],
+                "qg_relations": [q.info.get("relations") for q, _ in found],
+                "answer_types": [q.info.get("answer_type") for q, _ in found],
+                "anchor_candidates": found[0][0].info.get("anchor_candidates") if found else [],
                 "adj_distance": [round(q.adj_distance, 4) for q, _ in found],
                 "matches": [len(m) for _, m in found]}
         return Retrieval(question.qid, answers=answers, evidence=sorted(evidence), chains=chains,

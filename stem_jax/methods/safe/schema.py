@@ -22,7 +22,15 @@ the demo KG carry no explicit types, so types are derived from relation signatur
 
 Schema edges follow the QSE counting of appendix C.2: ``cnt_r(c, c')`` counts the triples
 ``(h, r, t)`` with ``c ∈ types(h)`` and ``c' ∈ types(t)``; an edge is kept when its support
-``cnt >= min_support`` and its confidence ``cnt / |type c| >= min_confidence``.
+``cnt >= min_support`` and its confidence ``cnt / |type c| >= min_confidence`` (the paper's
+θ_supp = 1, θ_conf = 0.0001). One addition (``min_share``, default 0.01 in
+:class:`~stem_jax.config.SafeConfig`): an edge must also carry that share of its relation's
+triples. MetaQA names entities by their strings, so a title that is also a person's name or a
+year ("Lucie Aubrac", "1984") types a handful of triples as ``(writer, written_by, movie)`` or
+``(year, starred_actors, actor)``; the paper's confidence, relative to the (small) domain type,
+keeps them (108 schema edges), and ADJ then aligns pseudo edges to them and bridges types that
+never co-occur. With the share rule 19 remain: every real signature, plus the collisions that are
+common (a genre that is also a film title).
 """
 
 from __future__ import annotations
@@ -109,7 +117,7 @@ def _find(parent: list[int], x: int) -> int:
 
 
 def derive_schema(index: KGIndex, *, containment: float = 0.75, min_support: int = 1,
-                  min_confidence: float = 0.0001) -> KGSchema:
+                  min_confidence: float = 0.0001, min_share: float = 0.0) -> KGSchema:
     """Types from relation roles and the QSE-pruned schema graph of ``index`` (rules in the module docstring)."""
     triples = index.triples
     num_rel, num_ent = index.num_relations, index.num_entities
@@ -160,9 +168,10 @@ def derive_schema(index: KGIndex, *, containment: float = 0.75, min_support: int
         if not mask.any():
             continue
         counts = (heads_t[mask].T @ tails_t[mask]).tocoo()
+        relation_triples = int(mask.sum())
         for c, c2, n in zip(counts.row, counts.col, counts.data, strict=True):
             conf = n / max(type_support[c], 1)
-            if n >= min_support and conf >= min_confidence:
+            if n >= min_support and conf >= min_confidence and n >= min_share * relation_triples:
                 edges.append((c, r, c2))
                 support.append(n)
                 confidence.append(conf)
