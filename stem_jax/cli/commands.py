@@ -127,11 +127,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     anchors = _anchor_accuracy(dataset, index, encoder, embeddings.entities)
     upper = _gold_path_upper_bound(dataset, index)
     out = args.out or Path("runs/demo")
-    variants = {"paper": config}
-    if not config.engine.relation_bonus:
-        variants["relation bonus"] = dataclasses.replace(
-            config, engine=dataclasses.replace(config.engine, relation_bonus=True))
-    results = {}
+    # the configuration a user should use first; the paper-literal engine second (issue 8)
+    variants = {"default": config}
+    if config.engine.preset != "paper":
+        variants["paper-literal"] = dataclasses.replace(config, engine=dataclasses.replace(config.engine, preset="paper"))
+    results, thetas = {}, {}
     for name, variant in variants.items():
         evaluator = Evaluator(dataset, index, embeddings, encoder, variant,
                               cache_dir=cache_root(args) / dataset.name / "schema-texts")
@@ -140,14 +140,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
             stale.unlink(missing_ok=True)
         results[name] = evaluate(evaluator, dataset.questions, OraclePlanner().plan, folder,
                                  show_progress=not args.no_progress)
+        thetas[name] = evaluator.theta
     print("\nGold-path upper bound (follow the gold relation path):\n")
     print(_upper_bound_table(upper))
     tables = []
     for name, summary in results.items():
-        t = results and variants[name].tracer
-        title = (f"STEM tracer, oracle planner, λ={t.lam}, τ={t.tau}, θ={t.theta}, N={t.top_n}"
-                 + (", relation bonus on" if variants[name].engine.relation_bonus else "") if name == "paper" else
-                 "same, plus the authors' code's relation bonus (--engine.relation_bonus=true)")
+        t, e = variants[name].tracer, variants[name].engine
+        title = (f"STEM tracer, oracle planner, λ={t.lam}, τ={t.tau}, θ={thetas[name]:g}, N={t.top_n}, "
+                 + ("paper-literal engine (--engine.preset=paper: paper T-Score, cosine anchoring, topic kept, "
+                    "best-score ranking, the plan's strategy)" if e.preset == "paper" else
+                    f"engine defaults (relation bonus {'on' if e.relation_bonus else 'off'}, exact anchoring, "
+                    f"topic excluded, beam ranking, strategy {e.strategy})"))
         tables.append(f"{title}:\n\n{_summary_table(summary)}")
         print(f"\nResult: {tables[-1]}")
     payload = {"meta": run_metadata(), "config": as_dict(config), "subgraphs": report, "anchoring": anchors,
@@ -184,8 +187,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     engine = open_engine(args, config, method_options=method_options(args))
     method = getattr(args, "method", "stem")
     label = engine.planner_spec.label if method != "scr" else "scr"
-    label = f"{label if method == 'stem' else f'{method}-{label}'}-{short_hash(engine.results_fingerprint(method))}"
-    out = args.out or default_run_folder(args, engine.dataset.name, label)
+    folder = f"{label if method == 'stem' else f'{method}-{label}'}-{short_hash(engine.results_fingerprint(method))}"
+    out = args.out or default_run_folder(args, engine.dataset.name, folder)
     questions = None
     if processes > 1:  # into its own resumable shard folder; `stem-jax score --out` merges them
         questions, out = share(engine.dataset.questions, pid, processes), shard_folder(out, pid, processes)
