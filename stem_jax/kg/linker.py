@@ -258,15 +258,24 @@ class EntityLinker:
                                    capitals, bool(lead)))
         return spans
 
-    def _rank(self, span: _Span, kind: str, score: float, ids: list[int]) -> tuple:
-        """Sort key, larger is better: content words (``the Prowl`` is no longer than ``Prowl``), the more
-        specific kind, capitals, similarity, all words, characters, the best-connected entity."""
+    def _rank(self, span: _Span, kind: str, score: float, ids: list[int], cased: bool) -> tuple:
+        """Sort key, larger is better.
+
+        Content words first (``the Prowl`` is no longer than ``Prowl``). In a question with capitals, then
+        the more specific kind, capitals and similarity. In a question in lower case, where case says
+        nothing, then all words of a dictionary match (``catch me if you can`` over the tag ``film``), then
+        the kind. Ties: characters, then the best-connected entity.
+        """
         degree = max(int(self.degree[i]) for i in ids)
-        return (span.content, -_KIND_RANK[kind], span.capitals, score, span.words, span.end - span.start, degree)
+        if cased:
+            return (span.content, -_KIND_RANK[kind], span.capitals, score, span.words, span.end - span.start, degree)
+        words = span.words if score == 1.0 else 0
+        return (span.content, words, -_KIND_RANK[kind], 0, score, span.end - span.start, degree)
 
     def _candidates(self, text: str, lo: int, hi: int) -> list[tuple]:
         """(sort key, start, end, kind, score, entity ids) for every matching span inside text[lo:hi]."""
         spans = self._spans(text, lo, hi)
+        cased = any(span.capitals for span in spans)
         found: list[tuple] = []
         best_words = 0
         for span in spans:
@@ -281,17 +290,16 @@ class EntityLinker:
                     continue
                 seen = set(ids) if seen is None else seen | set(ids)
                 # Every kind is kept: the less specific ones add the case and accent twins of the best match.
-                found.append((self._rank(span, kind, 1.0, ids), span.start, span.end, kind, 1.0, ids))
+                found.append((self._rank(span, kind, 1.0, ids, cased), span.start, span.end, kind, 1.0, ids))
                 best_words = max(best_words, span.content)
         if best_words < 2:
-            found += self._fuzzy(spans)
+            found += self._fuzzy(spans, cased)
         return found
 
-    def _fuzzy(self, spans: list[_Span]) -> list[tuple]:
+    def _fuzzy(self, spans: list[_Span], cased: bool) -> list[tuple]:
         found = []
         # A question written with capitals uses them for names: then only spans that start with one (after
         # leading stop words: "the Prowler") are searched.
-        cased = any(span.capitals for span in spans)
         for span in spans:
             key = span.key
             if cased and not span.leads_with_capital:
@@ -323,7 +331,7 @@ class EntityLinker:
                 if score > best:
                     best, best_ids = score, self._normal[candidate]
             if best_ids is not None and best >= self.min_fuzzy:
-                found.append((self._rank(span, "fuzzy", best, best_ids), span.start, span.end, "fuzzy", best, best_ids))
+                found.append((self._rank(span, "fuzzy", best, best_ids, cased), span.start, span.end, "fuzzy", best, best_ids))
         return found
 
     def _select(self, text: str, candidates: list[tuple], max_links: int) -> list[Link]:
