@@ -254,3 +254,17 @@ def test_metaqa_exported_gives_the_same_index_and_metrics(shared_data, tmp_path)
     second = json.loads((tmp_path / "f" / "metrics.json").read_text())
     assert first["overall"] == second["overall"]
     assert first["groups"] == second["groups"]
+
+
+def test_cli_explicit_file_flags(tmp_path, capsys):
+    """--triples / --questions / --delimiter instead of a folder; the flags are refused for other datasets."""
+    kg = tmp_path / "my kg.dat"
+    kg.write_text("".join("\t".join(t) + "\n" for t in TRIPLES))
+    questions = tmp_path / "mine.jsonl"
+    questions.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    assert main(["data-stats", "--dataset", "files", "--triples", str(kg), "--delimiter", "tab",
+                 "--questions", str(questions), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "files-my-kg/test: 3 questions" in out and "10 entities, 3 relations, 9 triples" in out
+    assert main(["data-stats", "--dataset", "demo", "--triples", str(kg)]) == 2
+    assert "--triples is only read with --dataset files" in capsys.readouterr().err

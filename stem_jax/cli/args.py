@@ -46,6 +46,11 @@ def add_dataset_flags(parser: argparse.ArgumentParser, default: str = "demo") ->
     group.add_argument("--qtypes", type=Path, default=None, help="qtype file matching --questions line by line")
     group.add_argument("--kb", type=Path, default=None, help="MetaQA KB file (default: kb.txt, else the partial KB)")
     group.add_argument("--rog-path", type=Path, default=None, help="RoG .jsonl/.parquet file or dataset folder")
+    group.add_argument("--triples", type=Path, default=None,
+                       help="files: head,relation,tail file (.tsv/.csv/.jsonl; default <data-dir>/triples.*)")
+    group.add_argument("--entity-names", type=Path, default=None, help="files: id<TAB>name file for entities")
+    group.add_argument("--relation-names", type=Path, default=None, help="files: id<TAB>name file for relations")
+    group.add_argument("--delimiter", default=None, help="files: field separator (e.g. '|' or tab; default by extension)")
     group.add_argument("--limit", type=positive_int, default=None, help="keep the first N questions per hop (quick runs)")
     group.add_argument("--strict", action="store_true", help="stop at the first bad input line instead of skipping it")
 
@@ -73,7 +78,8 @@ def config_from_args(args: argparse.Namespace) -> StemConfig:
 def check_dataset_flags(args: argparse.Namespace) -> None:
     """Flags that the chosen dataset would ignore are an error, not a silent no-op (issue 13, rows 11-13)."""
     dataset = args.dataset
-    only = {"questions": ("metaqa", "files"), "qtypes": ("metaqa",), "kb": ("metaqa",), "rog_path": ("rog",)}
+    only = {"questions": ("metaqa", "files"), "qtypes": ("metaqa",), "kb": ("metaqa",), "rog_path": ("rog",),
+            "triples": ("files",), "entity_names": ("files",), "relation_names": ("files",), "delimiter": ("files",)}
     for dest, owners in only.items():
         if getattr(args, dest, None) is not None and dataset not in owners:
             flag = "--" + dest.replace("_", "-")
@@ -104,6 +110,8 @@ def dataset_spec(args: argparse.Namespace, config: StemConfig) -> DatasetSpec:
         name=args.dataset, split=args.split, hops=args.hops, data_dir=args.data_dir,
         questions=args.questions, qtypes=args.qtypes, kb=args.kb, rog_path=args.rog_path,
         strict=args.strict, limit=args.limit, seed=config.seed,
+        triples=getattr(args, "triples", None), entity_names=getattr(args, "entity_names", None),
+        relation_names=getattr(args, "relation_names", None), delimiter=getattr(args, "delimiter", None),
     )
 
 

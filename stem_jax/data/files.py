@@ -371,6 +371,8 @@ def load_files(
     Explicit paths win over the names looked up in ``folder``; the questions default to
     ``<folder or the triples' folder>/<split>.jsonl|.txt`` and may be absent (``index`` needs none).
     """
+    if delimiter is not None and delimiter.lower() in ("tab", "\\t"):
+        delimiter = "\t"  # a tab is awkward to type in a shell
     if folder is not None and not folder.is_dir():
         raise DataError("KG folder not found", path=str(folder), fix="pass the folder holding triples.tsv")
     triples_path = triples or _first(folder, TRIPLE_NAMES)
