@@ -95,6 +95,30 @@ def sweep_theta(evaluator: Any, questions: Sequence[Question], planner: Callable
     return rows
 
 
+def sweep_cut(records: Sequence[dict[str, Any]], grid: Sequence[float] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+              ) -> list[dict[str, Any]]:
+    """Mean Hit/Hit@1/F1 per hop for every support cut of ``grid``, from records written with
+    ``--engine.answer_cut=0 --engine.rank=beam`` (their scores are the beam support, best first), so
+    the cut is calibrated offline from one traced dev run."""
+    rows = []
+    for cut in grid:
+        per_hop: dict[str, list[dict[str, float]]] = defaultdict(list)
+        for record in records:
+            if not record["ground_truth"]:
+                continue
+            scores = record["scores"]
+            kept = [p for p, s in zip(record["prediction"], scores, strict=True)
+                    if scores and s >= cut * scores[0] - 1e-6]
+            per_hop[f"{record['hops']}-hop"].append(strict_metrics(kept, record["ground_truth"]))
+        row = {"cut": float(cut), "hops": {}}
+        for hop, metrics in sorted(per_hop.items()):
+            row["hops"][hop] = {k: float(np.mean([m[k] for m in metrics])) for k in ("hit", "hit_at_1", "f1")}
+            row["hops"][hop]["n"] = len(metrics)
+        row["mean_f1"] = float(np.mean([h["f1"] for h in row["hops"].values()]))
+        rows.append(row)
+    return rows
+
+
 def choose_theta(rows: Sequence[dict[str, Any]], paper_theta: float = 0.6) -> float:
     best = max(rows, key=lambda r: (round(r["mean_f1"], 4), round(r["mean_hit"], 4), -abs(r["theta"] - paper_theta)))
     return float(best["theta"])

@@ -1,0 +1,39 @@
+"""θ / answer-cut calibration: choice rules, stored file matching, the offline cut sweep."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from stem_jax.config import EngineConfig
+from stem_jax.eval.calibration import CALIBRATION_FILE, applies, choose_theta, load_calibration, sweep_cut
+
+
+def test_best_f1_wins_and_ties_go_to_the_papers_theta():
+    rows = [{"theta": t, "mean_f1": f, "mean_hit": 0.9} for t, f in ((0.4, 0.80), (0.6, 0.85), (0.8, 0.85), (1.0, 0.7))]
+    assert choose_theta(rows) == 0.6
+    rows[2]["mean_f1"] = 0.86
+    assert choose_theta(rows) == 0.8
+
+
+def test_stored_calibration_applies_only_to_matching_engine_settings(tmp_path: Path):
+    folder = tmp_path / "all-MiniLM-L6-v2-x"
+    folder.mkdir()
+    embeddings = SimpleNamespace(triples=SimpleNamespace(path=folder / "triples.zarr"))
+    assert load_calibration(embeddings) is None
+    (folder / CALIBRATION_FILE).write_text(json.dumps({"theta": 0.8, "engine": {"relation_bonus": True,
+                                                                                 "strategy": "breadth"}}))
+    calibration = load_calibration(embeddings)
+    assert applies(calibration, EngineConfig(relation_bonus=True, strategy="breadth"))
+    assert not applies(calibration, EngineConfig(relation_bonus=False, strategy="breadth"))
+    (folder / CALIBRATION_FILE).write_text("{torn")
+    assert load_calibration(embeddings) is None  # damaged = not calibrated, never a crash
+
+
+def test_cut_sweep_from_support_scores():
+    records = [  # beam support, best first: the top beam (0.9) is right, a 0.1 beam adds noise
+        {"hops": 1, "ground_truth": ["a"], "prediction": ["a", "x"], "scores": [0.9, 0.1]},
+        {"hops": 1, "ground_truth": ["b", "c"], "prediction": ["b", "c"], "scores": [0.6, 0.6]},
+    ]
+    rows = {r["cut"]: r["hops"]["1-hop"] for r in sweep_cut(records, grid=(0.0, 0.5))}
+    assert rows[0.0]["hit"] == rows[0.5]["hit"] == 1.0
+    assert rows[0.5]["f1"] == 1.0 > rows[0.0]["f1"]
