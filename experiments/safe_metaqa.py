@@ -3,13 +3,13 @@
 Command (from the repo root; needs the MetaQA KG embeddings (`stem-jax index --dataset metaqa`) and, for the
 pattern planner, `stem-jax train-planner --dataset metaqa`):
 
-    STEM_DATA_DIR=../shared/data python experiments/safe_metaqa.py --split test --limit 300
+    STEM_DATA_DIR=../shared/data STEM_CACHE_DIR=... python experiments/safe_metaqa.py --split test --sample 1000
 
-Each variant is exactly `stem-jax eval --dataset metaqa --split SPLIT --hops 1,2,3 [--limit N] --method safe
---planner P FLAGS` into runs/safe-metaqa-SPLIT-P[-limitN] (resumable). `--limit N` keeps the first N questions
-per hop (the whole split without it). With `--split dev` the script also sweeps SAFE's answer margin offline
-(the answer cut calibrated on dev; the test run uses SafeConfig's default). Cost on the shared 2-core CPU:
-~0.1-0.4 s per question (3-hop is the slowest). Writes experiments/results/safe-metaqa-SPLIT[-limitN].{json,md}.
+Each variant runs `Engine.evaluate(method="safe")` (what `stem-jax eval --method safe --planner P` runs) on a
+seeded sample of N questions per hop (`--sample`; the whole split without it) into
+runs/safe-metaqa-SPLIT-P[-sampleN-seedS] (resumable). With `--split dev` the script keeps every answer and sweeps
+SAFE's answer margin offline (the cut is calibrated on dev; test runs use SafeConfig's default). Cost on the
+shared 2-core CPU: tens of ms per question (3-hop slowest). Writes experiments/results/safe-metaqa-SPLIT[-sampleN].{json,md}.
 
 Loss attribution (per question, from predictions.jsonl; the pseudo graph of the oracle planner is the gold path):
 value retrieval (topic entity among SimEnt), ADJ (some aligned query graph keeps the pseudo graph's relations),
@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 
-from stem_jax.cli.main import main
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.eval.metrics import strict_metrics
 
@@ -37,18 +36,34 @@ RESULTS = Path("experiments/results")
 RETRIEVAL_STAGES = ("value", "adj", "match")  # per-question work after planning and text encoding
 
 
-def run_variant(split: str, planner: str, limit: int | None, flags: list[str]) -> tuple[Path, float]:
-    tag = f"safe-metaqa-{split}-{planner}" + (f"-limit{limit}" if limit else "")
+def sample_per_hop(questions: list, per_hop: int | None, seed: int) -> list:
+    """A seeded uniform sample of ``per_hop`` questions per hop count, in file order (all without ``per_hop``).
+
+    MetaQA files are grouped by question type (the first 1000 1-hop test questions are all actor/director
+    -> movie), so the first N questions are no sample; this is."""
+    if not per_hop:
+        return list(questions)
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for hop in sorted({q.hops for q in questions}):
+        pool = [i for i, q in enumerate(questions) if q.hops == hop]
+        chosen += rng.choice(pool, size=min(per_hop, len(pool)), replace=False).tolist()
+    return [questions[i] for i in sorted(chosen)]
+
+
+def run_variant(split: str, planner: str, per_hop: int | None, seed: int,
+                overrides: dict[str, str]) -> tuple[Path, float, dict, list]:
+    from stem_jax.config import StemConfig, apply_overrides
+    from stem_jax.engine import Engine
+
+    tag = f"safe-metaqa-{split}-{planner}" + (f"-sample{per_hop}-seed{seed}" if per_hop else "")
     out = Path("runs") / tag
-    argv = ["eval", "--dataset", "metaqa", "--split", split, "--hops", "1,2,3", "--method", "safe",
-            "--planner", planner, "--no-progress", "--out", str(out), *flags]
-    if limit:
-        argv += ["--limit", str(limit)]
+    engine = Engine.open("metaqa", config=apply_overrides(StemConfig(), overrides), planner=planner, split=split,
+                         log=print)
+    questions = sample_per_hop(list(engine.dataset.questions), per_hop, seed)
     began = time.perf_counter()
-    code = main(argv)
-    if code:
-        raise SystemExit(f"stem-jax {' '.join(argv)} failed with exit code {code}")
-    return out, time.perf_counter() - began
+    summary = engine.evaluate(out, questions=questions, method="safe", show_progress=False)
+    return out, time.perf_counter() - began, summary, questions
 
 
 def read(out: Path) -> list[dict]:
@@ -117,9 +132,10 @@ def margin_sweep(records: list[dict], margins: list[float]) -> list[list]:
 def main_script(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", default="test", choices=["test", "dev"])
-    parser.add_argument("--limit", type=int, default=None, help="first N questions per hop (default: all)")
+    parser.add_argument("--sample", type=int, default=None, help="seeded sample of N questions per hop (default: all)")
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--planners", default="oracle,pattern")
-    parser.add_argument("flags", nargs="*", help="extra stem-jax flags, e.g. --safe.k_retrieval=20")
+    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. safe.k_retrieval=20")
     args = parser.parse_args(argv)
     from stem_jax.config import StemConfig
     from stem_jax.data.registry import DatasetSpec, load_dataset
@@ -133,20 +149,23 @@ def main_script(argv: list[str]) -> int:
                            min_confidence=cfg.min_confidence, min_share=cfg.min_share)
     types_of = {index.entities[e]: {schema.type_names[c] for c in np.flatnonzero(row)}
                 for e, row in enumerate(schema.entity_types)}
-    flags = list(args.flags)
+    overrides = dict(item.split("=", 1) for item in args.overrides)
     if args.split == "dev":
-        flags.append("--safe.answer_margin=-1")  # keep every answer; the cut is swept offline below
+        overrides["safe.answer_margin"] = "-1"  # keep every answer; the cut is swept offline below
+    flags = [f"--{k}={v}" for k, v in overrides.items()]
     began = time.perf_counter()
-    payload: dict = {"meta": run_metadata(), "split": args.split, "limit_per_hop": args.limit, "flags": flags,
+    payload: dict = {"meta": run_metadata(), "split": args.split, "sample_per_hop": args.sample, "seed": args.seed,
+                     "flags": flags,
                      "safe_config": cfg.__dict__, "variants": {}}
-    lines = [f"# SAFE on MetaQA-partial {args.split}" + (f" (first {args.limit} questions per hop)" if args.limit else ""),
+    lines = [f"# SAFE on MetaQA-partial {args.split}" + (f" (seeded sample: {args.sample} questions per hop, seed "
+                                                         f"{args.seed})" if args.sample else " (full split)"),
              "", f"commit {payload['meta'].get('commit')}, {payload['meta'].get('machine')}; flags {' '.join(flags) or '-'}",
              ""]
     for planner in args.planners.split(","):
-        out, wall = run_variant(args.split, planner, args.limit, flags)
-        metrics = json.loads((out / "metrics.json").read_text())
-        records = read(out)
-        by_id = {q.qid: q for q in load_dataset(DatasetSpec(name="metaqa", split=args.split, limit=args.limit)).questions}
+        out, wall, metrics, questions = run_variant(args.split, planner, args.sample, args.seed, overrides)
+        wanted = {q.qid for q in questions}
+        records = [r for r in read(out) if r["id"] in wanted]
+        by_id = {q.qid: q for q in questions}
         for r in records:
             question = by_id.get(r["id"])
             r["question_topic"] = question.topic_entities[0] if question and question.topic_entities else None
@@ -179,7 +198,7 @@ def main_script(argv: list[str]) -> int:
                       markdown_table(["margin", "1h Hit", "1h H@1", "1h F1", "2h Hit", "2h H@1", "2h F1", "3h Hit",
                                       "3h H@1", "3h F1"], variant["margin_sweep"]), ""]
     payload["experiment_wall_seconds"] = time.perf_counter() - began
-    name = f"safe-metaqa-{args.split}" + (f"-limit{args.limit}" if args.limit else "")
+    name = f"safe-metaqa-{args.split}" + (f"-sample{args.sample}" if args.sample else "")
     paths = write_report(RESULTS, name, payload, "\n".join(lines))
     print("\n".join(lines))
     print(f"wrote {paths[0]} and {paths[1]}")
