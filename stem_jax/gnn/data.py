@@ -18,8 +18,10 @@ import numpy as np
 
 from stem_jax.config import SubgraphConfig
 from stem_jax.data.types import Question
-from stem_jax.gnn.batching import GraphExample, build_example
+from stem_jax.errors import StemError
+from stem_jax.gnn.batching import MAX_SCHEMA_TRIPLES, GraphExample, build_example
 from stem_jax.gnn.features import SchemaFeaturizer
+from stem_jax.gnn.multihop import GraphSet, graph_set
 from stem_jax.kg.index import KGIndex
 from stem_jax.plan.oracle import gold_path_triples
 from stem_jax.plan.schema import SchemaGraph, match_anchor
@@ -91,6 +93,39 @@ class ExampleFactory:
         positives = gold_entities(question, self.index) if labels else None
         return build_example(self.index, seeds, self.radius(question, schema), self.subgraph.hub_cap,
                              self.featurizer(schema), positives=positives, key=key or question.qid)
+
+    def for_plans(self, pairs: Sequence[tuple[Question, SchemaGraph]]) -> tuple[GraphSet, np.ndarray]:
+        """The inference graphs of many (question, schema graph) pairs at once (no labels), and
+        which pairs they are (pairs without a topic entity in the KG get no graph).
+
+        Same subgraphs, edges and features as :meth:`for_plan`, built with one vectorised
+        expansion (:func:`stem_jax.gnn.multihop.graph_set`) instead of one per question.
+        """
+        where, seeds, radii, blocks = [], [], [], []
+        features: dict[str, np.ndarray] = {}
+        self.featurizer.prepare(s for _, s in pairs)
+        for row, (question, schema) in enumerate(pairs):
+            ids = self.seeds(question)
+            if not ids:
+                continue
+            if len(schema.triples) > MAX_SCHEMA_TRIPLES:
+                raise StemError(f"{question.qid}: schema graph has {len(schema.triples)} triples; the Triple-GNN "
+                                f"takes at most {MAX_SCHEMA_TRIPLES} (raise stem_jax.gnn.batching.MAX_SCHEMA_TRIPLES)")
+            text = schema.describe()
+            if text not in features:
+                features[text] = self.featurizer(schema)
+            where.append(row)
+            seeds.append(ids)
+            radii.append(self.radius(question, schema))
+            blocks.append(features[text])
+        width = 3 * self.featurizer.dim
+        schema = np.zeros((len(where), MAX_SCHEMA_TRIPLES, width), np.float32)
+        mask = np.zeros((len(where), MAX_SCHEMA_TRIPLES), bool)
+        for i, block in enumerate(blocks):
+            schema[i, : len(block)] = block
+            mask[i, : len(block)] = True
+        graphs = graph_set(self.index, seeds, radii, self.subgraph.hub_cap, schema, mask)
+        return graphs, np.asarray(where, np.int64)
 
     def from_walk(self, rng: np.random.Generator, max_hops: int, key: str) -> GraphExample | None:
         walk = random_walk(self.index, rng, max_hops=max_hops, hub_cap=self.subgraph.hub_cap, names=self.names)

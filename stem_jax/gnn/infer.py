@@ -20,6 +20,9 @@ import numpy as np
 from stem_jax.errors import StemError
 from stem_jax.gnn.batching import GraphExample, node_offsets, pack_by_size, pad_batch
 from stem_jax.gnn.model import ModelSpec, build_model
+from stem_jax.gnn.multihop import GraphSet
+from stem_jax.gnn.packing import BIN_EDGES, BIN_GRAPHS, assemble, bin_shape, own_shape, pack_bins
+from stem_jax.kg.subgraph import csr_gather
 
 MAX_BATCH_EDGES = 1 << 17  # edges per inference batch (a larger graph gets a batch of its own)
 MAX_BATCH_GRAPHS = 64
@@ -28,9 +31,10 @@ CHECKPOINTS = "checkpoints"
 
 
 @functools.cache
-def forward_fn(spec: ModelSpec):
-    """The jitted ``(params, graph, relation_emb) -> probabilities [N]`` of one architecture."""
-    model = build_model(spec)
+def forward_fn(spec: ModelSpec, edge_order: str = "receiver"):
+    """The jitted ``(params, graph, relation_emb) -> probabilities [N]`` of one architecture
+    (``edge_order``: how the batch's edges are sorted, see :class:`~stem_jax.gnn.model.TripleGNN`)."""
+    model = build_model(spec, edge_order)
 
     @jax.jit
     def forward(params, graph, relation_emb):
@@ -62,6 +66,74 @@ def iter_predict(params: Any, spec: ModelSpec, examples: Sequence[GraphExample],
         probs = np.asarray(jax.device_get(forward(params, graph, rel)))
         offsets = node_offsets(chosen)
         yield members, [probs[offsets[j] : offsets[j + 1]] for j in range(len(chosen))]
+
+
+def top_of_batch(probs: np.ndarray, graph: np.ndarray, entities: np.ndarray, count: int, width: int,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per graph of a batch, its ``width`` best nodes (:func:`~stem_jax.gnn.guidance.select_top`'s
+    order: probability descending, then lower entity id), for all graphs at once.
+
+    Args: probs, graph, entities: float32 / int [n] of the batch's real nodes (graphs contiguous
+    and ascending); count: graphs in the batch. Returns (graph, rank, position) of the kept nodes.
+    """
+    order = np.lexsort((entities, -probs, graph))
+    sorted_graph = graph[order]
+    starts = np.searchsorted(sorted_graph, np.arange(count))
+    rank = np.arange(len(order)) - starts[sorted_graph]
+    keep = rank < width
+    return sorted_graph[keep], rank[keep], order[keep]
+
+
+def predict_top(params: Any, spec: ModelSpec, graphs: GraphSet, relation_emb: np.ndarray, width: int, *,
+                max_edges: int = BIN_EDGES, max_graphs: int = BIN_GRAPHS, edge_order: str = "receiver",
+                ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Top-``width`` (entity ids int32 [Q, width], probabilities float32 [Q, width]) of every graph
+    of ``graphs``, -1 / 0 padded, computed in fixed-shape bins (:mod:`stem_jax.gnn.packing`).
+
+    The probabilities are those of :func:`predict` on the same graphs (the same model on the same
+    edges in the same order; only the batch composition differs). Also returns statistics:
+    batches, shapes, real and padded node/edge counts.
+    """
+    forward = forward_fn(spec, edge_order)
+    rel = jax.device_put(np.asarray(relation_emb, np.float32))
+    count = len(graphs)
+    ids = np.full((count, width), -1, np.int32)
+    probs = np.zeros((count, width), np.float32)
+    n_node, n_edge = graphs.n_node, graphs.n_edge
+    stats: dict[str, Any] = {"batches": 0, "shapes": set(), "real_nodes": int(n_node.sum()),
+                             "real_edges": int(n_edge.sum()), "padded_nodes": 0, "padded_edges": 0}
+    if count == 0:
+        return ids, probs, stats
+    shape = bin_shape(n_node, n_edge, max_edges=max_edges, max_graphs=max_graphs)
+    bins, oversized = pack_bins(n_node, n_edge, shape)
+    work = [(members, shape) for members in bins] + [([i], own_shape(int(n_node[i]), int(n_edge[i])))
+                                                      for i in oversized]
+    pending = None
+    for members, bin_shape_ in work + [(None, None)]:
+        # dispatch the next batch before reading the previous one back: host assembly and top-K
+        # of one batch overlap the device compute of the other
+        launched = None
+        if members is not None:
+            batch = assemble(graphs, members, bin_shape_, edge_order)
+            launched = (members, forward(params, batch, rel))
+            stats["batches"] += 1
+            stats["shapes"].add((bin_shape_.nodes, bin_shape_.edges, bin_shape_.graphs))
+            stats["padded_nodes"] += bin_shape_.nodes
+            stats["padded_edges"] += bin_shape_.edges
+        if pending is not None:
+            done, out = pending
+            done = np.asarray(done, np.int64)
+            sizes = n_node[done]
+            real = int(sizes.sum())
+            batch_probs = np.asarray(jax.device_get(out))[:real]
+            graph = np.repeat(np.arange(len(done)), sizes)
+            node_rows = csr_gather(graphs.node_ptr, np.arange(len(graphs.entities), dtype=np.int64), done)
+            g, rank, pos = top_of_batch(batch_probs, graph, graphs.entities[node_rows], len(done), width)
+            ids[done[g], rank] = graphs.entities[node_rows][pos]
+            probs[done[g], rank] = batch_probs[pos]
+        pending = launched
+    stats["shapes"] = sorted(stats["shapes"])
+    return ids, probs, stats
 
 
 def params_fingerprint(params: Any) -> str:

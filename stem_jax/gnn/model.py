@@ -8,7 +8,8 @@ Inputs of one batch (built on the host by :mod:`stem_jax.gnn.batching`):
   distinct rows, initialised from the same text embedding through their own projection);
 * ``graph.globals["schema"]`` float32 [G, T, 3·d_pem]: [E_h; E_r; E_t] of each schema triple,
   with ``graph.globals["schema_mask"]`` bool [G, T];
-* receivers sorted ascending (the host sorts them), so segment sums use sorted reductions.
+* receivers sorted ascending (the host sorts them), so segment sums use sorted reductions
+  (inference may instead sort edges by sender, ``edge_order="sender"``).
 
 ``relation_emb`` float32 [R, d_pem] (the KG's relation-text embeddings) is passed separately:
 it is the same for every graph.
@@ -82,6 +83,10 @@ class TripleGNN(nn.Module):
 
     layers: int = 6
     d_gnn: int = 512
+    # "receiver": edges arrive sorted by receiver (sorted segment sums, what training uses);
+    # "sender": sorted by sender, which makes the per-edge gather h[senders] read memory in
+    # order (about 3x faster on CPU) at the price of an unsorted segment sum. Same parameters.
+    edge_order: str = "receiver"
 
     @nn.compact
     def __call__(self, graph: jraph.GraphsTuple, relation_emb: jax.Array) -> jax.Array:
@@ -99,11 +104,11 @@ class TripleGNN(nn.Module):
         for layer in range(self.layers):
             g = MLP((d, d), name=f"g{layer}")(rel)
             agg = distmult_mean(h, g, graph.senders, graph.receivers, graph.edges["relation"],
-                                num_nodes=num_nodes, indices_are_sorted=True)
+                                num_nodes=num_nodes, indices_are_sorted=self.edge_order == "receiver")
             update = MLP((d, d), name=f"update{layer}")(jnp.concatenate([h, agg], axis=-1))
             h = h + nn.LayerNorm(name=f"norm{layer}")(update)
         return nn.Dense(1, name="phi1")(h)[:, 0]
 
 
-def build_model(spec: ModelSpec) -> TripleGNN:
-    return TripleGNN(layers=spec.layers, d_gnn=spec.d_gnn)
+def build_model(spec: ModelSpec, edge_order: str = "receiver") -> TripleGNN:
+    return TripleGNN(layers=spec.layers, d_gnn=spec.d_gnn, edge_order=edge_order)

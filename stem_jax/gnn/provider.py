@@ -20,9 +20,10 @@ from stem_jax.data.types import Question
 from stem_jax.errors import StemError
 from stem_jax.gnn.cache import GuidanceTable, fingerprint, open_or_compute
 from stem_jax.gnn.data import ExampleFactory
-from stem_jax.gnn.guidance import guidance_size, select_top
-from stem_jax.gnn.infer import MAX_BATCH_EDGES, MAX_BATCH_GRAPHS, iter_predict
+from stem_jax.gnn.guidance import guidance_size
+from stem_jax.gnn.infer import predict_top
 from stem_jax.gnn.model import ModelSpec
+from stem_jax.gnn.packing import BIN_EDGES, BIN_GRAPHS
 from stem_jax.kg.embeddings import kg_fingerprint
 from stem_jax.plan.schema import SchemaGraph
 
@@ -45,7 +46,7 @@ class GNNGuidance:
 
     def __init__(self, spec: ModelSpec, params: Any, info: dict[str, Any], factory: ExampleFactory, *,
                  k_prime: int, width: int, cache_dir: Path | None = None, chunk_rows: int = 1024,
-                 max_edges: int = MAX_BATCH_EDGES, max_graphs: int = MAX_BATCH_GRAPHS):
+                 max_edges: int = BIN_EDGES, max_graphs: int = BIN_GRAPHS):
         if spec.num_relations != factory.index.num_relations:
             raise StemError(f"the GNN checkpoint was trained on a KG with {spec.num_relations} relations, "
                             f"this KG has {factory.index.num_relations}\n  how to fix: train on this dataset "
@@ -62,6 +63,14 @@ class GNNGuidance:
         self.chunk_rows = chunk_rows
         self.max_edges, self.max_graphs = max_edges, max_graphs
         self.stats: dict[str, Any] = {}
+        self.batch_stats: dict[str, Any] = {}
+
+    def _batch_stats(self, stats: dict[str, Any]) -> None:
+        """Accumulate :func:`predict_top`'s statistics over the chunks of one call."""
+        acc = self.batch_stats
+        for key in ("batches", "real_nodes", "real_edges", "padded_nodes", "padded_edges"):
+            acc[key] = acc.get(key, 0) + stats[key]
+        acc["shapes"] = sorted(set(map(tuple, acc.get("shapes", []))) | set(stats["shapes"]))
 
     def with_k_prime(self, k_prime: int) -> GNNGuidance:
         """The same provider (and cache) with another K'."""
@@ -86,20 +95,11 @@ class GNNGuidance:
             rows = list(rows)
             ids = np.full((len(rows), self.width), -1, np.int32)
             probs = np.zeros((len(rows), self.width), np.float32)
-            examples, where = [], []
-            for r, row in enumerate(rows):
-                question, schema = pairs[row]
-                example = self.factory.for_plan(question, schema)
-                if example is not None:
-                    examples.append(example)
-                    where.append(r)
-            relation_emb = self.factory.featurizer.relation_matrix()
-            for members, batch_probs in iter_predict(self.params, self.spec, examples, relation_emb,
-                                                     max_edges=self.max_edges, max_graphs=self.max_graphs):
-                for i, p in zip(members, batch_probs, strict=True):
-                    top, top_p = select_top(p, examples[i].entities, self.width)
-                    ids[where[i], : len(top)] = top
-                    probs[where[i], : len(top)] = top_p
+            graphs, where = self.factory.for_plans([pairs[row] for row in rows])
+            top_ids, top_probs, stats = predict_top(self.params, self.spec, graphs, self.factory.featurizer.relation_matrix(),
+                                                    self.width, max_edges=self.max_edges, max_graphs=self.max_graphs)
+            ids[where], probs[where] = top_ids, top_probs
+            self._batch_stats(stats)
             return ids, probs
 
         if self.cache_dir is None or not pairs:
