@@ -164,7 +164,9 @@ def test_changed_question_is_recomputed(tmp_path):
     q = Question("q1", "who directed Kismet", ("Kismet",), ("William Dieterle",), hops=1)
     other = Question("q2", "x", ("Kismet",), ("y",), hops=1)
     with RunFolder.open(tmp_path / "run", fingerprint(), questions=[q, other]) as run:
+        assert run.finished() == {}
         run.append([record("q1"), record("q2")])
+    assert "question_sha" not in (tmp_path / "run" / PREDICTIONS).read_text()  # records are not altered
     edited = dataclasses.replace(q, answers=("Someone Else",))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RunFolderWarning)

@@ -4,6 +4,7 @@ A run folder holds::
 
     <out>/fingerprint.json    everything that changes results (config, method, planner, KG, encoder, data)
     <out>/predictions.jsonl   one JSON record per finished question, appended chunk by chunk (fsynced)
+    <out>/questions.json      per question id, a digest of the question its record answers
     <out>/.lock               held (fcntl.flock) by the process writing the folder; holds its pid
 
 :meth:`RunFolder.open` takes the lock (a second writer is refused with the holder's pid), then
@@ -12,8 +13,8 @@ one-line fix (a new ``--out``, or ``--overwrite`` to drop the old predictions), 
 never mixes results of two configurations. :meth:`RunFolder.finished` reads the finished records:
 a torn last line (a kill mid-write) is cut, and a corrupt line anywhere is reported with its line
 number and dropped, so that question is simply computed again; the file is then rewritten cleanly.
-Records are stamped with a digest of their question, so an edited question file recomputes
-exactly the questions whose text or answers changed.
+``questions.json`` keeps a digest of each question, so an edited question file recomputes exactly
+the questions whose text or answers changed (records themselves are not altered).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from stem_jax.errors import StemError
 PREDICTIONS = "predictions.jsonl"
 FINGERPRINT = "fingerprint.json"
 LOCK = ".lock"
-QUESTION_KEY = "question_sha"  # field stamped on each record: digest of the question it answers
+QUESTIONS = "questions.json"
 # Options that only change how work is chunked, never a result: a rerun may change them and resume.
 NOT_RESULTS = frozenset({"config.engine.chunk_questions"})
 _MAX_KEYS_LISTED = 6
@@ -199,8 +200,8 @@ class RunFolder:
              questions: Iterable[Any] | None = None, log: Log | None = _warn) -> RunFolder:
         """Create or reopen the folder ``path`` for the run ``fingerprint`` describes.
 
-        ``questions`` (optional) stamps each appended record with its question's digest and makes
-        :meth:`finished` drop records whose question has changed since.
+        ``questions`` (optional): their digests are kept in ``questions.json``, and :meth:`finished`
+        drops records whose question has changed since they were written.
 
         Raises:
           StemError: ``path`` is a file; another process holds the folder (names its pid); the folder
@@ -221,6 +222,7 @@ class RunFolder:
             _check_fingerprint(path, fingerprint, overwrite)
             if overwrite:
                 (path / PREDICTIONS).unlink(missing_ok=True)
+                (path / QUESTIONS).unlink(missing_ok=True)
             write_json_atomic(path / FINGERPRINT, {"fingerprint": fingerprint, "short_hash": short_hash(fingerprint)})
         except BaseException:
             os.close(fd)
@@ -235,11 +237,12 @@ class RunFolder:
     # ----- reading and writing ---------------------------------------------------------------
     def finished(self) -> dict[str, dict]:
         """Finished records by question id; bad lines are reported (``self.problems``), dropped and the file
-        rewritten without them, so exactly those questions are computed again."""
+        rewritten without them, so exactly those questions are computed again. Call it before :meth:`append`:
+        it also records the current questions' digests."""
         self._close_sink()
         records, problems, rewrite = read_predictions(self.predictions, log=self.log)
-        stale = [qid for qid, record in records.items()
-                 if qid in self.digests and record.get(QUESTION_KEY) not in (None, self.digests[qid])]
+        known = self._known_digests()
+        stale = [qid for qid in records if qid in self.digests and known.get(qid, self.digests[qid]) != self.digests[qid]]
         for qid in stale:
             problems.append(f"{self.predictions}: question {qid} changed since its record was written; "
                             "it is computed again")
@@ -249,8 +252,17 @@ class RunFolder:
         if rewrite or stale:
             text = "".join(_dumps(r) + "\n" for r in records.values())
             write_text_atomic(self.predictions, text)
+        if self.digests:  # after the stale records are gone: every listed question is now current
+            write_json_atomic(self.path / QUESTIONS, {**known, **self.digests})
         self.problems = problems
         return records
+
+    def _known_digests(self) -> dict[str, str]:
+        try:
+            known = json.loads((self.path / QUESTIONS).read_bytes())
+        except (OSError, ValueError):
+            return {}  # missing or damaged: no record is judged stale by it
+        return {k: v for k, v in known.items() if isinstance(v, str)} if isinstance(known, dict) else {}
 
     def append(self, records: Sequence[dict]) -> None:
         """Append finished records (one line each), then flush and fsync: a kill never loses a written chunk.
@@ -267,8 +279,6 @@ class RunFolder:
                 raise StemError(f"record for question {record.get('id')!r} holds a non-finite number in {bad[0]} "
                                 "(a bug: NaN/inf must never reach predictions)\n"
                                 "  how to fix: report it with the command that produced it")
-            if record.get("id") in self.digests:
-                record = {**record, QUESTION_KEY: self.digests[record["id"]]}
             lines.append(_dumps(record))
         if self._sink is None:
             self._sink = self.predictions.open("a", encoding="utf-8")
