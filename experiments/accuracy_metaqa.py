@@ -74,7 +74,7 @@ def miss_causes(predictions: Path) -> dict[str, dict[str, int]]:
 
 
 def run_variant(runs: Path, slug: str, planner: str, flags: list[str], limit: int | None) -> dict:
-    out = runs / f"test-{slug}"
+    out = runs / (f"test-{slug}" + (f"-limit{limit}" if limit else ""))
     argv = ["eval", "--dataset", "metaqa", "--planner", planner, "--no-progress", *flags, "--out", str(out)]
     if limit:
         argv[3:3] = ["--limit", str(limit)]

@@ -156,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=300, help="questions per hop")
     parser.add_argument("--planner", default="pattern")
     parser.add_argument("--grid", type=float, nargs="+", default=list(DEFAULT_GRID))
+    parser.add_argument("--json", type=Path, help="also write the sweep here")
+    parser.add_argument("--no-save", action="store_true", help="print the sweep, do not store the calibration")
     args = parser.parse_args(argv)
     if args.split == "test":
         raise SystemExit("calibrate on a dev/validation split, never on test")
@@ -165,6 +167,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     questions = engine.dataset.questions
     plan, _, _ = planned(engine.planner, list(questions), log=print)
     rows = sweep_theta(evaluator, questions, plan, args.grid)
+    if args.json:
+        args.json.write_text(json.dumps({"split": args.split, "limit": args.limit, "sweep": rows}, indent=2) + "\n")
+    if args.no_save:
+        print(f"best θ = {choose_theta(rows)} (not stored)")
+        return 0
     path = save_calibration(engine.embeddings, evaluator, rows, split=args.split, questions=len(questions))
     print(f"θ = {choose_theta(rows)} written to {path}")
     return 0
