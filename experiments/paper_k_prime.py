@@ -1,0 +1,43 @@
+"""K' sweep (paper Figures 6-7 analogue): guidance size |T|·K', K' = 1..8, one ``stem-jax sweep`` call.
+
+Command (repo root; needs the MetaQA index and a trained Triple-GNN, /work/cache/READY-gnn):
+
+    STEM_DATA_DIR=/work/shared/data STEM_CACHE_DIR=/work/cache nice python experiments/paper_k_prime.py --subset 200
+
+MetaQA-partial test, 1-3 hop stratified subset (``--subset`` per hop), oracle planner, λ/τ/θ at their
+defaults. The GNN's top rows are computed once; each K' only cuts them, and all 8 points are traced
+in one vmapped call per batch. Writes experiments/results/paper-k-prime-metaqa.{json,md,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from paper_common import GNN, RESULTS, RUNS, gnn_ready, load_json, save
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--subset", type=int, default=200)
+    parser.add_argument("--gnn-checkpoint", type=Path, default=GNN)
+    parser.add_argument("--k-prime", default="1,2,3,4,5,6,7,8")
+    args = parser.parse_args(argv)
+    if not gnn_ready(args.gnn_checkpoint):
+        raise SystemExit(f"K' needs a trained Triple-GNN; none ready at {args.gnn_checkpoint}")
+    out = RUNS / f"k-prime-s{args.subset}"
+    subprocess.run([sys.executable, "-m", "stem_jax.cli.main", "sweep", "--dataset", "metaqa", "--subset",
+                    str(args.subset), "--planner", "oracle", "--guidance", "gnn", "--gnn-checkpoint",
+                    str(args.gnn_checkpoint), "--k-prime", args.k_prime, "--no-progress", "--out", str(out)], check=True)
+    result = load_json(out / "sweep.json")
+    shutil.copyfile(out / "sweep-k_prime.png", RESULTS / "paper-k-prime-metaqa.png")
+    save("paper-k-prime-metaqa", {"subset_per_hop": args.subset, "sweep": result, "figures": ["paper-k-prime-metaqa.png"]},
+         (out / "sweep.md").read_text(), f"python experiments/paper_k_prime.py --subset {args.subset}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
