@@ -30,8 +30,9 @@ NO_ANSWERS = "question without answers"
 
 # Text that cannot end or split a line, open a topic, or separate fields: but anything else goes,
 # including U+2028/U+0085 (str.splitlines would split there), NUL, RTL marks and astral emoji.
-_FREE = st.text(st.characters(blacklist_characters="[]\t\n\r|", blacklist_categories=("Cs",)), max_size=12)
-_WORD = _FREE.filter(lambda s: s.strip() != "")
+_CHARS = st.characters(blacklist_characters="[]\t\n\r|", blacklist_categories=("Cs",))
+_FREE = st.text(_CHARS, max_size=12)
+_WORD = st.text(_CHARS, min_size=1, max_size=12).filter(lambda s: s.strip() != "")
 _EXTRA = st.sampled_from(["\u2028", "\x85", "\x00", "\u200f", "\U0001f3ac", "\x0c", "\x1c"])
 
 
@@ -53,7 +54,7 @@ def question_line(draw) -> tuple[str, bytes]:
         text = f"{prefix}{filler}[{film}]{suffix}\t{'|'.join([DIRECTOR[film], *answers])}"
         return "valid", text.encode()
     if kind == "undecodable":
-        return kind, draw(st.binary(max_size=20)) + b"\xff" + draw(st.binary(max_size=20)).replace(b"\n", b"")
+        return kind, (draw(st.binary(max_size=20)) + b"\xff" + draw(st.binary(max_size=20))).replace(b"\n", b"")
     if kind == "blank":
         return kind, draw(st.sampled_from([b"", b"  ", b"\t", b" \t ", b"\r"]))
     if kind == "no_tab":
