@@ -71,7 +71,8 @@ def load_kg(spec: DatasetSpec, *, log: Log = _quiet) -> tuple[Dataset, KGIndex]:
     dataset = load_dataset(spec)
     index = build_index(dataset.triples)
     hops = Counter(q.hops for q in dataset.questions)
-    by_hop = ", ".join(f"{h}-hop: {n}" for h, n in sorted(hops.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))
+    by_hop = ", ".join(f"{h}-hop: {n}" if h is not None else f"hops unknown: {n}"
+                       for h, n in sorted(hops.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))
     log(f"{dataset.name}/{spec.split}: {len(dataset.questions)} questions ({by_hop}), {index.num_entities} entities, "
         f"{index.num_relations} relations, {index.num_triples} triples [{time.perf_counter() - start:.1f}s]")
     for line in dataset.skips.lines():
