@@ -4,7 +4,8 @@ before the change and the gold-path bound, per hop.
 Command (from the repo root; needs `stem-jax index --dataset metaqa` and `stem-jax train-planner --dataset metaqa`;
 the GNN row also needs the Triple-GNN the coordinator trained):
 
-    STEM_DATA_DIR=../shared/data STEM_CACHE_DIR=... python experiments/accuracy_metaqa.py --runs runs/accuracy
+    STEM_DATA_DIR=../shared/data STEM_CACHE_DIR=... python experiments/accuracy_metaqa.py --runs runs/accuracy \
+        --gnn-checkpoint runs/gnn-metaqa-1000 [--limit N] [--gnn-limit N]
 
 Each row is exactly `stem-jax eval --dataset metaqa --no-progress --planner P FLAGS --out RUNS/test-SLUG` on the
 full test split (no tuning flags for the default rows); a finished run folder is re-scored, not re-traced.
@@ -25,11 +26,12 @@ from pathlib import Path
 
 from stem_jax.cli.main import main
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from stem_jax.eval.runner import read_finished, score_predictions
 
 # name -> (slug, planner, flags)
 VARIANTS = {
     "pattern, defaults": ("pattern-default", "pattern", []),
-    "pattern + GNN guidance, defaults": ("pattern-gnn-default", "pattern", ["--guidance", "gnn"]),
+    "pattern + GNN guidance, defaults": ("pattern-gnn-default", "pattern", ["--guidance", "gnn", "--gnn-checkpoint"]),
     "oracle, defaults": ("oracle-default", "oracle", []),
     "pattern, paper-literal (--engine.preset=paper)": ("pattern-paper", "pattern", ["--engine.preset=paper"]),
 }
@@ -101,7 +103,10 @@ def main_experiment(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=Path, default=Path("runs/accuracy"))
     parser.add_argument("--only", nargs="*", help="variant slugs to run (default: all)")
-    parser.add_argument("--limit", type=int, help="first N test questions per hop (development only)")
+    parser.add_argument("--limit", type=int, help="first N test questions per hop (default: the full split)")
+    parser.add_argument("--gnn-checkpoint", type=Path, default=Path("runs/gnn-metaqa"))
+    parser.add_argument("--gnn-limit", type=int, help="first N test questions per hop for the GNN row (GNN inference "
+                        "is the slow part on CPU); it is compared with the default row on the same questions")
     args = parser.parse_args(argv)
     results: dict[str, dict] = {}
     before_path = Path("experiments/results/planner-metaqa-full.json")
@@ -114,10 +119,23 @@ def main_experiment(argv: list[str] | None = None) -> int:
         if "--guidance" in flags and not gnn_ready:
             skipped[name] = "the Triple-GNN was not ready ($STEM_CACHE_DIR/READY-gnn missing)"
             continue
-        results[name] = run_variant(args.runs, slug, planner, flags, args.limit)
+        limit = args.limit
+        if "--gnn-checkpoint" in flags:
+            flags = [*flags, str(args.gnn_checkpoint)]
+            limit = args.gnn_limit or args.limit
+        results[name] = run_variant(args.runs, slug, planner, flags, limit)
     rows = []
+    default = results.get("pattern, defaults")
     for name, metrics in results.items():
         rows += _rows(name, metrics)
+        if default is not None and metrics["overall"]["n"] < default["overall"]["n"]:
+            # the same questions scored from the default row's predictions, for a like-for-like comparison
+            folder = Path(metrics["command"].split("--out ")[-1])
+            qids = set(read_finished(folder / "predictions.jsonl"))
+            default_folder = Path(default["command"].split("--out ")[-1])
+            same = score_predictions(default_folder / "predictions.jsonl", qids)
+            metrics["default_on_same_questions"] = same
+            rows += _rows("pattern, defaults, same questions as above", same)
     for name, key in BEFORE.items():
         if key in before:
             rows += _rows(name, before[key])
@@ -138,10 +156,13 @@ def main_experiment(argv: list[str] | None = None) -> int:
                             analysis)
     meta = run_metadata()
     notes = "".join(f"\n- {name}: not run, {why}" for name, why in skipped.items())
-    text = (f"Command: `STEM_DATA_DIR=../shared/data python experiments/accuracy_metaqa.py --runs {args.runs}`"
-            f"{' --limit ' + str(args.limit) if args.limit else ''}  \n"
+    scope = (f"MetaQA-partial test, the first {args.limit} questions per hop in the split's order" if args.limit
+             else "MetaQA-partial test, every question whose topic is in the partial KB")
+    text = (f"Command: `STEM_DATA_DIR=../shared/data python experiments/accuracy_metaqa.py --runs {args.runs}"
+            f" --gnn-checkpoint {args.gnn_checkpoint}{' --limit ' + str(args.limit) if args.limit else ''}"
+            f"{' --gnn-limit ' + str(args.gnn_limit) if args.gnn_limit else ''}`  \n"
             f"Machine: {meta['machine']}, {meta['cpu_count']} CPUs, jax {meta['jax']}, commit {meta['commit']}\n\n"
-            "MetaQA-partial test, every question whose topic is in the partial KB, LLM-free answers (percent). "
+            f"{scope}, LLM-free answers (percent). "
             "Default rows use no tuning flags: relation bonus, exact anchoring, topic exclusion, capacity ladder "
             "64..1024, beam ranking with support cut 0.5, Breadth for every plan (see README). The paper-literal "
             "row is `--engine.preset=paper`. Before rows: experiments/results/planner-metaqa-full.json (base "
