@@ -216,6 +216,8 @@ _CHOICES = {
     "engine.preset": ("default", "paper"),
     "engine.rank": ("beam", "max"),
     "engine.strategy": ("planner", "breadth"),
+    "planner.llm_prompts": ("compact", "full"),
+    "planner.llm_server": ("auto", "vllm", "llama.cpp"),
 }
 _INT_MIN = {  # integer fields and their smallest allowed value
     "tracer.top_n": 1, "tracer.breadth_cap": 0, "guidance.k_prime": 1, "gnn.layers": 1, "gnn.d_gnn": 1,
@@ -225,6 +227,8 @@ _INT_MIN = {  # integer fields and their smallest allowed value
     "engine.batch_precision": 1, "engine.batch_breadth": 1, "engine.chunk_questions": 1, "engine.max_frontier": 1,
     "scr.layers": 1, "scr.dim": 1, "scr.head_layers": 0, "scr.beam": 1, "scr.max_steps": 1, "scr.neighbours": 1,
     "scr.batch_questions": 1, "scr.steps": 0, "scr.train_batch": 1, "scr.eval_every": 1, "seed": 0,
+    "safe.k_schema": 1, "safe.delta": 0, "safe.k_qg": 1, "safe.k_ent": 1, "safe.k_rel": 1, "safe.k_typ": 1,
+    "safe.k_retrieval": 1, "safe.beams": 1, "safe.min_support": 0,
 }
 _INT_MAX = {  # integer fields with an upper bound, and why
     "engine.batch_precision": (MAX_BATCH_RUNS, _MAX_BATCH_WHY),
@@ -246,6 +250,9 @@ _FLOAT_RANGE = {  # float fields: (low, high, low inclusive, high inclusive, why
     "scr.tau": (0.0, math.inf, False, False, "a temperature"),
     "scr.threshold": (0.0, 1.0, True, True, "a probability"),
     "scr.lr": (0.0, math.inf, False, False, "a learning rate"),
+    "safe.containment": (0.0, 1.0, True, True, "a share"),
+    "safe.min_confidence": (0.0, 1.0, True, True, "a share"),
+    "safe.min_share": (0.0, 1.0, True, True, "a share"),
 }
 
 
