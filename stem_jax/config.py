@@ -96,6 +96,25 @@ class EngineConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ScrConfig:
+    """SCR, stepwise contrastive reasoning (the SCR paper; departures in stem_jax/methods/scr)."""
+
+    layers: int = 3  # L relational message-passing (GAT-style) layers
+    dim: int = 64  # d of the GNN and question head (the paper keeps BERT's 768; CPU budget)
+    head_layers: int = 1  # trainable attention layers over the frozen MiniLM segments of the context
+    tau: float = 0.05  # InfoNCE / selection temperature τ (eq. 11)
+    beam: int = 10  # K: beam width and number of (path, answer) hypotheses kept (eqs. 12-15)
+    threshold: float = 0.02  # drop hypotheses whose path probability (eq. 14) is below this
+    max_steps: int = 4  # reasoning steps before a beam is forced to stop (MetaQA: 3 hops + stop)
+    neighbours: int = 256  # candidate cap per entity (hubs: deterministic sample) and GNN in-degree cap
+    batch_questions: int = 64  # questions per jitted search batch
+    lr: float = 1e-3
+    steps: int = 400  # optimiser steps (batches of train_batch questions; ~10-15 min on a shared CPU)
+    train_batch: int = 32  # questions per training batch (all their reasoning steps)
+    eval_every: int = 50  # validation loss/accuracy every N steps (also the checkpoint interval)
+
+
+@dataclasses.dataclass(frozen=True)
 class SafeConfig:
     """SAFE, schema-driven approximate distance join (the SAFE paper; departures in stem_jax/methods/safe)."""
 
@@ -125,6 +144,7 @@ class StemConfig:
     subgraph: SubgraphConfig = SubgraphConfig()
     encoder: EncoderConfig = EncoderConfig()
     engine: EngineConfig = EngineConfig()
+    scr: ScrConfig = ScrConfig()
     safe: SafeConfig = SafeConfig()
     seed: int = 0
 

@@ -51,7 +51,10 @@ def select_beams(logp: jax.Array, done: jax.Array, cand_logp: jax.Array, beam: i
     expand = jnp.where(live[..., None], logp[..., None] + cand_logp, -jnp.inf)
     kept = jnp.where(jnp.arange(width) == 0, logp[..., None], -jnp.inf)
     expand = jnp.where((done & jnp.isfinite(logp))[..., None], kept, expand)
-    values, flat = jax.lax.top_k(expand.reshape(expand.shape[0], num_beams * width), beam)
+    flat_scores = expand.reshape(expand.shape[0], num_beams * width)
+    if num_beams * width < beam:  # fewer hypotheses than beam slots: pad with empty ones
+        flat_scores = jnp.pad(flat_scores, ((0, 0), (0, beam - num_beams * width)), constant_values=-jnp.inf)
+    values, flat = jax.lax.top_k(flat_scores, beam)
     return (flat // width).astype(jnp.int32), (flat % width).astype(jnp.int32), values
 
 
@@ -203,6 +206,10 @@ def aggregate_answers(hypotheses: list[Hypothesis]) -> list[tuple[int, float]]:
     return sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
+# The reference scores one beam's list at a time; jit only saves op-by-op dispatch.
+_reference_log_probs = jax.jit(candidate_log_probs, static_argnums=0)
+
+
 def beam_search_reference(model: ScrModel, params: Any, tables: SearchTables, neighbours: NeighbourTable,
                           question: np.ndarray, topic: int, *, beam: int, threshold: float, max_steps: int
                           ) -> list[Hypothesis]:
@@ -221,13 +228,16 @@ def beam_search_reference(model: ScrModel, params: Any, tables: SearchTables, ne
             cand_e = np.concatenate([[h.entities[-1]], ents]).astype(np.int32)
             cand_r = np.concatenate([[-1], rels]).astype(np.int32)
             cand_t = np.concatenate([[-1], tris]).astype(np.int32)
+            width = neighbours.width(np.asarray([h.entities[-1]]))  # padded only to share one compile
+            padded = np.full(width, -1, np.int32)
+            padded[: cand_e.size] = cand_e
             path_e = np.full(max_steps + 1, -1, np.int32)
             path_e[: len(h.entities)] = h.entities
             path_r = np.full(max_steps, -1, np.int32)
             path_r[: len(h.relations)] = h.relations
-            logp = np.asarray(candidate_log_probs(model, params, tables, q, jnp.asarray(path_e), jnp.asarray(path_r),
-                                                  jnp.asarray(len(h.relations)), jnp.asarray(cand_e),
-                                                  jnp.ones(cand_e.shape, bool)))
+            logp = np.asarray(_reference_log_probs(model, params, tables, q, jnp.asarray(path_e), jnp.asarray(path_r),
+                                                   jnp.asarray(len(h.relations)), jnp.asarray(padded),
+                                                   jnp.asarray(padded >= 0)))[: cand_e.size]
             for c in range(cand_e.size):
                 value = np.log(h.prob) + float(logp[c])
                 if not np.isfinite(value):

@@ -1,7 +1,8 @@
 """Step-level supervision for SCR from MetaQA's gold relation paths (eqs. 10-11).
 
 The paper supervises each step with shortest paths from the topic to the answers. MetaQA gives
-every question its gold relation path, whose walks from the topic reach exactly the answers
+every question its gold relation path (through its qtype, :func:`stem_jax.plan.oracle.gold_paths`;
+RoG data falls back to shortest relation paths there), whose walks from the topic reach exactly the answers
 (:func:`stem_jax.kg.paths.follow_relation_path`), so we use those walks: they are shortest
 paths in the question's intended sense, and unlike graph-distance shortest paths they never
 shortcut through an unrelated relation (a 3-hop "movies that share actors, their directors"
@@ -24,6 +25,7 @@ import numpy as np
 from stem_jax.data.types import Question
 from stem_jax.kg.index import KGIndex
 from stem_jax.methods.scr.graph import NeighbourTable
+from stem_jax.plan.oracle import gold_paths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,15 +43,17 @@ def gold_steps(questions: list[Question], index: KGIndex, skipped: Counter) -> l
     out = []
     r = index.num_relations
     for row, q in enumerate(questions):
-        if not q.gold_path or not q.topic_entities:
+        found = gold_paths(q)
+        if not found.paths:
             skipped["no gold relation path"] += 1
             continue
-        topic = index.entity_ids.get(q.topic_entities[0])
-        rels = [index.relation_ids.get(step.relation) for step in q.gold_path]
+        topic_name, path = found.paths[0]
+        topic = index.entity_ids.get(topic_name)
+        rels = [index.relation_ids.get(step.relation) for step in path]
         if topic is None or any(x is None for x in rels):
             skipped["topic or relation not in the KG"] += 1
             continue
-        directed = tuple(int(x) + (0 if step.forward else r) for x, step in zip(rels, q.gold_path, strict=True))
+        directed = tuple(int(x) + (0 if step.forward else r) for x, step in zip(rels, path, strict=True))
         answers = frozenset(index.entity_ids[a] for a in q.answers if a in index.entity_ids)
         out.append(GoldSteps(row, topic, directed, answers))
     return out

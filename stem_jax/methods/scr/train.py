@@ -186,12 +186,24 @@ def _device(items: StepItems) -> dict[str, jax.Array]:
     return {k: jnp.asarray(v) for k, v in dataclasses.asdict(items).items()}
 
 
+def make_trainer(spec: ScrSpec, config: ScrConfig) -> Trainer:
+    """One :class:`Trainer` per (architecture, optimiser settings) per process: a resumed or repeated run
+    in the same process reuses the compiled functions."""
+    return _trainer(spec, config.lr, config.steps)
+
+
+@functools.lru_cache(maxsize=4)
+def _trainer(spec: ScrSpec, lr: float, steps: int) -> Trainer:
+    return Trainer(spec, make_optimizer(ScrConfig(lr=lr, steps=steps)))
+
+
 class Trainer:
-    """Jitted gradient (one compile per candidate-width bucket) and update."""
+    """Jitted gradient (candidate width is fixed in training, so one compile) and update."""
 
     def __init__(self, spec: ScrSpec, optimizer: optax.GradientTransformation):
         model = ScrModel(spec)
         self.model = model
+        self.optimizer = optimizer
 
         def loss_fn(params, graph, entity_text, relation_text, questions, items):
             return step_loss(model, params, graph, entity_text, relation_text, questions, items)
@@ -243,10 +255,9 @@ def train_scr(data: TrainData, config: ScrConfig, out_dir: Path, *, seed: int = 
     else:
         spec_path.write_text(json.dumps({"spec": spec.as_dict(), "config": dataclasses.asdict(config), "seed": seed,
                                          "data": data.fingerprint}, indent=2))
-    optimizer = make_optimizer(config)
-    trainer = Trainer(spec, optimizer)
+    trainer = make_trainer(spec, config)
     params = init_params(spec, jax.random.key(seed))
-    opt_state = optimizer.init(params)
+    opt_state = trainer.optimizer.init(params)
     store = CheckpointStore(out_dir / CHECKPOINTS)
     history: list[dict[str, Any]] = []
     seconds = 0.0
