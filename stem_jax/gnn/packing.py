@@ -4,7 +4,7 @@ Power-of-two padding per batch (:func:`stem_jax.gnn.batching.pad_batch`) wastes 
 every batch and compiles one shape per size. Here every batch of a call has one shape, (nodes,
 edges, graphs) = :class:`BinShape`, and graphs are placed first-fit-decreasing by edge count, so
 bins are nearly full and there is one compiled forward per shape (a shape is reused across calls:
-it depends only on the totals, rounded to a short ladder). A graph larger than the bin gets a
+it depends only on the totals, rounded to a ladder of four sizes per octave). A graph larger than the bin gets a
 power-of-two bin of its own. The batch arrays follow ``pad_batch``'s conventions (padding graph
 after the real ones, padding edges on padding nodes, receivers ascending, ``nodes["graph"]``,
 ``nodes["valid"]`` and ``globals["valid"]``), so the same :class:`~stem_jax.gnn.model.TripleGNN`
@@ -25,7 +25,6 @@ from stem_jax.kg.subgraph import csr_gather
 
 BIN_EDGES = 1 << 18  # edges per full inference bin
 BIN_GRAPHS = 512  # graphs per bin (1-hop MetaQA graphs have ~8 nodes)
-NODE_STEPS = 16  # node capacity is a multiple of BIN_EDGES / NODE_STEPS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,22 +34,30 @@ class BinShape:
     graphs: int
 
 
+def ladder(x: int, minimum: int = MIN_NODES) -> int:
+    """The smallest of {4, 5, 6, 7} x 2^k (and >= ``minimum``) that holds ``x``: at most 25% padding
+    with four shapes per octave."""
+    x = max(int(x), minimum)
+    top = 1 << (x - 1).bit_length()  # next power of two
+    for size in (top // 8 * 5, top // 8 * 6, top // 8 * 7):
+        if size >= x and size >= minimum and top >= 8:
+            return size
+    return top
+
+
 def bin_shape(n_node: np.ndarray, n_edge: np.ndarray, *, max_edges: int = BIN_EDGES,
               max_graphs: int = BIN_GRAPHS) -> BinShape:
-    """One batch shape for a set of graphs.
-
-    When everything fits one bin: power-of-two nodes, edges and graphs (few shapes for small
-    calls). Otherwise ``max_edges`` edges, ``max_graphs`` graphs and nodes in proportion to the
-    graphs' own node/edge ratio (+5%), rounded up to a multiple of ``max_edges / NODE_STEPS``.
-    """
+    """One batch shape for a set of graphs, sized to the work: the fewest bins that the edge and
+    graph limits allow, each holding an equal share of the edges, nodes (+5% slack for the
+    packing) and graphs, rounded up on :func:`ladder` (graphs: a power of two)."""
     total_nodes, total_edges, count = int(n_node.sum()), int(n_edge.sum()), len(n_node)
-    if total_edges <= max_edges and total_nodes + 1 <= max_edges and count + 1 <= max_graphs:
-        return BinShape(nodes=next_pow2(total_nodes + 1, MIN_NODES), edges=next_pow2(max(total_edges, 1), MIN_NODES),
+    bins = max(1, -(-total_edges // max_edges), -(-count // (max_graphs - 1)))
+    if bins == 1:
+        return BinShape(nodes=ladder(total_nodes + 1), edges=ladder(max(total_edges, 1)),
                         graphs=next_pow2(count + 1, 2))
-    step = max_edges // NODE_STEPS
-    wanted = 1.05 * total_nodes * max_edges / max(total_edges, 1) + 1
-    nodes = min(step * int(np.ceil(wanted / step)), max_edges)
-    return BinShape(nodes=nodes, edges=max_edges, graphs=max_graphs)
+    return BinShape(nodes=ladder(int(1.05 * total_nodes / bins) + 1),
+                    edges=min(max_edges, ladder(int(1.05 * total_edges / bins) + 1)),
+                    graphs=min(max_graphs, next_pow2(-(-count // bins) + 1, 2)))
 
 
 def pack_bins(n_node: np.ndarray, n_edge: np.ndarray, shape: BinShape) -> tuple[list[list[int]], list[int]]:
