@@ -83,7 +83,7 @@ class ParaphrasedPlanner:
 
 def run_variant(split: str, variant: str, per_hop: int | None, seed: int,
                 overrides: dict[str, str]) -> tuple[Path, float, dict, list]:
-    """``variant`` is a planner name, optionally ``+para`` (paraphrased relations) and ``/noadj`` (w/o ADJ)."""
+    """``variant``: a planner name, optionally ``+para`` (paraphrased relations) and ``/noadj`` (w/o ADJ) or ``/kN``."""
     from stem_jax.config import StemConfig, apply_overrides
     from stem_jax.engine import Engine
     from stem_jax.eval.loop import evaluate_method
@@ -94,7 +94,11 @@ def run_variant(split: str, variant: str, per_hop: int | None, seed: int,
     overrides = dict(overrides)
     if ablation == "noadj":
         overrides["safe.use_adj"] = "false"
-    tag = f"safe-metaqa-{split}-{planner}{'-para' if para else ''}{'-noadj' if ablation else ''}"
+    elif ablation.startswith("k"):  # /k100: keep the top 100 matches per query graph instead of 10
+        overrides["safe.k_retrieval"] = ablation[1:]
+    elif ablation:
+        raise SystemExit(f"unknown variant suffix /{ablation}: use /noadj or /kN")
+    tag = f"safe-metaqa-{split}-{planner}{'-para' if para else ''}{'-' + ablation if ablation else ''}"
     tag += f"-sample{per_hop}-seed{seed}" if per_hop else ""
     out = Path("runs") / tag
     engine = Engine.open("metaqa", config=apply_overrides(StemConfig(), overrides), planner=planner, split=split,
@@ -182,7 +186,8 @@ def main_script(argv: list[str]) -> int:
     parser.add_argument("--sample", type=int, default=None, help="seeded sample of N questions per hop (default: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--planners", default="oracle,pattern",
-                        help="variants: a planner name, optionally +para (paraphrased relations) and /noadj (w/o ADJ)")
+                        help="variants: a planner name, optionally +para (paraphrased relations) and /noadj (w/o ADJ) "
+                             "or /kN (k_retrieval = N)")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. safe.k_retrieval=20")
     args = parser.parse_args(argv)
     from stem_jax.config import StemConfig
