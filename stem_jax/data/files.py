@@ -36,6 +36,9 @@ an optional free label (a MetaQA qtype still plans with the oracle when there is
 Questions, plain text: one question per line, optionally ``<TAB>answer1|answer2``; the topic is
 found by the entity linker; blank lines and lines starting with ``#`` are ignored.
 
+``--limit N`` keeps the first N questions per hop count; ``--hops`` does not filter these questions
+(their hop counts are the user's, not MetaQA's 1-3).
+
 Every bad line (malformed, undecodable bytes, unknown entity or relation, duplicate) is a counted
 skip naming ``file:line``, or a :class:`DataError` naming them with ``strict``.
 """
