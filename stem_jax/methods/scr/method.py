@@ -119,7 +119,13 @@ class ScrMethod:
         return Retrieval(question.qid, answers, evidence=evidence, chains=[self._chain(h) for h in hypotheses],
                          stage_ms={"search": ms},
                          info={"scr_paths": len(hypotheses), "scr_forced_stops": sum(not h.stopped for h in hypotheses),
-                               "scr_steps": stats["steps"], "scr_width": stats["widths"]})
+                               "scr_steps": stats["steps"], "scr_width": stats["widths"],
+                               "scr_best_relations": self._relations(hypotheses[0]) if hypotheses else None})
+
+    def _relations(self, hypothesis: Hypothesis) -> list[str]:
+        """The path's directed relations, ``name`` forwards and ``name^-1`` backwards (for loss analysis)."""
+        index, r = self.context.index, self.context.index.num_relations
+        return [index.relations[x % r] + ("" if x < r else "^-1") for x in hypothesis.relations]
 
     def _chain(self, hypothesis: Hypothesis) -> str:
         index, r = self.context.index, self.context.index.num_relations

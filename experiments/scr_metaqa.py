@@ -1,0 +1,188 @@
+"""SCR on MetaQA-partial: per-hop accuracy, retrieval latency, training cost, and where the loss comes from.
+
+Command (from the repo root; needs the MetaQA KG embeddings (`stem-jax index --dataset metaqa`) and a trained SCR
+run (`stem-jax train-scr --dataset metaqa --split dev --limit 2500 --out runs/scr-metaqa`)):
+
+    STEM_DATA_DIR=../shared/data STEM_CACHE_DIR=... python experiments/scr_metaqa.py \
+        --checkpoint runs/scr-metaqa --split test --sample 500
+
+Runs `Engine.evaluate(method="scr")` (what `stem-jax eval --method scr` runs) on a seeded sample of N questions per
+hop (`--sample`; the whole split without it) into runs/scr-metaqa-SPLIT[-sampleN-seedS] (resumable), then reads
+predictions.jsonl. Writes experiments/results/scr-metaqa-SPLIT[-sampleN].{json,md}.
+
+Latency: `search` ms per question is the jitted batched beam search (GNN features are computed once at build
+time and question vectors once per split in `prepare`, both reported separately), median and p95 over
+questions (each question carries its batch's time divided by the batch size), and questions/s over the whole
+evaluation loop after `prepare`.
+
+Loss attribution, per question without a hit, from the best (most probable) path against the gold relation path
+(qtype): topic not in the KG; gold path not walkable inside the neighbour cap; stopped early (the best path is a
+proper prefix of the gold relations); did not stop (the gold relations are a proper prefix of the best path);
+wrong relation at hop j; right relations but no gold answer. For questions with a hit, how many have more gold
+answers than the beam (K) can return (an F1 ceiling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from stem_jax.eval.metrics import strict_metrics
+
+RESULTS = Path("experiments/results")
+
+
+def sample_per_hop(questions: list, per_hop: int | None, seed: int) -> list:
+    """A seeded uniform sample of ``per_hop`` questions per hop (MetaQA files are grouped by question type)."""
+    if not per_hop:
+        return list(questions)
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for hop in sorted({q.hops for q in questions}):
+        pool = [i for i, q in enumerate(questions) if q.hops == hop]
+        chosen += rng.choice(pool, size=min(per_hop, len(pool)), replace=False).tolist()
+    return [questions[i] for i in sorted(chosen)]
+
+
+def gold_relations(question, index) -> list[str] | None:
+    from stem_jax.plan.oracle import gold_paths
+
+    found = gold_paths(question)
+    if not found.paths:
+        return None
+    return [step.relation + ("" if step.forward else "^-1") for step in found.paths[0][1]]
+
+
+def attribute(record: dict, gold: list[str] | None, walkable: bool) -> str:
+    if record.get("scr_skip"):
+        return "topic entity not in the KG"
+    if gold is None:
+        return "no gold relation path"
+    if not walkable:
+        return "gold path not walkable inside the neighbour cap"
+    best = record.get("scr_best_relations")
+    if best is None:
+        return "no path kept (all below the threshold)"
+    if best == gold:
+        return "right relations, no gold answer"
+    if len(best) < len(gold) and gold[: len(best)] == best:
+        return f"stopped early (after {len(best)} of {len(gold)} hops)"
+    if len(best) > len(gold) and best[: len(gold)] == gold:
+        return "did not stop at the answer"
+    hop = next(i for i, (a, b) in enumerate(zip(best, gold, strict=False)) if a != b)
+    return f"wrong relation at hop {hop + 1}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--checkpoint", type=Path, required=True, help="train-scr run folder")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--sample", type=int, default=None, help="questions per hop (seeded); all without it")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="run folder (default runs/scr-metaqa-...)")
+    args = parser.parse_args()
+
+    from stem_jax.engine import Engine
+    from stem_jax.methods.scr.graph import build_neighbour_table
+    from stem_jax.methods.scr.supervision import gold_steps, sample_walk
+
+    suffix = f"-sample{args.sample}-seed{args.seed}" if args.sample else ""
+    out = args.out or Path("runs") / f"scr-metaqa-{args.split}{suffix}"
+    began = time.perf_counter()
+    engine = Engine.open("metaqa", split=args.split, method_options={"scr": {"checkpoint": args.checkpoint}},
+                         log=print)
+    questions = sample_per_hop(engine.dataset.questions, args.sample, args.seed)
+    method = engine.method("scr")
+    build_seconds = time.perf_counter() - began
+    print(f"SCR {args.checkpoint} (step {method.info['step']}); {len(questions)} {args.split} questions -> {out}")
+    began = time.perf_counter()
+    summary = engine.evaluate(out, questions=questions, method="scr", show_progress=False)
+    eval_seconds = time.perf_counter() - began
+
+    records = {}
+    with (out / "predictions.jsonl").open() as f:
+        for line in f:
+            record = json.loads(line)
+            records[record["id"]] = record
+    index = engine.index
+    cap_table = build_neighbour_table(index, method.spec.neighbours, 0)
+    rng = np.random.default_rng(0)
+    per_hop: dict[str, dict] = defaultdict(lambda: defaultdict(list))
+    losses: dict[str, Counter] = defaultdict(Counter)
+    beam = engine.config.scr.beam
+    for q in questions:
+        record = records[q.qid]
+        hop = f"{q.hops}-hop"
+        metrics = strict_metrics(record["prediction"], record["ground_truth"])
+        for key in ("hit", "hit_at_1", "f1"):
+            per_hop[hop][key].append(metrics[key])
+        per_hop[hop]["ms"].append(record["ms"].get("search", 0.0))
+        if record.get("coverage") is not None:
+            per_hop[hop]["coverage"].append(record["coverage"])
+        if metrics["hit"]:
+            losses[hop]["hit"] += 1
+            if len(record["ground_truth"]) > beam:
+                losses[hop][f"hit, but more gold answers than K={beam}"] += 1
+            continue
+        golds = gold_steps([q], index, Counter())
+        walkable = bool(golds) and sample_walk(golds[0], cap_table, rng) is not None
+        losses[hop][attribute(record, gold_relations(q, index), walkable)] += 1
+
+    rows, payload_hops = [], {}
+    all_ms = [ms for h in per_hop.values() for ms in h["ms"]]
+    for hop in sorted(per_hop):
+        h = per_hop[hop]
+        stats = {"n": len(h["hit"]), "hit": 100 * float(np.mean(h["hit"])), "hit_at_1": 100 * float(np.mean(h["hit_at_1"])),
+                 "f1": 100 * float(np.mean(h["f1"])),
+                 "coverage": 100 * float(np.mean(h["coverage"])) if h["coverage"] else None,
+                 "ms_median": statistics.median(h["ms"]), "ms_p95": float(np.percentile(h["ms"], 95))}
+        payload_hops[hop] = stats
+        rows.append([hop, stats["n"], round(stats["hit"], 1), round(stats["hit_at_1"], 1), round(stats["f1"], 1),
+                     None if stats["coverage"] is None else round(stats["coverage"], 1),
+                     round(stats["ms_median"], 2), round(stats["ms_p95"], 2)])
+    search_seconds = sum(all_ms) / 1000
+    summary_path = Path(args.checkpoint) / "train-summary.json"
+    train_summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {
+        "seconds": None, "steps": method.info["step"], "params_sha": method.info["params_sha"]}
+    train_config = json.loads((Path(args.checkpoint) / "scr.json").read_text()).get("config", {})
+    loss_rows = []
+    for hop in sorted(losses):
+        for reason, n in losses[hop].most_common():
+            loss_rows.append([hop, reason, n])
+    table = markdown_table(["hops", "questions", "Hit", "Hit@1", "F1", "coverage", "search ms median", "search ms p95"],
+                           rows)
+    timing = markdown_table(["measure", "value"], [
+        ["questions", len(questions)],
+        ["questions/s (evaluation loop after prepare)",
+         round(len(questions) / max(eval_seconds - summary.get("prepare_seconds", 0.0), 1e-9), 1)],
+        ["questions/s (search only)", round(len(questions) / max(search_seconds, 1e-9), 1)],
+        ["question encoding s (prepare, frozen MiniLM)", round(summary.get("prepare_seconds", 0.0), 1)],
+        ["GNN features over the whole KG s (once)", summary.get("scr_gnn_seconds")],
+        ["engine + method build s", round(build_seconds, 1)],
+        ["training s (train-scr, all runs)", train_summary["seconds"]],
+        ["training steps x questions per step", f"{train_summary['steps']} x {train_config.get('train_batch')}"],
+        ["checkpoint params", train_summary["params_sha"]],
+    ])
+    losses_md = markdown_table(["hops", "outcome (best path vs gold relations)", "questions"], loss_rows)
+    markdown = (f"SCR on MetaQA-partial {args.split}" + (f" (seeded sample of {args.sample} per hop)" if args.sample else "")
+                + f", checkpoint step {method.info['step']}\n\n" + table + "\n\n" + timing + "\n\nWhere the loss comes from:\n\n"
+                + losses_md)
+    print("\n" + markdown)
+    payload = {"meta": run_metadata(), "split": args.split, "sample_per_hop": args.sample, "seed": args.seed,
+               "checkpoint": str(args.checkpoint), "fingerprint": method.fingerprint(), "per_hop": payload_hops,
+               "losses": {h: dict(c) for h, c in losses.items()}, "eval_summary": summary, "train": train_summary,
+               "eval_seconds": eval_seconds, "build_seconds": build_seconds, "search_seconds": search_seconds}
+    paths = write_report(RESULTS, f"scr-metaqa-{args.split}" + (f"-sample{args.sample}" if args.sample else ""),
+                         payload, markdown)
+    print(f"\nwrote {paths[0]} and {paths[1]}")
+
+
+if __name__ == "__main__":
+    main()
