@@ -63,8 +63,8 @@ def _evaluator(demo, k_prime=2):
 
 
 def _records(path):
-    """Records without timings; answer scores to 1e-5 (a vmapped dot product may sum in another order)."""
-    return {qid: {k: (np.round(v, 5).tolist() if k == "scores" else v) for k, v in r.items() if k != "ms"}
+    """Records without timings and run-folder stamps; answer scores to 1e-5 (a vmapped dot product may sum in another order)."""
+    return {qid: {k: (np.round(v, 5).tolist() if k == "scores" else v) for k, v in r.items() if k not in ("ms", "question_sha")}
             for qid, r in read_finished(path).items()}
 
 
