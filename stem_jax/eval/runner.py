@@ -383,6 +383,7 @@ class Evaluator:
             "gold_path_triples": len(gold),
             "overflow": answers.overflow,
             "capacity": max((int(o.get("capacity", 0)) for o in outputs), default=0),
+            "theta": round(float(self.theta), 6),  # effective θ (calibrated or --tracer.theta)
             "runs": len(runs),
             "ms": {k: round(v, 3) for k, v in stage_ms.items()},
         }
