@@ -48,13 +48,15 @@ TARGET = {hop: {"hit": b["hit"] - 1, "hit_at_1": b["hit"] - 2, "f1": b["f1"] - 3
 
 def miss_causes(predictions: Path) -> dict[str, dict[str, int]]:
     """Per hop: capacity bucket of each question (its largest run's frontier) and the cause of each miss."""
-    out: dict[str, dict[str, Counter]] = defaultdict(lambda: {"capacity": Counter(), "miss": Counter()})
+    out: dict[str, dict[str, Counter]] = defaultdict(lambda: {"capacity": Counter(), "miss": Counter(),
+                                                             "theta": Counter()})
     for line in predictions.read_text().splitlines():
         if not line.strip():
             continue
         r = json.loads(line)
         hop = f"{r['hops']}-hop"
         out[hop]["capacity"][str(r.get("capacity", "?"))] += 1
+        out[hop]["theta"][str(r.get("theta", "0.6 (not recorded)"))] += 1
         gold = set(r["ground_truth"])
         if gold & set(r["prediction"]):
             continue
@@ -151,8 +153,8 @@ def main_experiment(argv: list[str] | None = None) -> int:
             buckets = ", ".join(f"F={k}: {v}" for k, v in sorted(d["capacity"].items(), key=lambda kv: int(kv[0])
                                                                  if kv[0].isdigit() else 0))
             misses = "; ".join(f"{k}: {v}" for k, v in sorted(d["miss"].items(), key=lambda kv: -kv[1]))
-            analysis.append([name, hop, buckets, misses or "none"])
-    detail = markdown_table(["variant", "hops", "questions by capacity bucket (largest run)", "misses by cause"],
+            analysis.append([name, hop, "/".join(d["theta"]), buckets, misses or "none"])
+    detail = markdown_table(["variant", "hops", "θ", "questions by capacity bucket (largest run)", "misses by cause"],
                             analysis)
     meta = run_metadata()
     notes = "".join(f"\n- {name}: not run, {why}" for name, why in skipped.items())
@@ -164,7 +166,8 @@ def main_experiment(argv: list[str] | None = None) -> int:
             f"Machine: {meta['machine']}, {meta['cpu_count']} CPUs, jax {meta['jax']}, commit {meta['commit']}\n\n"
             f"{scope}, LLM-free answers (percent). "
             "Default rows use no tuning flags: relation bonus, exact anchoring, topic exclusion, capacity ladder "
-            "64..1024, beam ranking with support cut 0.5, Breadth for every plan (see README). The paper-literal "
+            "64..1024, beam ranking with support cut 0.5, Breadth for every plan, θ from the encoder's dev "
+            "calibration (see README). The paper-literal "
             "row is `--engine.preset=paper`. Before rows: experiments/results/planner-metaqa-full.json (base "
             "commit, paper T-Score with `--engine.relation_bonus=true`). Overflowed: questions with a dropped "
             f"match after the largest capacity bucket.{notes}\n\n{table}\n\n{detail}")
