@@ -82,7 +82,7 @@ class ParaphrasedPlanner:
 
 
 def run_variant(split: str, variant: str, per_hop: int | None, seed: int,
-                overrides: dict[str, str]) -> tuple[Path, float, dict, list]:
+                overrides: dict[str, str], rescore: bool = False) -> tuple[Path, float | None, dict, list]:
     """``variant``: a planner name, optionally ``+para`` (paraphrased relations) and ``/noadj`` (w/o ADJ) or ``/kN``."""
     from stem_jax.config import StemConfig, apply_overrides
     from stem_jax.engine import Engine
@@ -101,6 +101,12 @@ def run_variant(split: str, variant: str, per_hop: int | None, seed: int,
     tag = f"safe-metaqa-{split}-{planner}{'-para' if para else ''}{'-' + ablation if ablation else ''}"
     tag += f"-sample{per_hop}-seed{seed}" if per_hop else ""
     out = Path("runs") / tag
+    if rescore:  # report from the finished run folder, without re-running anything
+        from stem_jax.data.registry import DatasetSpec, load_dataset
+        from stem_jax.eval.runner import score_predictions
+
+        questions = sample_per_hop(list(load_dataset(DatasetSpec(name="metaqa", split=split)).questions), per_hop, seed)
+        return out, None, score_predictions(out / "predictions.jsonl", {q.qid for q in questions}), questions
     engine = Engine.open("metaqa", config=apply_overrides(StemConfig(), overrides), planner=planner, split=split,
                          log=print)
     questions = sample_per_hop(list(engine.dataset.questions), per_hop, seed)
@@ -188,6 +194,7 @@ def main_script(argv: list[str]) -> int:
     parser.add_argument("--planners", default="oracle,pattern",
                         help="variants: a planner name, optionally +para (paraphrased relations) and /noadj (w/o ADJ) "
                              "or /kN (k_retrieval = N)")
+    parser.add_argument("--rescore", action="store_true", help="only rebuild the report from finished run folders")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. safe.k_retrieval=20")
     args = parser.parse_args(argv)
     from stem_jax.config import StemConfig
@@ -214,8 +221,15 @@ def main_script(argv: list[str]) -> int:
                                                          f"{args.seed})" if args.sample else " (full split)"),
              "", f"commit {payload['meta'].get('commit')}, {payload['meta'].get('machine')}; flags {' '.join(flags) or '-'}",
              ""]
+    name = f"safe-metaqa-{args.split}" + (f"-sample{args.sample}" if args.sample else "")
+    previous = {}
+    if args.rescore and (RESULTS / f"{name}.json").exists():  # keep the wall times the runs were measured with
+        previous = json.loads((RESULTS / f"{name}.json").read_text()).get("variants", {})
     for planner in args.planners.split(","):
-        out, wall, metrics, questions = run_variant(args.split, planner, args.sample, args.seed, overrides)
+        out, wall, metrics, questions = run_variant(args.split, planner, args.sample, args.seed, overrides,
+                                                        args.rescore)
+        if wall is None:
+            wall = previous.get(planner, {}).get("wall_seconds")
         wanted = {q.qid for q in questions}
         records = [r for r in read(out) if r["id"] in wanted]
         by_id = {q.qid: q for q in questions}
@@ -229,7 +243,8 @@ def main_script(argv: list[str]) -> int:
             margins = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, float("inf")]
             variant["margin_sweep"] = margin_sweep(records, margins)
         payload["variants"][planner] = variant
-        lines += [f"## planner {planner} ({len(records)} questions, wall {wall:.0f}s)", ""]
+        wall_text = f"wall {wall:.0f}s" if wall is not None else "rescored from the run folder"
+        lines += [f"## planner {planner} ({len(records)} questions, {wall_text})", ""]
         rows = []
         for hop in ("1-hop", "2-hop", "3-hop"):
             group = (metrics.get("groups") or {}).get(hop) or metrics.get(hop) or {}
@@ -251,7 +266,6 @@ def main_script(argv: list[str]) -> int:
                       markdown_table(["margin", "1h Hit", "1h H@1", "1h F1", "2h Hit", "2h H@1", "2h F1", "3h Hit",
                                       "3h H@1", "3h F1"], variant["margin_sweep"]), ""]
     payload["experiment_wall_seconds"] = time.perf_counter() - began
-    name = f"safe-metaqa-{args.split}" + (f"-sample{args.sample}" if args.sample else "")
     paths = write_report(RESULTS, name, payload, "\n".join(lines))
     print("\n".join(lines))
     print(f"wrote {paths[0]} and {paths[1]}")
