@@ -1,14 +1,15 @@
-"""Tables 2, 3, 5/12, 14/16 analogues from existing run folders' predictions.jsonl (no re-running).
+"""Tables 2, 3, 5/12 analogues from existing run folders' predictions.jsonl (no re-running).
 
 Command (repo root, after experiments/paper_main.py):
 
     python experiments/paper_from_runs.py --table answers   # Table 2: F1/Hit@1 by gold answer count
     python experiments/paper_from_runs.py --table hops      # Table 3: by hop
     python experiments/paper_from_runs.py --table coverage  # Tables 5/12: evidence coverage of the gold path
-    python experiments/paper_from_runs.py --table latency   # Tables 14/16: ms per stage by answer count and strategy
+    python experiments/paper_from_runs.py --table latency   # mean ms shares per group (see paper_latency.py)
 
 Reads every ``runs/paper/main-*`` folder (or ``--runs A B ...``); records carry hops, ground_truth,
-coverage, strategies and per-stage ms. Writes experiments/results/paper-<table>-metaqa.{json,md}.
+coverage, strategies and per-stage ms. Batch runs record per-chunk shares of batch times, so the
+latency table only compares runs; per-question latency (Tables 14/16) is experiments/paper_latency.py. Writes experiments/results/paper-<table>-metaqa.{json,md}.
 """
 
 from __future__ import annotations
