@@ -21,7 +21,7 @@ from stem_jax.errors import StemError
 from stem_jax.gnn.batching import GraphExample, node_offsets, pack_by_size, pad_batch
 from stem_jax.gnn.model import ModelSpec, build_model
 from stem_jax.gnn.multihop import GraphSet
-from stem_jax.gnn.packing import BIN_EDGES, BIN_GRAPHS, assemble, bin_shape, own_shape, pack_bins
+from stem_jax.gnn.packing import BIN_EDGES, BIN_GRAPHS, assemble, own_shape, plan_bins
 from stem_jax.kg.subgraph import csr_gather
 
 MAX_BATCH_EDGES = 1 << 17  # edges per inference batch (a larger graph gets a batch of its own)
@@ -104,8 +104,7 @@ def predict_top(params: Any, spec: ModelSpec, graphs: GraphSet, relation_emb: np
                              "real_edges": int(n_edge.sum()), "padded_nodes": 0, "padded_edges": 0}
     if count == 0:
         return ids, probs, stats
-    shape = bin_shape(n_node, n_edge, max_edges=max_edges, max_graphs=max_graphs)
-    bins, oversized = pack_bins(n_node, n_edge, shape)
+    shape, bins, oversized = plan_bins(n_node, n_edge, max_edges=max_edges, max_graphs=max_graphs)
     work = [(members, shape) for members in bins] + [([i], own_shape(int(n_node[i]), int(n_edge[i])))
                                                       for i in oversized]
     pending = None

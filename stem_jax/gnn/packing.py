@@ -96,6 +96,33 @@ def pack_bins(n_node: np.ndarray, n_edge: np.ndarray, shape: BinShape) -> tuple[
     return bins, oversized
 
 
+def plan_bins(n_node: np.ndarray, n_edge: np.ndarray, *, max_edges: int = BIN_EDGES, max_graphs: int = BIN_GRAPHS,
+              ) -> tuple[BinShape, list[list[int]], list[int]]:
+    """:func:`bin_shape` and :func:`pack_bins`, then the same with one ladder step more nodes, more
+    edges and/or room for all graphs in one bin (bins of large graphs hold few, bins of small ones
+    many, so equal shares of the graph count fill badly); keeps the packing with the least padded
+    work, bins x (4 nodes + edges + 16 graphs): a node's update MLP costs about four edges'
+    messages, a graph slot its schema projection."""
+    base = bin_shape(n_node, n_edge, max_edges=max_edges, max_graphs=max_graphs)
+    all_graphs = min(max_graphs, next_pow2(len(n_node) + 1, 2))
+
+    def padded(shape: BinShape) -> int:
+        return 4 * shape.nodes + shape.edges + 16 * shape.graphs
+
+    best = None
+    for nodes in {base.nodes, ladder(base.nodes + 1)}:
+        for edges in {base.edges, min(max_edges, ladder(base.edges + 1))}:
+            for graphs in {base.graphs, all_graphs}:
+                shape = BinShape(nodes=nodes, edges=edges, graphs=graphs)
+                bins, oversized = pack_bins(n_node, n_edge, shape)
+                cost = len(bins) * padded(shape) + sum(padded(own_shape(int(n_node[i]), int(n_edge[i])))
+                                                       for i in oversized)
+                key = (cost, nodes, edges, graphs)
+                if best is None or key < best[0]:
+                    best = (key, shape, bins, oversized)
+    return best[1], best[2], best[3]
+
+
 def own_shape(n_node: int, n_edge: int) -> BinShape:
     """Power-of-two shape of a bin holding one large graph."""
     return BinShape(nodes=next_pow2(n_node + 1, MIN_NODES), edges=next_pow2(max(n_edge, 1), MIN_NODES), graphs=2)
