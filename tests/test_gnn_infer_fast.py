@@ -94,8 +94,7 @@ def test_sorted_unique_is_unique():
     np.testing.assert_array_equal(sorted_unique(keys), np.unique(keys))
 
 
-@pytest.mark.parametrize("edge_order", ["receiver", "sender"])
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize(("seed", "edge_order"), [(0, "receiver"), (1, "sender")])
 def test_predict_top_matches_per_question_predict(seed, edge_order):
     """New path (vectorised subgraphs, fixed-shape bins, batched top-K) vs the reference path
     (build_example per question, power-of-two padding, select_top per graph) on a random KG with
