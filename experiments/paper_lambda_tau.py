@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gnn-checkpoint", type=Path, default=GNN)
     parser.add_argument("--guidance", choices=("auto", "gnn", "none"), default="auto")
     parser.add_argument("--skip-loop", action="store_true", help="skip the point-by-point comparison")
+    parser.add_argument("--rerun", default="grid,point,loop",
+                        help="which of grid,point,loop to run; the others are read from their existing sweep.json")
     args = parser.parse_args(argv)
     guided = args.guidance == "gnn" or (args.guidance == "auto" and gnn_ready(args.gnn_checkpoint))
     tag = f"{'gnn' if guided else 'none'}-s{args.subset}"
@@ -55,10 +57,16 @@ def main(argv: list[str] | None = None) -> int:
         runs["grid, point by point"] = [*common, "--lambda", LAMBDAS, "--tau", TAUS, "--points-per-call", "1",
                                         "--out", str(RUNS / f"lambda-tau-loop-{tag}")]
     measured = {}
+    keys = {"grid, one call": "grid", "one point": "point", "grid, point by point": "loop"}
     for name, flags in runs.items():
-        for folder in Path(flags[flags.index("--out") + 1]).glob("points/*"):
-            shutil.rmtree(folder)  # timings of a fresh run, not a resumed one
-        wall, result = sweep(flags)
+        out = Path(flags[flags.index("--out") + 1])
+        if keys[name] in args.rerun.split(","):
+            for folder in out.glob("points/*"):
+                shutil.rmtree(folder)  # timings of a fresh run, not a resumed one
+            _, result = sweep(flags)
+        else:
+            result = load_json(out / "sweep.json")
+        wall = result["wall_seconds"]  # inside the command: load, plan, GNN, compile, trace, answers
         stages = result["stage_seconds_this_run"]
         measured[name] = {"wall_seconds": wall, "anchor_trace_seconds": stages["anchor"] + stages["trace"],
                           "answer_seconds": stages["answer"], "prepare_seconds": result["prepare_seconds"],
