@@ -68,20 +68,25 @@ def main(argv: list[str] | None = None) -> int:
             result = load_json(out / "sweep.json")
         wall = result["wall_seconds"]  # inside the command: load, plan, GNN, compile, trace, answers
         stages = result["stage_seconds_this_run"]
-        measured[name] = {"wall_seconds": wall, "anchor_trace_seconds": stages["anchor"] + stages["trace"],
+        measured[name] = {"wall_seconds": wall, "cpu_seconds": result.get("cpu_seconds"), "anchor_trace_seconds": stages["anchor"] + stages["trace"],
                           "answer_seconds": stages["answer"], "prepare_seconds": result["prepare_seconds"],
                           "points": len(result["points"]), "calls": result["compiled_calls_this_run"],
                           "sweep": result}
     grid, point = measured["grid, one call"], measured["one point"]
-    rows = [[name, m["points"], m["calls"], round(m["wall_seconds"], 1), round(m["prepare_seconds"], 1),
+    rows = [[name, m["points"], m["calls"], round(m["wall_seconds"], 1),
+             "-" if m["cpu_seconds"] is None else round(m["cpu_seconds"], 1), round(m["prepare_seconds"], 1),
              round(m["anchor_trace_seconds"], 1), round(m["answer_seconds"], 1)] for name, m in measured.items()]
     ratios = {"grid / one point (wall)": grid["wall_seconds"] / point["wall_seconds"],
+              **({"grid / one point (process CPU)": grid["cpu_seconds"] / point["cpu_seconds"]}
+                 if grid["cpu_seconds"] and point["cpu_seconds"] else {}),
               "grid / one point (anchor+trace)": grid["anchor_trace_seconds"] / point["anchor_trace_seconds"]}
     if "grid, point by point" in measured:
         loop = measured["grid, point by point"]
         ratios["grid / point-by-point loop (wall)"] = grid["wall_seconds"] / loop["wall_seconds"]
+        if grid["cpu_seconds"] and loop["cpu_seconds"]:
+            ratios["grid / point-by-point loop (process CPU)"] = grid["cpu_seconds"] / loop["cpu_seconds"]
         ratios["grid / point-by-point loop (anchor+trace)"] = grid["anchor_trace_seconds"] / loop["anchor_trace_seconds"]
-    markdown = table(["run", "points", "grid calls", "wall s", "prepare s", "anchor+trace s", "answers s"], rows)
+    markdown = table(["run", "points", "grid calls", "wall s", "CPU s", "prepare s", "anchor+trace s", "answers s"], rows)
     markdown += "\n\n" + table(["ratio", "value"], [[k, round(v, 3)] for k, v in ratios.items()])
     best = max(grid["sweep"]["points"], key=lambda r: r["overall"]["mean"].get("f1", 0))
     markdown += (f"\n\nBest F1 on this subset: λ={best['point']['lam']}, τ={best['point']['tau']} "

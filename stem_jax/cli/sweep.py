@@ -48,7 +48,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from stem_jax.eval.sweep import make_grid, parse_values, plot_sweep, run_sweep, sweep_table
 
     config = config_from_args(args)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     axes = {"lams": parse_values(args.lams, "--lambda"), "taus": parse_values(args.taus, "--tau"),
             "thetas": parse_values(args.thetas, "--theta"),
             "k_primes": parse_values(args.k_primes, "--k-prime", integer=True)}
@@ -82,7 +82,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     payload = {"meta": run_metadata(), "command": "stem-jax " + " ".join(getattr(args, "argv", [])),
                "dataset": engine.dataset.name, "split": args.split, "planner": engine.planner_spec.label,
                "planner_info": engine.planner_info, "guidance": args.guidance, "config": as_dict(config),
-               "subset_per_hop": args.subset, "wall_seconds": wall, "figures": [f.name for f in figures], **result}
+               "subset_per_hop": args.subset, "wall_seconds": wall,
+               "cpu_seconds": time.process_time() - cpu_started, "figures": [f.name for f in figures], **result}
     paths = write_report(out, "sweep", payload, f"{title}\n\n{table}\n\n{timing}")
     print(f"\nwrote {paths[0]}, {paths[1]} and {len(figures)} figures  [{wall:.1f}s]")
     return 0
