@@ -192,7 +192,7 @@ def main() -> int:
     paraphrases = load_qtype_questions(PARAPHRASES, index, name="paraphrase")[:: args.paraphrase_every]
     sets = {"test": test.questions, "paraphrases": paraphrases}
     train, _ = hash_split(training_questions(DatasetSpec(name="metaqa"), None))
-    pool = FewShotPool(examples_from_training(train), encoder=encoder, k=args.shots)
+    pool = FewShotPool(examples_from_training(train), encoder=encoder, k=args.shots, canonical=True)
     grounder = RelationGrounder(index.relations, encoder, encoder.encode([relation_text(r) for r in index.relations]))
     planner_dir = cache / "metaqa" / "planners" / f"pattern-{EncoderConfig().name}"
     pattern = PatternPlanner.load(planner_dir, encoder=encoder, index=index, beam=StemConfig().planner.beam)

@@ -200,6 +200,10 @@ def test_few_shot_pool_picks_similar_distinct_templates():
     assert len(picked) == 3
     assert len({tuple(r for _, r, _ in e.triples) for e in picked}) >= 2
     assert "direct" in picked[-1].question  # the most similar example sits last, next to the question
+    canonical = FewShotPool(examples_from_training(train), encoder=HashingEncoder(), k=3, canonical=True)
+    first = canonical.pick([Question("q", "which films did Someone Else direct", ("Someone Else",), ("a",))])[0]
+    assert [e.triples[0][1] for e in first] == [e.triples[0][1] for e in picked]  # same templates ...
+    assert all(e in canonical._canonical.values() for e in first)  # ... shown by their first example
     plain = FewShotPool(examples_from_training(train[:20]), k=2).pick([train[0], train[1]])
     assert plain[0] == plain[1] and len(plain[0]) == 2
 
@@ -311,6 +315,7 @@ def test_compact_constrained_planner_sends_grammars_and_cuts_continuations():
     beams = planner.plan_batch([_question("who directed X", "X")])
     assert [b.schema.describe() for b in beams[0]] == ["{(X, directed_by, [ENT1])} -> [ENT1] [Precision]"]
     assert "Strategy: " in llm.calls[0]["grammar"] and '"\\"directed_by\\""' in llm.calls[1]["grammar"]
+    assert llm.calls[1]["grammar"].startswith("root ::= triple{1}")  # one triple per assertion, exactly
     assert planner.failures == [None]
     with pytest.raises(StemError, match="compact"):
         _planner(llm, constrained=True)

@@ -244,14 +244,18 @@ def sgda_grammar(max_assertions: int = 4) -> str:
     ]) + "\n"
 
 
-def sagb_grammar(relations: Sequence[str], max_triples: int = 4) -> str:
-    """Compact-P2 output: 1..``max_triples`` lines ``("node", "relation", "node")``, relations from ``relations``."""
+def sagb_grammar(relations: Sequence[str], max_triples: int = 4, exact: int | None = None) -> str:
+    """Compact-P2 output: 1..``max_triples`` (or ``exact``) lines ``("node", "relation", "node")``.
+
+    Relations come from ``relations``. Without ``exact`` a model that would end with a blank line
+    may only continue with another triple, so callers that know the assertion count pass it.
+    """
     if relations and len(relations) <= GRAMMAR_MAX_RELATIONS:
         relation = "relation ::= " + " | ".join(gbnf_literal(json.dumps(r, ensure_ascii=False)) for r in relations)
     else:
         relation = 'relation ::= "\\"" [^"\\n]+ "\\""'
     return "\n".join([
-        f"root ::= triple{{1,{max_triples}}}",
+        f"root ::= triple{{{exact}}}" if exact else f"root ::= triple{{1,{max_triples}}}",
         'triple ::= "(" node ", " relation ", " node ")\\n"',
         'node ::= "\\"" ("[ENT" [1-9] "]" | [^"\\n\\[]+) "\\""',
         relation,

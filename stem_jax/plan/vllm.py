@@ -231,6 +231,7 @@ class FewShotPool:
     encoder: TextEncoder | None = None
     k: int = 3
     names: dict[str, str] | None = None
+    canonical: bool = False  # show each template's first example (not the nearest wording): shared prompt prefixes
 
     def __post_init__(self) -> None:
         self._keys = []
@@ -241,6 +242,9 @@ class FewShotPool:
             self._keys.append(template.key if template else repr(e.triples))
         self._emb = None
         self._picked: dict[str, list[FewShotExample]] = {}
+        self._canonical: dict[str, FewShotExample] = {}
+        for e, key in zip(self.examples, self._keys, strict=True):
+            self._canonical.setdefault(key, e)
         if self.encoder is not None and self.examples:
             texts = [mask_topics(e.question, [n for t in e.triples for n in (t[0], t[2]) if not is_placeholder(n)])[0]
                      for e in self.examples]
@@ -279,7 +283,7 @@ class FewShotPool:
                 if self._keys[i] in seen:
                     continue
                 seen.add(self._keys[i])
-                chosen.append(self.examples[i])
+                chosen.append(self._canonical[self._keys[i]] if self.canonical else self.examples[i])
                 if len(chosen) == self.k:
                     break
             out.append(chosen[::-1])  # most similar example last, closest to the question
@@ -420,12 +424,22 @@ class VLLMPlanner:
         shots = self.pool.pick(questions)
         jobs = [(qi, d) for qi, ds in enumerate(decompositions) for d in ds]
         rendered = [self._render_p2(d.assertions, shots[qi]) for qi, d in jobs]
-        grammar = prompts.sagb_grammar(self.relations) if self.constrained else None
         triples: list[list[tuple[str, str, str]] | None] = [None] * len(jobs)
+
+        def generate(todo: list[int], **kwargs: Any) -> None:
+            # constrained: one triple per assertion exactly, so jobs go in one call per assertion count
+            groups = ({len(jobs[i][1].assertions) for i in todo} if self.constrained else {None})
+            for count in sorted(groups, key=lambda c: c or 0):
+                part = [i for i in todo if count is None or len(jobs[i][1].assertions) == count]
+                grammar = prompts.sagb_grammar(self.relations, exact=count) if count is not None else None
+                outputs = self._generate([rendered[i] for i in part], grammar, n=1, beam=False,
+                                         max_tokens=self.max_tokens, **kwargs)
+                self.stats["sagb_calls"] += 1
+                for i, outs in zip(part, outputs, strict=True):
+                    triples[i] = prompts.parse_triples(outs[0], self.relations) if outs else None
+
         if jobs:
-            outputs = self._generate(rendered, grammar, n=1, beam=False, temperature=0.0, max_tokens=self.max_tokens)
-            self.stats["sagb_calls"] += 1
-            triples = [prompts.parse_triples(o[0], self.relations) if o else None for o in outputs]
+            generate(list(range(len(jobs))), temperature=0.0)
             self.stats["sagb_outputs"] += len(jobs)
             self.stats["sagb_first_try_unparseable"] += sum(t is None for t in triples)
         for round_ in range(self.retries):
@@ -433,12 +447,7 @@ class VLLMPlanner:
             if not todo:
                 break
             self.stats["sagb_retry_rounds"] += 1
-            again = self._generate([rendered[i] for i in todo], grammar, n=1, beam=False,
-                                   temperature=self.retry_temperature, max_tokens=self.max_tokens,
-                                   seed=self.seed + 101 + round_)
-            self.stats["sagb_calls"] += 1
-            for i, outs in zip(todo, again, strict=True):
-                triples[i] = prompts.parse_triples(outs[0], self.relations) if outs else None
+            generate(todo, temperature=self.retry_temperature, seed=self.seed + 101 + round_)
         out: list[list[ScoredSchema]] = [[] for _ in questions]
         reasons: list[Counter] = [Counter() for _ in questions]
         for (qi, d), found in zip(jobs, triples, strict=True):
