@@ -60,7 +60,7 @@ def cmd_train_scr(args: argparse.Namespace) -> int:
     print("\n" + table)
     payload = {"meta": run_metadata(), "command": "stem-jax " + " ".join(getattr(args, "argv", [])),
                "dataset": dataset.name, "split": args.split, "config": as_dict(config), "encoder": encoder.name,
-               **{k: v for k, v in summary.items() if k not in ("params", "spec")}, "spec": summary["spec"].as_dict(),
+               **{k: v for k, v in summary.items() if k != "params"},
                "total_seconds": round(time.perf_counter() - started, 1)}
     paths = write_report(out, "train-scr", payload, table)
     print(f"\nwrote {out / 'curves.png'}, {paths[0]} and checkpoints under {out / 'checkpoints'}")

@@ -49,8 +49,8 @@ class ScrMethod:
         if self.spec.num_relations != index.num_relations:
             raise StemError(f"{self.folder} was trained on a KG with {self.spec.num_relations} relations, this one has "
                             f"{index.num_relations}\n  how to fix: use a run trained on this dataset")
-        seed = int((self.info.get("config") or {}).get("seed", context.config.seed))
-        self.neighbours = build_neighbour_table(index, self.spec.neighbours, seed)
+        # The hub sample must be the one the model was trained with.
+        self.neighbours = build_neighbour_table(index, self.spec.neighbours, self.info["seed"])
         entity_text = np.asarray(context.embeddings.entities.array, np.float32)
         relation_text = jnp.asarray(np.asarray(context.embeddings.relations.array, np.float32))
         self.model = ScrModel(self.spec)

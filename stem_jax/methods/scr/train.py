@@ -301,7 +301,7 @@ def train_scr(data: TrainData, config: ScrConfig, out_dir: Path, *, seed: int = 
                "final": history[-1] if history else None, "spec": spec.as_dict(), "data": data.fingerprint,
                "skipped": dict(data.skipped)}
     (out_dir / "train-summary.json").write_text(json.dumps(summary, indent=2))
-    return {"params": params, "spec": spec, **summary}
+    return {"params": params, **summary}  # summary["spec"] is the spec as a dict
 
 
 @functools.lru_cache(maxsize=4)
@@ -329,4 +329,4 @@ def load_run(folder: Path) -> tuple[ScrSpec, Any, dict[str, Any]]:
     store.close()
     params = restored["params"]
     return spec, params, {"step": step, "params_sha": params_fingerprint(params), "folder": str(folder),
-                          "config": saved.get("config")}
+                          "config": saved.get("config"), "seed": int(saved.get("seed", 0))}
