@@ -121,6 +121,14 @@ def run_variant(split: str, variant: str, per_hop: int | None, seed: int,
     return out, time.perf_counter() - began, summary, questions
 
 
+def variant_k(variant: str, overrides: dict[str, str], default: int) -> int:
+    """The k_retrieval a variant ran with (``/kN`` suffix, else the override, else the default)."""
+    ablation = variant.partition("/")[2]
+    if ablation.startswith("k"):
+        return int(ablation[1:])
+    return int(overrides.get("safe.k_retrieval", default))
+
+
 def read(out: Path) -> list[dict]:
     with (out / "predictions.jsonl").open(encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
@@ -149,7 +157,7 @@ def loss_attribution(records: list[dict], types_of: dict[str, set[str]], k_retri
             answer_type = next((t for t, rel in zip(r.get("answer_types") or [], r.get("qg_relations") or [],
                                                     strict=False) if rel == pseudo), None)
             typed = answer_type is None or any(answer_type in types_of.get(a, set()) for a in r["ground_truth"])
-            counts["more gold answers than k_retrieval"] += len(r["ground_truth"]) > k_retrieval
+            counts[f"more gold answers than k_retrieval ({k_retrieval})"] += len(r["ground_truth"]) > k_retrieval
             if hit:
                 continue
             if not topic_found:
@@ -237,7 +245,7 @@ def main_script(argv: list[str]) -> int:
             question = by_id.get(r["id"])
             r["question_topic"] = question.topic_entities[0] if question and question.topic_entities else None
         variant = {"run": str(out), "wall_seconds": wall, "metrics": metrics.get("groups", metrics),
-                   "latency": latency(records), "loss": loss_attribution(records, types_of, cfg.k_retrieval),
+                   "latency": latency(records), "loss": loss_attribution(records, types_of, variant_k(planner, overrides, cfg.k_retrieval)),
                    "records": len(records)}
         if args.split == "dev":
             margins = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, float("inf")]
