@@ -93,6 +93,7 @@ class EngineConfig:
     answer_cut: float = 0.5  # keep answers whose beam support >= this x the best answer's support
     strategy: str = "breadth"  # "breadth": trace every plan as Breadth (MetaQA dev evidence); "planner": its own
     calibrated: bool = True  # use the encoder's dev-calibrated θ (stem_jax.eval.calibration) when one is stored
+    guidance_admits: bool = False  # True (paper): τ counts in Breadth's θ test; False: θ tests T without τ
 
 
 @dataclasses.dataclass(frozen=True)

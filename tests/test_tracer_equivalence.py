@@ -52,6 +52,7 @@ def kg_case(draw):
         "guidance": guidance.astype(np.int32),
         "precision": draw(st.booleans()),
         "bonus": draw(st.booleans()),
+        "tau_admits": draw(st.booleans()),
         "theta": draw(st.sampled_from([0.0, 0.25, 0.5])),
         "tau": draw(st.sampled_from([0.0, 0.5])),
         "lam": draw(st.sampled_from([1.0, 1.5])),
@@ -79,7 +80,7 @@ def test_jax_tracer_equals_level_reference(shapes, case):
     entity_mask[case["guidance"]] = True
     triple_mask = entity_mask[index.triples[:, 0]] & entity_mask[index.triples[:, 2]]
     strategy = "Precision" if case["precision"] else "Breadth"
-    options = TraceOptions(relation_bonus=case["bonus"], breadth_cap=shapes.node_matches,
+    options = TraceOptions(relation_bonus=case["bonus"], tau_admits=case["tau_admits"], breadth_cap=shapes.node_matches,
                            frontier_cap=shapes.frontier, order="level")
 
     anchor, anchor_score = anchor_reference(case["entity_emb"], case["mention"], config.top_n, config.lam, entity_mask,
@@ -109,7 +110,7 @@ def test_jax_tracer_equals_level_reference(shapes, case):
                        anchor_score=jnp.asarray([anchor_score], jnp.float32), guidance=jnp.asarray(guidance))
     kg = KGArrays.from_index(index, case["triple_emb"])
     out = trace_batch(kg, batch, Hyper(jnp.float32(config.tau), jnp.float32(config.theta)), shapes=shapes,
-                      precision=case["precision"], relation_bonus=case["bonus"])
+                      precision=case["precision"], relation_bonus=case["bonus"], tau_admits=case["tau_admits"])
     for slot in range(n_steps + 1):
         live = np.asarray(out.nodes[0, slot]) >= 0
         assert np.asarray(out.nodes[0, slot])[live].tolist() == ref.nodes[slot], slot

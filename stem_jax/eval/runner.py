@@ -77,7 +77,8 @@ def read_finished(path: Path) -> dict[str, dict]:
 
 
 PAPER_ENGINE = {"relation_bonus": False, "exact_anchor": False, "exclude_topic": False, "rank": "max",
-                "answer_cut": 0.0, "strategy": "planner", "calibrated": False}
+                "answer_cut": 0.0, "strategy": "planner", "calibrated": False,
+                "guidance_admits": True}
 PRESETS = ("default", "paper")
 STRATEGY_MODES = ("planner", "breadth")
 
@@ -262,7 +263,8 @@ class Evaluator:
                                         guidance[chunk])
                     began = time.perf_counter()
                     out = self.sharding.trace(self.kg, batch, self.hyper, shapes=shapes, precision=precision,
-                                              relation_bonus=self.engine.relation_bonus)
+                                              relation_bonus=self.engine.relation_bonus,
+                                              tau_admits=self.engine.guidance_admits)
                     host = jax.device_get(out)  # the batch's single device->host transfer
                     timings["trace"] += time.perf_counter() - began
                     for row, i in enumerate(chunk):

@@ -78,6 +78,8 @@ class _Scorer:
         return int(self.steps[s, 2]) >= 0 and int(self.index.triples[t, 1]) == int(self.steps[s, 2])
 
     def qualifies(self, t: int, s: int, score: np.float32) -> bool:
+        if not self.options.tau_admits and self.triple_guidance is not None and self.triple_guidance[t]:
+            score = F32(score - self.tau)  # the JAX tracer subtracts the same float32 τ
         return bool(score >= self.theta) or (self.options.relation_bonus and self._same_relation(t, s))
 
     def other_end(self, t: int, node: int) -> int:

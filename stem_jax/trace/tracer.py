@@ -115,6 +115,7 @@ class _Edges(NamedTuple):
     t_score: jax.Array
     same_relation: jax.Array
     valid: jax.Array
+    guided: jax.Array  # τ added to this edge's T-Score (0 outside the guidance graph)
 
 
 def _score_block(kg, hyper, relation_bonus, block, cum, pair_nodes, runs_of_pair, used, queries, relation, guidance, window):
@@ -132,11 +133,12 @@ def _score_block(kg, hyper, relation_bonus, block, cum, pair_nodes, runs_of_pair
     dots = jnp.einsum("wd,wd->w", kg.triple_emb[triple].astype(jnp.float32), queries[run])
     run_guidance = guidance[run]
     in_guidance = _in_guidance(ends[:, 0], run_guidance) & _in_guidance(ends[:, 2], run_guidance)
-    t_score = dots + jnp.where(in_guidance, hyper.tau, 0.0)
+    guided = jnp.where(in_guidance, hyper.tau, 0.0)
+    t_score = dots + guided
     same_relation = (ends[:, 1] == relation[run]) & (relation[run] >= 0)
     if relation_bonus:
         t_score = t_score + jnp.where(same_relation, 1.0, 0.0)
-    return _Edges(pair, run, triple, t_score, same_relation, valid)
+    return _Edges(pair, run, triple, t_score, same_relation, valid, guided)
 
 
 class _Ranked(NamedTuple):
@@ -219,7 +221,7 @@ def _compact(buffer, count, pair_base, frontier, k, n_runs) -> tuple[tuple, jax.
 
 
 def _breadth_candidates(kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, used, queries, relation,
-                        guidance, window, frontier, node_matches):
+                        guidance, window, frontier, node_matches, tau_admits=True):
     """Per pair: edges with T >= θ, best ``node_matches`` per node (ties: lower triple id)."""
     n_pairs = pair_nodes.shape[0]
     n_runs = n_pairs // frontier
@@ -232,7 +234,7 @@ def _breadth_candidates(kg, hyper, relation_bonus, cum, pair_nodes, pair_base, r
                                      lambda b, c: (b, c), buffer, count)
         e = _score_block(kg, hyper, relation_bonus, block, cum, pair_nodes, runs_of_pair, used, queries, relation,
                          guidance, window)
-        ok = e.valid & (e.t_score >= hyper.theta)
+        ok = e.valid & ((e.t_score if tau_admits else e.t_score - e.guided) >= hyper.theta)
         if relation_bonus:
             ok |= e.valid & e.same_relation
         slot = jnp.where(ok, count + jnp.cumsum(ok) - 1, capacity)
@@ -249,10 +251,13 @@ def _breadth_candidates(kg, hyper, relation_bonus, cum, pair_nodes, pair_base, r
     return ranked, qualified
 
 
-@functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus"))
+@functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus", "tau_admits"))
 def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: TracerShapes, precision: bool,
-                relation_bonus: bool = False) -> TraceOutput:
-    """Trace a padded batch of runs that share one strategy; see the module docstring."""
+                relation_bonus: bool = False, tau_admits: bool = True) -> TraceOutput:
+    """Trace a padded batch of runs that share one strategy; see the module docstring.
+
+    ``tau_admits=False``: Breadth's θ test reads the T-Score without the guidance bonus τ (τ still
+    ranks), so the guidance graph cannot admit triples of other relations on its own."""
     n_runs, n_steps = batch.steps.shape[:2]
     f = shapes.frontier
     k = 1 if precision else shapes.node_matches
@@ -281,7 +286,7 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
         if precision:
             ranked, qualified = _precision_candidates(*args, f)
         else:
-            ranked, qualified = _breadth_candidates(*args, f, shapes.node_matches)
+            ranked, qualified = _breadth_candidates(*args, f, shapes.node_matches, tau_admits)
         run, pair, triple, total, rank, keep = (ranked.run, ranked.pair, ranked.triple, ranked.total, ranked.run_rank,
                                                 ranked.keep)
         safe_triple = jnp.maximum(triple, 0)

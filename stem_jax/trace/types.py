@@ -26,6 +26,7 @@ class TraceOptions:
     """
 
     relation_bonus: bool = False
+    tau_admits: bool = True  # False: Breadth's θ test ignores the guidance bonus τ (τ only ranks)
     breadth_cap: int = 0
     frontier_cap: int = 0
     order: str = "level"
