@@ -86,5 +86,5 @@ def test_self_loop_listed_once_and_empty_kg_rejected():
 
 def test_text_forms():
     assert serialize_triple("Kismet", "directed_by", "William Dieterle") == "Kismet directed by William Dieterle"
-    assert relation_text("/film/film/genre") == "genre"
-    assert relation_text("/people/person/spouse_s./people/marriage/type_of_union") == "type of union"
+    assert relation_text("/film/film/genre") == "film genre"
+    assert relation_text("/people/person/spouse_s./people/marriage/type_of_union") == "marriage type of union"

@@ -11,7 +11,7 @@ import numpy as np
 from stem_jax.cli.args import cache_root, check_out_path, config_from_args
 from stem_jax.cli.distributed import join_processes, shard_folder, share
 from stem_jax.cli.engine_args import default_run_folder, embed, load, open_engine
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from stem_jax.cli.report import markdown_table, run_metadata, summary_table, write_report
 from stem_jax.config import as_dict, config_fields
 from stem_jax.data.types import Dataset
 from stem_jax.eval.metrics import MetricAccumulator, strict_metrics
@@ -151,7 +151,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     "best-score ranking, the plan's strategy)" if e.preset == "paper" else
                     f"engine defaults (relation bonus {'on' if e.relation_bonus else 'off'}, exact anchoring, "
                     f"topic excluded, beam ranking, strategy {e.strategy})"))
-        tables.append(f"{title}:\n\n{_summary_table(summary)}")
+        tables.append(f"{title}:\n\n{summary_table(summary)}")
         print(f"\nResult: {tables[-1]}")
     payload = {"meta": run_metadata(), "config": as_dict(config), "subgraphs": report, "anchoring": anchors,
                "gold_path_upper_bound": upper, "results": results, "seconds": time.perf_counter() - start}
@@ -164,18 +164,6 @@ def cmd_config(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     print(markdown_table(["option", "value"], [[f"--{name}", str(value)] for name, value, _ in config_fields(config)]))
     return 0
-
-
-def _summary_table(summary: dict) -> str:
-    columns = [("hit", "Hit"), ("hit_at_1", "Hit@1"), ("f1", "F1"), ("precision", "Precision"), ("recall", "Recall"),
-               ("rog_hit", "RoG Hit"), ("coverage", "Coverage"), ("overflow_questions", "overflowed")]
-    rows = []
-    groups = dict(summary["groups"])
-    groups["all"] = summary["overall"]
-    for name, stats in groups.items():
-        mean = stats["mean"]
-        rows.append([name, stats["n"]] + [round(100 * mean[k], 2) if k in mean else "-" for k, _ in columns])
-    return markdown_table(["hops", "questions"] + [title for _, title in columns], rows)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -194,7 +182,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         questions, out = share(engine.dataset.questions, pid, processes), shard_folder(out, pid, processes)
     summary = engine.evaluate(out, method=method, questions=questions, overwrite=getattr(args, "overwrite", False))
     wall = time.perf_counter() - start
-    table = _summary_table(summary)
+    table = summary_table(summary)
     print(f"\n{engine.dataset.name}/{args.split}, method {method}, planner {label} (percent; F1/precision/recall are "
           "strict set metrics over normalised entity names):\n")
     print(table)

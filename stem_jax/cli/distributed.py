@@ -118,14 +118,13 @@ def add_score_parser(sub) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from stem_jax.cli.commands import _summary_table
-    from stem_jax.cli.report import run_metadata, write_report
+    from stem_jax.cli.report import run_metadata, summary_table, write_report
     from stem_jax.eval.runner import score_predictions
 
     started = time.perf_counter()
     path, info = merge_shards(args.out)
     summary = score_predictions(path)
-    table = _summary_table(summary)
+    table = summary_table(summary)
     print(f"merged {info['processes']} shards into {path}:\n\n{table}")
     payload = {"meta": run_metadata(), "command": "stem-jax " + " ".join(getattr(args, "argv", [])), **info,
                **summary, "wall_seconds": time.perf_counter() - started}

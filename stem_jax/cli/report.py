@@ -23,6 +23,19 @@ def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
+def summary_table(summary: dict) -> str:
+    """Per-hop metrics of a scored run (percent), the table `eval` and the demo print."""
+    columns = [("hit", "Hit"), ("hit_at_1", "Hit@1"), ("f1", "F1"), ("precision", "Precision"), ("recall", "Recall"),
+               ("rog_hit", "RoG Hit"), ("coverage", "Coverage"), ("overflow_questions", "overflowed")]
+    rows = []
+    groups = dict(summary["groups"])
+    groups["all"] = summary["overall"]
+    for name, stats in groups.items():
+        mean = stats["mean"]
+        rows.append([name, stats["n"]] + [round(100 * mean[k], 2) if k in mean else "-" for k, _ in columns])
+    return markdown_table(["hops", "questions"] + [title for _, title in columns], rows)
+
+
 def run_metadata() -> dict[str, Any]:
     """Machine, versions and commit, stored beside every number."""
     import jax
