@@ -34,6 +34,7 @@ VARIANTS = {
     "pattern + GNN guidance, defaults": ("pattern-gnn-default", "pattern", ["--guidance", "gnn", "--gnn-checkpoint"]),
     "oracle, defaults": ("oracle-default", "oracle", []),
     "pattern, paper-literal (--engine.preset=paper)": ("pattern-paper", "pattern", ["--engine.preset=paper"]),
+    "pattern B=1, defaults (B=4 >= B=1 check)": ("pattern-b1-default", "pattern", ["--planner.beam=1"]),
 }
 BEFORE = {  # rows of experiments/results/planner-metaqa-full.json (base commit 36c7a0a)
     "before: oracle, relation bonus": "oracle, relation bonus",
@@ -77,13 +78,16 @@ def miss_causes(predictions: Path) -> dict[str, dict[str, int]]:
     return {hop: {k: dict(v) for k, v in d.items()} for hop, d in sorted(out.items())}
 
 
-def run_variant(runs: Path, slug: str, planner: str, flags: list[str], limit: int | None) -> dict:
+def run_variant(runs: Path, slug: str, planner: str, flags: list[str], limit: int | None, score_only: bool = False) -> dict:
     out = runs / (f"test-{slug}" + (f"-limit{limit}" if limit else ""))
     argv = ["eval", "--dataset", "metaqa", "--planner", planner, "--no-progress", *flags, "--out", str(out)]
     if limit:
         argv[3:3] = ["--limit", str(limit)]
     began = time.perf_counter()
-    if main(argv) != 0:
+    if score_only:  # the run folder was written by exactly this command earlier
+        if not (out / "metrics.json").is_file():
+            raise SystemExit(f"--score-only: {out}/metrics.json is missing; run `stem-jax {' '.join(argv)}` first")
+    elif main(argv) != 0:
         raise SystemExit(f"failed: stem-jax {' '.join(argv)}")
     metrics = json.loads((out / "metrics.json").read_text())
     metrics["experiment_wall_seconds"] = time.perf_counter() - began
@@ -107,6 +111,7 @@ def main_experiment(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="variant slugs to run (default: all)")
     parser.add_argument("--limit", type=int, help="first N test questions per hop (default: the full split)")
     parser.add_argument("--gnn-checkpoint", type=Path, default=Path("runs/gnn-metaqa"))
+    parser.add_argument("--score-only", action="store_true", help="tabulate finished run folders, trace nothing")
     parser.add_argument("--gnn-limit", type=int, help="first N test questions per hop for the GNN row (GNN inference "
                         "is the slow part on CPU); it is compared with the default row on the same questions")
     args = parser.parse_args(argv)
@@ -125,7 +130,7 @@ def main_experiment(argv: list[str] | None = None) -> int:
         if "--gnn-checkpoint" in flags:
             flags = [*flags, str(args.gnn_checkpoint)]
             limit = args.gnn_limit or args.limit
-        results[name] = run_variant(args.runs, slug, planner, flags, limit)
+        results[name] = run_variant(args.runs, slug, planner, flags, limit, args.score_only)
     rows = []
     default = results.get("pattern, defaults")
     for name, metrics in results.items():
