@@ -23,7 +23,8 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("llm") / "server.log"
-    with local_llm.LlamaServer("smollm2-135m", n_ctx=2048, threads=2, log_path=log) as running:
+    # one thread: llama.cpp's OpenMP threads spin at barriers, which collapses on a busy machine
+    with local_llm.LlamaServer("smollm2-135m", n_ctx=2048, threads=1, log_path=log) as running:
         yield running
 
 
