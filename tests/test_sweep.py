@@ -77,7 +77,8 @@ def test_two_by_two_grid_equals_four_separate_evals_and_resumes(demo, tmp_path):
     planner = OraclePlanner().plan
     grid = [GridPoint(lam, tau, 0.6, 2) for lam in (1.0, 2.5) for tau in (0.0, 1.0)]
     method = StemMethod.from_evaluator(_evaluator(demo), planner)
-    sweep = run_sweep(method, questions, grid, tmp_path / "sweep", chunk_size=24, show_progress=False, log=lambda _: None)
+    sweep = run_sweep(method, questions, grid, tmp_path / "sweep", chunk_size=24, grid_batch=2, show_progress=False,
+                      log=lambda _: None)  # two points vmapped at a time inside one scanned call
     assert sweep["compiled_calls_this_run"] == 2  # one vmapped call per chunk of questions, not one per point
     seen = set()
     for point, result in zip(grid, sweep["points"], strict=True):
@@ -107,7 +108,7 @@ def test_k_prime_axis_equals_evals_with_that_k_prime(demo, tmp_path):
     planner = OraclePlanner().plan
     grid = [GridPoint(2.5, 1.0, 0.6, k) for k in (1, 2, 3, 4)]  # 4 points: the 2x2 test's compiled shapes
     sweep = run_sweep(StemMethod.from_evaluator(_evaluator(demo), planner), questions, grid, tmp_path / "s",
-                      chunk_size=24, show_progress=False, log=lambda _: None)
+                      chunk_size=24, grid_batch=None, show_progress=False, log=lambda _: None)  # all 4 vmapped
     for point, result in zip(grid, sweep["points"], strict=True):
         alone = evaluate(with_bias(_evaluator(demo, k_prime=point.k_prime), lam=2.5, tau=1.0), questions, planner,
                          tmp_path / point.label, show_progress=False, log=lambda _: None)

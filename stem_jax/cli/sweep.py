@@ -32,7 +32,10 @@ def add_sweep_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags) 
     grid.add_argument("--theta", dest="thetas", default=None, help="θ values (Breadth threshold)")
     grid.add_argument("--k-prime", dest="k_primes", default=None, help="K' values, e.g. 1,2,4,8 (guidance |T|·K')")
     grid.add_argument("--points-per-call", dest="points_per_call", type=int, default=None,
-                      help="grid points vmapped into one compiled call (default: all; 1 = point-by-point loop)")
+                      help="grid points per compiled call (default: all; 1 = the point-by-point loop)")
+    grid.add_argument("--grid-batch", dest="grid_batch", type=int, default=-1,
+                      help="points vmapped together inside a call (default: all on GPU/TPU, 1 on CPU = a scan "
+                      "over points; 0 = vmap all)")
     p.add_argument("--subset", type=int, default=None,
                    help="deterministic stratified subset: per hop, the N questions with the lowest sha256(qid)")
     p.add_argument("--out", type=Path, default=None, help="run folder (default runs/sweep-<dataset>-<split>)")
@@ -66,7 +69,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     points = make_grid(config, **axes, default_theta=getattr(method.evaluator, "theta", None))
     print(f"sweep: {len(points)} grid points x {len(engine.dataset.questions)} questions -> {out}")
     result = run_sweep(method, engine.dataset.questions, points, out, chunk_size=config.engine.chunk_questions,
-                       points_per_call=args.points_per_call, fingerprint=engine.results_fingerprint("stem"),
+                       points_per_call=args.points_per_call,
+                       grid_batch=None if args.grid_batch == 0 else args.grid_batch, fingerprint=engine.results_fingerprint("stem"),
                        overwrite=args.overwrite, show_progress=not args.no_progress)
     wall = time.perf_counter() - started
     headers, rows = sweep_table(result["points"])

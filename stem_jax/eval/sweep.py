@@ -8,7 +8,9 @@ a leading ``jax.vmap`` axis of the existing jitted kernels, not a Python loop ov
   cosine top-N over the entity table does not depend on either, so XLA computes it once;
 * tracing (:func:`trace_grid_batch`): ``trace_batch`` vmapped over (anchor, anchor score,
   guidance rows) of the batch and a stacked :class:`~stem_jax.trace.tracer.Hyper` (τ, θ), with the
-  KG arrays and the plan-dependent batch fields shared.
+  KG arrays and the plan-dependent batch fields shared. On CPU the points are scanned inside the
+  same compiled call instead (``lax.map``; see :func:`default_grid_batch`): a vmapped tracer runs
+  its data-dependent compaction every block, which measured 4x slower than a loop on 2 cores.
 
 Every point's answers are ranked by :meth:`Evaluator.record` (the code ``stem-jax eval`` uses) and
 written to ``<out>/points/<label>/predictions.jsonl`` one chunk of questions at a time, so a
@@ -105,18 +107,33 @@ def anchor_grid_batch(entity_emb: jax.Array, mentions: jax.Array, guidance: jax.
     return jax.vmap(one)(guidance, lam)
 
 
-_GRID_BATCH_AXES = TraceBatch(steps=None, step_mask=None, step_emb=None, anchor=0, anchor_score=0, guidance=0)
+def default_grid_batch() -> int | None:
+    """Grid points vmapped together inside the one compiled call: all of them (None) on an accelerator,
+    1 on CPU. Under ``vmap`` the tracer's data-dependent ``lax.cond`` (buffer compaction) becomes a
+    select that runs every block and its ``while_loop`` runs to the slowest point, which a CPU pays
+    in full; there the points are scanned (``lax.map``) inside the same call instead."""
+    return 1 if jax.default_backend() == "cpu" else None
 
 
-@functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus"))
+@functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus", "grid_batch"))
 def trace_grid_batch(kg: Any, batch: TraceBatch, hyper: Hyper, *, shapes: Any, precision: bool,
-                     relation_bonus: bool = False) -> Any:
-    """:func:`trace_batch` for P grid points: ``batch.anchor``/``anchor_score`` [P, B],
-    ``batch.guidance`` [P, B, G], ``hyper`` fields [P]; the KG and the plan fields are shared."""
-    def one(b, h):
-        return trace_batch(kg, b, h, shapes=shapes, precision=precision, relation_bonus=relation_bonus)
+                     relation_bonus: bool = False, grid_batch: int | None = None) -> Any:
+    """:func:`trace_batch` for P grid points in one compiled call: ``batch.anchor``/``anchor_score``
+    [P, B], ``batch.guidance`` [P, B, G], ``hyper`` fields [P]; the KG and the plan fields are shared.
 
-    return jax.vmap(one, in_axes=(_GRID_BATCH_AXES, 0))(batch, hyper)
+    ``grid_batch``: None vmaps all P points; k scans the points k at a time (``lax.map``; 1 = a
+    plain scan, no batching of the tracer's control flow)."""
+    def one(xs):
+        anchor, score, guidance, h = xs
+        return trace_batch(kg, batch._replace(anchor=anchor, anchor_score=score, guidance=guidance), h,
+                           shapes=shapes, precision=precision, relation_bonus=relation_bonus)
+
+    xs = (batch.anchor, batch.anchor_score, batch.guidance, hyper)
+    if grid_batch is None or grid_batch >= batch.anchor.shape[0]:
+        return jax.vmap(one)(xs)
+    if grid_batch == 1:
+        return jax.lax.map(one, xs)
+    return jax.lax.map(one, xs, batch_size=grid_batch)
 
 
 # ----- one chunk of runs, every grid point ---------------------------------------------------------
@@ -160,7 +177,8 @@ def anchor_grid(evaluator: Any, runs: Sequence[Any], guidance: np.ndarray, lams:
 
 
 def trace_grid(evaluator: Any, runs: Sequence[Any], guidance: np.ndarray, lams: np.ndarray, taus: np.ndarray,
-               thetas: np.ndarray) -> tuple[list[list[dict[str, np.ndarray]]], dict[str, float]]:
+               thetas: np.ndarray, *, grid_batch: int | None = None,
+               ) -> tuple[list[list[dict[str, np.ndarray]]], dict[str, float]]:
     """:meth:`Evaluator.trace_runs` for P grid points at once: per point, per run host arrays.
 
     ``guidance`` int32 [P, R, G] (each point's guidance rows, from its K'), ``lams``/``taus``/
@@ -200,7 +218,7 @@ def trace_grid(evaluator: Any, runs: Sequence[Any], guidance: np.ndarray, lams: 
                                         guidance=jnp.asarray(rows))
                 began = time.perf_counter()
                 out = trace_grid_batch(ev.kg, batch, hyper, shapes=shapes, precision=precision,
-                                       relation_bonus=ev.engine.relation_bonus)
+                                       relation_bonus=ev.engine.relation_bonus, grid_batch=grid_batch)
                 host = jax.device_get(out)  # one device->host transfer for the whole grid
                 timings["trace"] += time.perf_counter() - began
                 for p in range(n_points):
@@ -249,7 +267,8 @@ def point_fingerprint(base: dict[str, Any], point: GridPoint) -> dict[str, Any]:
 
 
 def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridPoint], out_dir: Path, *,
-              chunk_size: int, points_per_call: int | None = None, fingerprint: dict[str, Any] | None = None,
+              chunk_size: int, points_per_call: int | None = None, grid_batch: int | None = -1,
+              fingerprint: dict[str, Any] | None = None,
               overwrite: bool = False, show_progress: bool = True,
               log: Callable[[str], None] = print) -> dict[str, Any]:
     """Evaluate ``questions`` at every grid point into ``out_dir/points/<label>/`` (resumable).
@@ -257,8 +276,9 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
     ``method`` is STEM's :class:`~stem_jax.methods.stem.StemMethod` (its evaluator, planner and
     guidance). Each point folder is a locked, fingerprinted :class:`~stem_jax.eval.run_folder.RunFolder`
     (``fingerprint``: the run's, default the method's; the point's values replace λ, τ, θ, K').
-    ``points_per_call`` caps the grid points vmapped into one compiled call (None: all; 1: the
-    point-by-point loop, for comparison). Returns per-point summaries and timings."""
+    ``points_per_call`` caps the grid points of one compiled call (None: all; 1: the point-by-point
+    loop, for comparison); ``grid_batch`` how many of them are vmapped together inside it (-1: the
+    backend's default, :func:`default_grid_batch`). Returns per-point summaries and timings."""
     from contextlib import ExitStack
 
     from stem_jax.eval.run_folder import RunFolder, method_fingerprint
@@ -292,6 +312,7 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
         rows_by_k = guidance_rows_by_k(method, questions, [p.k_prime for p in points])
         guidance_seconds = time.perf_counter() - began
         per_call = len(points) if points_per_call is None else max(1, points_per_call)
+        grid_batch = default_grid_batch() if grid_batch == -1 else grid_batch
         ev = method.evaluator
         timings = {"anchor": 0.0, "trace": 0.0, "answer": 0.0}
         calls = 0
@@ -312,7 +333,8 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
                         if chunk_runs:
                             guidance[j] = np.concatenate([rows_by_k[point.k_prime][q.qid] for q in chunk])
                     outputs, spent = trace_grid(ev, chunk_runs, guidance, np.array([g.lam for g in grid]),
-                                                np.array([g.tau for g in grid]), np.array([g.theta for g in grid]))
+                                                np.array([g.tau for g in grid]), np.array([g.theta for g in grid]),
+                                                grid_batch=grid_batch)
                     calls += 1
                     timings["anchor"] += spent["anchor"]
                     timings["trace"] += spent["trace"]
@@ -341,6 +363,7 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
                         "groups": summary["groups"], "overflow_total": summary["overflow_total"]})
     return {"points": results, "prepare_seconds": prepare_seconds, "guidance_seconds": guidance_seconds,
             "stage_seconds_this_run": timings, "compiled_calls_this_run": calls, "points_per_call": per_call,
+            "grid_batch": grid_batch,
             "questions": len(questions), "prepared": {k: v for k, v in prepared.items() if v is not None}}
 
 
