@@ -76,7 +76,7 @@ def merge_shards(out: Path) -> tuple[Path, dict[str, Any]]:
                     key=lambda p: int(SHARD.match(p.name).group(1)))
     if not shards:
         raise StemError(f"no shard folders (shard-<i>-of-<n>) in {out}\n  how to fix: run `stem-jax eval "
-                        "--num-processes N --process-id I --out {out}` on every process first")
+                        f"--num-processes N --process-id I --out {out}` on every process first")
     counts = {int(SHARD.match(p.name).group(2)) for p in shards}
     if len(counts) > 1:
         raise StemError(f"{out} holds shards of runs with different process counts {sorted(counts)}\n"
