@@ -132,7 +132,7 @@ class SafeConfig:
     min_confidence: float = 0.0001  # θ_conf: ... and this share of the domain type's entities (paper C.2)
     min_share: float = 0.01  # ... and this share of its relation's triples (drops name-collision noise; not in the paper)
     injective: bool = False  # True: a KG entity matches at most one query node (isomorphism, not the paper's Def. 1)
-    answer_margin: float = 0.2  # keep answers within this distance of the best (dev plateau 0-0.3); < 0 keeps all
+    answer_margin: float = 0.2  # keep answers within this distance of the best (MetaQA dev plateau 0-0.2); < 0: all
     use_adj: bool = True  # False: match the pseudo query graph as written (the paper's "w/o ADJ" ablation)
 
 
