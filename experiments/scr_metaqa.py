@@ -4,7 +4,7 @@ Command (from the repo root; needs the MetaQA KG embeddings (`stem-jax index --d
 run (`stem-jax train-scr --dataset metaqa --split dev --limit 2500 --out runs/scr-metaqa`)):
 
     STEM_DATA_DIR=../shared/data STEM_CACHE_DIR=... python experiments/scr_metaqa.py \
-        --checkpoint runs/scr-metaqa --split test --sample 500
+        --checkpoint runs/scr-metaqa --split test --sample 1000 [--min-hops 0]
 
 Runs `Engine.evaluate(method="scr")` (what `stem-jax eval --method scr` runs) on a seeded sample of N questions per
 hop (`--sample`; the whole split without it) into runs/scr-metaqa-SPLIT[-sampleN-seedS] (resumable), then reads
@@ -16,7 +16,8 @@ questions (each question carries its batch's time divided by the batch size), an
 evaluation loop after `prepare`.
 
 Loss attribution, per question without a hit, from the best (most probable) path against the gold relation path
-(qtype): topic not in the KG; gold path not walkable inside the neighbour cap; stopped early (the best path is a
+(qtype): topic not in the KG; gold path reaches no gold answer over the capped neighbour lists (the partial
+KB or the hub sample lose it); stopped early (the best path is a
 proper prefix of the gold relations); did not stop (the gold relations are a proper prefix of the best path);
 wrong relation at hop j; right relations but no gold answer. For questions with a hit, how many have more gold
 answers than the beam (K) can return (an F1 ceiling).
@@ -25,6 +26,7 @@ answers than the beam (K) can return (an F1 ceiling).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -34,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from stem_jax.config import StemConfig
 from stem_jax.eval.metrics import strict_metrics
 
 RESULTS = Path("experiments/results")
@@ -60,13 +63,25 @@ def gold_relations(question, index) -> list[str] | None:
     return [step.relation + ("" if step.forward else "^-1") for step in found.paths[0][1]]
 
 
+def reaches_answer(gold, table) -> bool:
+    """Whether following the gold relations over the capped neighbour lists reaches a gold answer."""
+    frontier = {gold.topic}
+    for relation in gold.relations:
+        nxt = set()
+        for entity in frontier:
+            ents, rels, _ = table.neighbours(entity)
+            nxt.update(int(e) for e in ents[rels == relation] if e != gold.topic)
+        frontier = nxt
+    return bool(frontier & gold.answers)
+
+
 def attribute(record: dict, gold: list[str] | None, walkable: bool) -> str:
     if record.get("scr_skip"):
         return "topic entity not in the KG"
     if gold is None:
         return "no gold relation path"
     if not walkable:
-        return "gold path not walkable inside the neighbour cap"
+        return "gold relations reach no gold answer over the capped lists"
     best = record.get("scr_best_relations")
     if best is None:
         return "no path kept (all below the threshold)"
@@ -87,17 +102,23 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=None, help="questions per hop (seeded); all without it")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="run folder (default runs/scr-metaqa-...)")
+    parser.add_argument("--min-hops", dest="min_hops", type=int, default=None,
+                        help="override scr.min_hops (0 = the paper: a beam may stop on the topic)")
     args = parser.parse_args()
 
     from stem_jax.engine import Engine
     from stem_jax.methods.scr.graph import build_neighbour_table
-    from stem_jax.methods.scr.supervision import gold_steps, sample_walk
+    from stem_jax.methods.scr.supervision import gold_steps
 
+    config = StemConfig()
+    if args.min_hops is not None:
+        config = dataclasses.replace(config, scr=dataclasses.replace(config.scr, min_hops=args.min_hops))
+    variant = f"-minhops{config.scr.min_hops}"
     suffix = f"-sample{args.sample}-seed{args.seed}" if args.sample else ""
-    out = args.out or Path("runs") / f"scr-metaqa-{args.split}{suffix}"
+    out = args.out or Path("runs") / f"scr-metaqa-{args.split}{variant}{suffix}"
     began = time.perf_counter()
-    engine = Engine.open("metaqa", split=args.split, method_options={"scr": {"checkpoint": args.checkpoint}},
-                         log=print)
+    engine = Engine.open("metaqa", split=args.split, config=config,
+                         method_options={"scr": {"checkpoint": args.checkpoint}}, log=print)
     questions = sample_per_hop(engine.dataset.questions, args.sample, args.seed)
     method = engine.method("scr")
     build_seconds = time.perf_counter() - began
@@ -113,7 +134,6 @@ def main() -> None:
             records[record["id"]] = record
     index = engine.index
     cap_table = build_neighbour_table(index, method.spec.neighbours, 0)
-    rng = np.random.default_rng(0)
     per_hop: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     losses: dict[str, Counter] = defaultdict(Counter)
     beam = engine.config.scr.beam
@@ -132,7 +152,7 @@ def main() -> None:
                 losses[hop][f"hit, but more gold answers than K={beam}"] += 1
             continue
         golds = gold_steps([q], index, Counter())
-        walkable = bool(golds) and sample_walk(golds[0], cap_table, rng) is not None
+        walkable = bool(golds) and reaches_answer(golds[0], cap_table)
         losses[hop][attribute(record, gold_relations(q, index), walkable)] += 1
 
     rows, payload_hops = [], {}
@@ -179,7 +199,7 @@ def main() -> None:
                "checkpoint": str(args.checkpoint), "fingerprint": method.fingerprint(), "per_hop": payload_hops,
                "losses": {h: dict(c) for h, c in losses.items()}, "eval_summary": summary, "train": train_summary,
                "eval_seconds": eval_seconds, "build_seconds": build_seconds, "search_seconds": search_seconds}
-    paths = write_report(RESULTS, f"scr-metaqa-{args.split}" + (f"-sample{args.sample}" if args.sample else ""),
+    paths = write_report(RESULTS, f"scr-metaqa-{args.split}{variant}" + (f"-sample{args.sample}" if args.sample else ""),
                          payload, markdown)
     print(f"\nwrote {paths[0]} and {paths[1]}")
 

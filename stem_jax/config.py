@@ -113,6 +113,7 @@ class ScrConfig:
     steps: int = 400  # optimiser steps (batches of train_batch questions; ~10-15 min on a shared CPU)
     train_batch: int = 32  # questions per training batch (all their reasoning steps)
     eval_every: int = 50  # validation loss/accuracy every N steps (also the checkpoint interval)
+    min_hops: int = 1  # search: no stop before this many hops (a topic answer is dropped anyway); 0 = paper
 
 
 @dataclasses.dataclass(frozen=True)

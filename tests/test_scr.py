@@ -131,8 +131,8 @@ def test_select_beams_matches_reference(shape, seed, empty_rate, done_rate):
 
 # ----- the jitted batched search equals the per-question reference --------------------------------
 
-@pytest.mark.parametrize("threshold", [0.0, 0.02])
-def test_batched_search_matches_per_question_reference(film, threshold):
+@pytest.mark.parametrize(("threshold", "min_hops"), [(0.0, 0), (0.02, 1)])
+def test_batched_search_matches_per_question_reference(film, threshold, min_hops):
     index = film.index
     spec = ScrSpec(layers=2, dim=16, head_layers=1, text_dim=film.encoder.dim, num_relations=index.num_relations,
                    max_steps=3, tau=0.2, neighbours=8)
@@ -145,15 +145,16 @@ def test_batched_search_matches_per_question_reference(film, threshold):
     topics = np.asarray([index.entity_ids[m] for m in MOVIES] + [index.entity_ids["Ada Voss"], -1])
     questions = rng.normal(size=(topics.size, film.encoder.dim)).astype(np.float32)
     batched, _ = beam_search(model, params, tables, neighbours, questions, topics, beam=3, threshold=threshold,
-                             max_steps=3)
+                             max_steps=3, min_hops=min_hops)
     assert batched[-1] == []  # a padding row finds nothing
     for row, topic in enumerate(topics[:-1]):
         reference = beam_search_reference(model, params, tables, neighbours, questions[row], int(topic), beam=3,
-                                          threshold=threshold, max_steps=3)
+                                          threshold=threshold, max_steps=3, min_hops=min_hops)
         assert [(h.entities, h.relations, h.triples) for h in batched[row]] == \
                [(h.entities, h.relations, h.triples) for h in reference]
         np.testing.assert_allclose([h.prob for h in batched[row]], [h.prob for h in reference], rtol=1e-4)
         assert all(h.prob >= threshold for h in batched[row])
+        assert all(len(h.relations) >= min_hops for h in batched[row])
 
 
 def test_answers_sum_path_probabilities():

@@ -63,13 +63,15 @@ class ScrMethod:
         config = context.config.scr
         self.beam, self.threshold = config.beam, config.threshold
         self.max_steps = min(config.max_steps, self.spec.max_steps)
+        self.min_hops = config.min_hops
         self.batch = max(1, config.batch_questions)
 
     def fingerprint(self) -> dict[str, Any]:
         config = self.context.config.scr
         return {"method": self.name, "checkpoint": str(self.folder), "step": self.info["step"],
                 "params_sha": self.info["params_sha"], "spec": self.spec.as_dict(),
-                "search": {"beam": config.beam, "threshold": config.threshold, "max_steps": self.max_steps},
+                "search": {"beam": config.beam, "threshold": config.threshold, "max_steps": self.max_steps,
+                           "min_hops": config.min_hops},
                 "exclude_topic": self.context.config.engine.exclude_topic}
 
     def prepare(self, questions: Sequence[Question], *, show_progress: bool = False) -> dict[str, Any]:
@@ -103,7 +105,8 @@ class ScrMethod:
             vectors[row] = self.vectors[q.qid]
         began = time.perf_counter()
         hypotheses, stats = beam_search(self.model, self.params, self.tables, self.neighbours, vectors, topics,
-                                        beam=self.beam, threshold=self.threshold, max_steps=self.max_steps)
+                                        beam=self.beam, threshold=self.threshold, max_steps=self.max_steps,
+                                        min_hops=self.min_hops)
         ms = 1000 * (time.perf_counter() - began) / max(len(chunk), 1)
         return [self._retrieval(q, int(topics[row]), hypotheses[row], ms, stats) for row, q in enumerate(chunk)]
 

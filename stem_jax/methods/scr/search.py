@@ -90,10 +90,11 @@ class SearchTables:
 
 def candidate_log_probs(model: ScrModel, params: Any, tables: SearchTables, question: jax.Array,
                         path_entities: jax.Array, path_relations: jax.Array, length: jax.Array,
-                        cand_entities: jax.Array, cand_valid: jax.Array) -> jax.Array:
+                        cand_entities: jax.Array, cand_valid: jax.Array, min_hops: int = 0) -> jax.Array:
     """log P(e | q_i, e_i) over each beam's candidates (eq. 7 as a softmax of eq. 11's scores), -inf off-list.
 
-    Shapes: question [..., text] broadcast against beams [..., K]; candidates [..., K, C]."""
+    Shapes: question [..., text] broadcast against beams [..., K]; candidates [..., K, C]. With ``min_hops``
+    > 0, a beam that has taken fewer hops may not stop (its slot 0 is masked before the softmax)."""
     segments, seg_type, mask = context_segments(question, tables.entity_text, tables.relation_text,
                                                 path_entities, path_relations, length)
     h_q = model.apply(params, segments, seg_type, mask, method=ScrModel.questions)
@@ -101,18 +102,20 @@ def candidate_log_probs(model: ScrModel, params: Any, tables: SearchTables, ques
     visited = (cand_entities[..., :, None] == path_entities[..., None, :]).any(-1)
     visited = visited.at[..., 0].set(False)  # staying put is the stop option, not a revisit
     allowed = cand_valid & ~visited
+    if min_hops > 0:
+        allowed = allowed.at[..., 0].set(allowed[..., 0] & (length >= min_hops))
     logp = jax.nn.log_softmax(jnp.where(allowed, logits, NEG), axis=-1)
     return jnp.where(allowed, logp, -jnp.inf)
 
 
-@functools.partial(jax.jit, static_argnames=("model", "beam", "log_threshold"))
+@functools.partial(jax.jit, static_argnames=("model", "beam", "log_threshold", "min_hops"))
 def search_step(model: ScrModel, params: Any, tables: SearchTables, question: jax.Array, state: dict[str, jax.Array],
                 cand_entities: jax.Array, cand_relations: jax.Array, cand_triples: jax.Array, cand_valid: jax.Array,
-                *, beam: int, log_threshold: float) -> dict[str, jax.Array]:
+                *, beam: int, log_threshold: float, min_hops: int = 0) -> dict[str, jax.Array]:
     """One reasoning step for a batch (see the module docstring); returns the new state."""
     questions = jnp.broadcast_to(question[:, None, :], (*state["length"].shape, question.shape[-1]))
     cand_logp = candidate_log_probs(model, params, tables, questions, state["path_entities"],
-                                    state["path_relations"], state["length"], cand_entities, cand_valid)
+                                    state["path_relations"], state["length"], cand_entities, cand_valid, min_hops)
     parent, choice, logp = select_beams(state["logp"], state["done"], cand_logp, beam)
     logp = jnp.where(logp >= log_threshold, logp, -jnp.inf)
     take = lambda a: jnp.take_along_axis(a, parent.reshape(*parent.shape, *(1,) * (a.ndim - 2)), axis=1)  # noqa: E731
@@ -158,8 +161,8 @@ class Hypothesis:
 
 
 def beam_search(model: ScrModel, params: Any, tables: SearchTables, neighbours: NeighbourTable,
-                questions: np.ndarray, topics: np.ndarray, *, beam: int, threshold: float, max_steps: int
-                ) -> tuple[list[list[Hypothesis]], dict[str, int]]:
+                questions: np.ndarray, topics: np.ndarray, *, beam: int, threshold: float, max_steps: int,
+                min_hops: int = 0) -> tuple[list[list[Hypothesis]], dict[str, int]]:
     """Search a padded batch (questions [B, text], topics [B], -1 = padding row); hypotheses per row.
 
     Returns (per-row hypotheses, best first, each with probability >= threshold; stats)."""
@@ -176,7 +179,7 @@ def beam_search(model: ScrModel, params: Any, tables: SearchTables, neighbours: 
             break
         cand = neighbours.candidates(np.where(live, current, -1))
         state = search_step(model, params, tables, question, state, *(jnp.asarray(a) for a in cand),
-                            beam=beam, log_threshold=log_threshold)
+                            beam=beam, log_threshold=log_threshold, min_hops=min_hops)
         ends = jnp.take_along_axis(state["path_entities"], state["length"][..., None], axis=2)[..., 0]
         current, done, logp = jax.device_get((ends, state["done"], state["logp"]))
         host = {"done": done, "logp": logp}
@@ -207,12 +210,12 @@ def aggregate_answers(hypotheses: list[Hypothesis]) -> list[tuple[int, float]]:
 
 
 # The reference scores one beam's list at a time; jit only saves op-by-op dispatch.
-_reference_log_probs = jax.jit(candidate_log_probs, static_argnums=0)
+_reference_log_probs = jax.jit(candidate_log_probs, static_argnums=(0, 9))
 
 
 def beam_search_reference(model: ScrModel, params: Any, tables: SearchTables, neighbours: NeighbourTable,
-                          question: np.ndarray, topic: int, *, beam: int, threshold: float, max_steps: int
-                          ) -> list[Hypothesis]:
+                          question: np.ndarray, topic: int, *, beam: int, threshold: float, max_steps: int,
+                          min_hops: int = 0) -> list[Hypothesis]:
     """One question, one beam at a time, unpadded neighbour lists and Python lists: the plain reference."""
     hyps = [Hypothesis([topic], [], [], 1.0, False)]
     q = jnp.asarray(question, jnp.float32)
@@ -237,7 +240,7 @@ def beam_search_reference(model: ScrModel, params: Any, tables: SearchTables, ne
             path_r[: len(h.relations)] = h.relations
             logp = np.asarray(_reference_log_probs(model, params, tables, q, jnp.asarray(path_e), jnp.asarray(path_r),
                                                    jnp.asarray(len(h.relations)), jnp.asarray(padded),
-                                                   jnp.asarray(padded >= 0)))[: cand_e.size]
+                                                   jnp.asarray(padded >= 0), min_hops))[: cand_e.size]
             for c in range(cand_e.size):
                 value = np.log(h.prob) + float(logp[c])
                 if not np.isfinite(value):

@@ -240,6 +240,14 @@ def _plot(history: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+SEARCH_ONLY = ("beam", "threshold", "min_hops", "batch_questions")
+
+
+def _training_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """The config fields that change training (search-only ones may differ on resume)."""
+    return {k: v for k, v in config.items() if k not in SEARCH_ONLY}
+
+
 def train_scr(data: TrainData, config: ScrConfig, out_dir: Path, *, seed: int = 0, stop_at: int | None = None,
               log: Callable[[str], None] = print, plot: bool = True) -> dict[str, Any]:
     """Train (or resume) into ``out_dir``; ``stop_at`` ends after that many total steps (tests, budgets)."""
@@ -249,7 +257,8 @@ def train_scr(data: TrainData, config: ScrConfig, out_dir: Path, *, seed: int = 
     spec_path = out_dir / SPEC_FILE
     if spec_path.is_file():
         saved = json.loads(spec_path.read_text())
-        if saved["spec"] != spec.as_dict() or saved.get("config") != dataclasses.asdict(config):
+        if saved["spec"] != spec.as_dict() or _training_fields(saved.get("config") or {}) != _training_fields(
+                dataclasses.asdict(config)):
             raise StemError(f"{out_dir} holds a run with another configuration\n"
                             "  how to fix: pass the same --scr.* values, or a new --out folder")
     else:
