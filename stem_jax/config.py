@@ -248,7 +248,7 @@ _INT_MIN = {  # integer fields and their smallest allowed value
     "engine.frontier": 1, "engine.node_matches": 1, "engine.window": 1, "engine.guidance": 1,
     "engine.batch_precision": 1, "engine.batch_breadth": 1, "engine.chunk_questions": 1, "engine.max_frontier": 1,
     "scr.layers": 1, "scr.dim": 1, "scr.head_layers": 0, "scr.beam": 1, "scr.max_steps": 1, "scr.neighbours": 1,
-    "scr.batch_questions": 1, "scr.steps": 0, "scr.train_batch": 1, "scr.eval_every": 1, "seed": 0,
+    "scr.batch_questions": 1, "scr.steps": 0, "scr.train_batch": 1, "scr.eval_every": 1, "scr.min_hops": 0, "seed": 0,
     "safe.k_schema": 1, "safe.delta": 0, "safe.k_qg": 1, "safe.k_ent": 1, "safe.k_rel": 1, "safe.k_typ": 1,
     "safe.k_retrieval": 1, "safe.beams": 1, "safe.min_support": 0,
 }

@@ -15,6 +15,7 @@ from stem_jax.cli.args import add_cache_flags, add_config_flags, add_dataset_fla
 from stem_jax.cli.bench import add_bench_stages_parser
 from stem_jax.errors import StemError
 from stem_jax.methods import METHODS
+from stem_jax.methods.scr.cli import add_train_scr_parser
 
 
 def add_method_flags(parser: argparse.ArgumentParser) -> None:
@@ -109,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     planning.add_train_planner_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
     planning.add_plan_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
     gnn.add_train_gnn_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
+    add_train_scr_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
     gnn.add_ablate_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags, planning.add_planner_flags)
     sweep.add_sweep_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
     distributed.add_score_parser(sub)

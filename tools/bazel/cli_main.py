@@ -1,6 +1,6 @@
 """Bazel entry point for the `stem-jax` console script (`stem_jax.cli.main:main`).
 
-Mirrors the [project.scripts] entry in pyproject.toml, so `bazel run //stem_jax/cli:stem-jax -- ARGS`
+Mirrors the [project.scripts] entry in pyproject.toml, so `bazel run //stem_jax:stem-jax -- ARGS`
 behaves like the installed `stem-jax ARGS`: it calls main() (whether or not
 stem_jax/cli/main.py has an `if __name__ == "__main__"` block) from the directory
 `bazel run` was started in, so relative paths (runs/, --out ...) land there rather than in

@@ -73,8 +73,8 @@ def _bound_names(init_path: str) -> set[str]:
 def _owner_hint(name: str) -> str:
     parts = name.split(".")
     if parts[0] == "stem_jax" and len(parts) >= 2:
-        # stem_jax/<sub>/ is //stem_jax/<sub>; stem_jax/*.py (config, errors, ...) is //stem_jax:base
-        return f"//stem_jax/{parts[1]} (or //stem_jax:base for a top-level module)"
+        # every stem_jax module is in //stem_jax (one library)
+        return "//stem_jax"
     return "//" + parts[0]
 
 
