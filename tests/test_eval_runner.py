@@ -64,7 +64,8 @@ def test_resume_gives_identical_metrics(demo, tmp_path):
 def test_jax_answers_match_the_reference_tracer(demo, tmp_path):
     dataset, index, encoder, embeddings = demo
     questions = dataset.questions[::15]
-    evaluator = _evaluator(demo, frontier=64, node_matches=64)
+    # the reference follows the paper literally: compare with the paper preset and no capacity ladder
+    evaluator = _evaluator(demo, frontier=64, node_matches=64, preset="paper", max_frontier=64)
     evaluate(evaluator, questions, OraclePlanner().plan, tmp_path, show_progress=False)
     records = read_finished(tmp_path / "predictions.jsonl")
     triple_emb = embeddings.triples.array.astype(np.float32)

@@ -56,7 +56,7 @@ def _evaluator(demo, provider, **engine):
 def test_guided_answers_match_the_reference_tracer(demo, tmp_path):
     dataset, index, _, embeddings = demo
     questions = dataset.questions[7::30]
-    evaluator = _evaluator(demo, GoldGuidance(index))
+    evaluator = _evaluator(demo, GoldGuidance(index), preset="paper", max_frontier=64)  # the reference is paper-literal
     summary = evaluate(evaluator, questions, OraclePlanner().plan, tmp_path, show_progress=False)
     assert summary["guidance"] == {"stub": True}
     records = read_finished(tmp_path / "predictions.jsonl")
