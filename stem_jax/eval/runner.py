@@ -255,7 +255,7 @@ class Evaluator:
         for (precision, bucket), members in sorted(groups.items()):
             ladder = [self.shapes[True]] if precision else self.ladder
             for level, shapes in enumerate(ladder):
-                size = self.sharding.round_up(max(self.batch[precision] >> level, 4))
+                size = self._fit(max(self.batch[precision] >> level, 4), len(members))
                 retry = []
                 for start in range(0, len(members), size):
                     chunk = members[start : start + size]
@@ -283,6 +283,13 @@ class Evaluator:
                 members = retry
         return outputs, timings
 
+    def _fit(self, capacity: int, n: int) -> int:
+        """Padded batch size for ``n`` runs: the configured ``capacity``, or the next power of two
+        (at least 8) when fewer runs are waiting, so a single question does not pay for a full batch
+        (anchoring scores every padded row against every entity). Powers of two keep compiles few."""
+        small = max(8, 1 << max(n - 1, 0).bit_length())
+        return self.sharding.round_up(min(capacity, small))
+
     def _guidance_rows(self, runs: Sequence[Run]) -> np.ndarray:
         """int32 [len(runs), G]: each run's guidance entity ids, -1 padded."""
         width = self.shapes[True].guidance
@@ -303,7 +310,7 @@ class Evaluator:
         if runs and not isinstance(runs[0], Run):
             runs = [Run(0, None, int(e), named=((int(e), EXACT),) if self.engine.exact_anchor else ())  # type: ignore[arg-type]
                     for e in runs]
-        size = self.batch[True]
+        size = self._fit(self.batch[True], len(runs))
         guidance_width = guidance_rows.shape[1]
         anchors = np.zeros(len(runs), np.int32)
         scores = np.zeros(len(runs), np.float32)
