@@ -329,9 +329,13 @@ def render_markdown(payload: dict, markdown_table) -> str:
              f"Machine: {meta['machine']}, {meta['cpu_count']} CPUs (shared with other jobs), jax {meta['jax']}, "
              f"commit {meta['commit']}, {meta['time_utc']}\n",
              f"Sample: the first {payload['args']['per_hop']} MetaQA test questions per hop and the hand-written "
-             "paraphrases. LLM: compact few-shot SGDA/SAGB prompts (3 nearest training examples), GBNF-constrained "
-             f"output, greedy, B={payload['args']['beam']}, {payload['args']['retries']} sampled retry round; "
-             "llama-cpp-python 0.3.36 server, 2 threads.\n"]
+             f"paraphrases (every {payload['args'].get('paraphrase_every', '1')}th). LLM: compact few-shot SGDA/SAGB "
+             "prompts (3 training examples: the nearest templates, each shown by its first training example), "
+             f"GBNF-constrained output, greedy, B={payload['args']['beam']}, {payload['args']['retries']} sampled "
+             f"retry round; llama-cpp-python 0.3.36 server, {payload['args']['threads']} thread(s). Hybrid: the "
+             "LLM's plan where it parses and grounds in the KG, else the pattern planner's; gated: the LLM is "
+             f"asked only where the pattern's top template probability is below {payload['args']['consult_below']}. "
+             "Timings are on a machine with load average 20-28 from other jobs: read them as upper bounds.\n"]
     lines.append("## Speed\n")
     rows = []
     for model, m in payload["models"].items():
