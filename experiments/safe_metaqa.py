@@ -30,25 +30,11 @@ from pathlib import Path
 import numpy as np
 
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from stem_jax.data.sampling import sample_per_hop
 from stem_jax.eval.metrics import strict_metrics
 
 RESULTS = Path("experiments/results")
 RETRIEVAL_STAGES = ("value", "adj", "match")  # per-question work after planning and text encoding
-
-
-def sample_per_hop(questions: list, per_hop: int | None, seed: int) -> list:
-    """A seeded uniform sample of ``per_hop`` questions per hop count, in file order (all without ``per_hop``).
-
-    MetaQA files are grouped by question type (the first 1000 1-hop test questions are all actor/director
-    -> movie), so the first N questions are no sample; this is."""
-    if not per_hop:
-        return list(questions)
-    rng = np.random.default_rng(seed)
-    chosen = []
-    for hop in sorted({q.hops for q in questions}):
-        pool = [i for i, q in enumerate(questions) if q.hops == hop]
-        chosen += rng.choice(pool, size=min(per_hop, len(pool)), replace=False).tolist()
-    return [questions[i] for i in sorted(chosen)]
 
 
 # Relation names an LLM might write instead of MetaQA's (none is a KG relation): "+para" variants rename the

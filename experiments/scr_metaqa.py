@@ -37,21 +37,10 @@ import numpy as np
 
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import StemConfig
+from stem_jax.data.sampling import sample_per_hop
 from stem_jax.eval.metrics import strict_metrics
 
 RESULTS = Path("experiments/results")
-
-
-def sample_per_hop(questions: list, per_hop: int | None, seed: int) -> list:
-    """A seeded uniform sample of ``per_hop`` questions per hop (MetaQA files are grouped by question type)."""
-    if not per_hop:
-        return list(questions)
-    rng = np.random.default_rng(seed)
-    chosen = []
-    for hop in sorted({q.hops for q in questions}):
-        pool = [i for i, q in enumerate(questions) if q.hops == hop]
-        chosen += rng.choice(pool, size=min(per_hop, len(pool)), replace=False).tolist()
-    return [questions[i] for i in sorted(chosen)]
 
 
 def gold_relations(question, index) -> list[str] | None:
