@@ -172,8 +172,8 @@ class OpenAIBackend:
                                     logprobs=n > 1)
             try:
                 payload = self._request(self.url, body)
-            except StemError:
-                if "logprobs" not in body:
+            except StemError as err:
+                if "logprobs" not in body or "(HTTP " not in str(err):  # only a server that answered can refuse
                     raise
                 # a server that rejects logprobs: say so once and go on without them
                 self._once("logprobs", "LLM server %s rejected logprobs; sampled candidates keep sampling order",
