@@ -41,7 +41,7 @@ def test_missing_planner_and_vllm_model_are_clear_errors(tmp_path, capsys):
     assert main(["plan", *common, "--planner", "pattern", "--planner-path", str(tmp_path / "none")]) == 2
     assert "train-planner" in capsys.readouterr().err
     assert main(["plan", *common, "--planner", "vllm"]) == 2
-    assert "--vllm-model" in capsys.readouterr().err
+    assert "--llm-model" in capsys.readouterr().err
 
 
 def test_vllm_planner_against_an_unreachable_server_is_a_clear_error(tmp_path, capsys):
@@ -50,4 +50,4 @@ def test_vllm_planner_against_an_unreachable_server_is_a_clear_error(tmp_path, c
             "--limit", "2", "--planner", "vllm", "--vllm-model", "m", "--vllm-url", "http://127.0.0.1:9/v1"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "completion request failed" in err and "vllm serve" in err
+    assert "request to the LLM server failed" in err and "vllm serve" in err and "llama_cpp.server" in err
