@@ -5,7 +5,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from stem_jax.config import EngineConfig
-from stem_jax.eval.calibration import CALIBRATION_FILE, applies, choose_theta, load_calibration, sweep_cut
+from stem_jax.eval.calibration import (
+    CALIBRATION_FILE,
+    SHIPPED,
+    applies,
+    choose_theta,
+    load_calibration,
+    sweep_cut,
+)
 
 
 def test_best_f1_wins_and_ties_go_to_the_papers_theta():
@@ -27,6 +34,21 @@ def test_stored_calibration_applies_only_to_matching_engine_settings(tmp_path: P
     assert not applies(calibration, EngineConfig(relation_bonus=False, strategy="breadth"))
     (folder / CALIBRATION_FILE).write_text("{torn")
     assert load_calibration(embeddings) is None  # damaged = not calibrated, never a crash
+
+
+def test_shipped_calibration_is_found_by_kg_and_encoder_folder(tmp_path: Path):
+    """A fresh cache of the MetaQA KG with MiniLM gets the project's measured θ; a file written by the
+    calibration command takes precedence; other KGs get none."""
+    (kg, encoder), shipped = next(iter(SHIPPED.items()))
+    folder = tmp_path / kg / encoder
+    folder.mkdir(parents=True)
+    embeddings = SimpleNamespace(triples=SimpleNamespace(path=folder / "triples.zarr"))
+    assert load_calibration(embeddings)["theta"] == shipped["theta"]
+    (folder / CALIBRATION_FILE).write_text(json.dumps({"theta": 0.7, "engine": shipped["engine"]}))
+    assert load_calibration(embeddings)["theta"] == 0.7
+    other = tmp_path / "kg-000000000000" / encoder
+    other.mkdir(parents=True)
+    assert load_calibration(SimpleNamespace(triples=SimpleNamespace(path=other / "triples.zarr"))) is None
 
 
 def test_cut_sweep_from_support_scores():
