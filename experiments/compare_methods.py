@@ -24,25 +24,11 @@ import numpy as np
 from stem_jax import Engine, StemConfig
 from stem_jax.cli.gnn import subset
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
-from stem_jax.eval.metrics import MetricAccumulator, strict_metrics
+from stem_jax.eval.bound import gold_path_bound
 from stem_jax.eval.runner import read_finished
-from stem_jax.kg.paths import follow_relation_path
 from stem_jax.plan.factory import PlannerSpec
 
 RETRIEVAL_STAGES = {"stem": ("anchor", "trace", "answer"), "safe": ("retrieval",), "scr": ("search",)}
-
-
-def gold_bound(engine: Engine, questions) -> dict:
-    acc = MetricAccumulator(group_name="hops")
-    names = engine.dataset.entity_names or {}
-    for q in questions:
-        if not q.gold_path:
-            continue
-        reached, _ = follow_relation_path(engine.index, engine.index.entity_id(q.topic_entities[0]), q.gold_path)
-        predicted = [names.get(engine.index.entities[e], engine.index.entities[e]) for e in reached]
-        m = strict_metrics(predicted, [names.get(a, a) for a in q.answers])
-        acc.add({"hit": m["hit"], "f1": m["f1"]}, group=f"{q.hops}-hop")
-    return acc.summary()
 
 
 def retrieval_ms(records: list[dict], method: str) -> list[float]:
@@ -74,7 +60,7 @@ def main() -> None:
                          guidance=args.gnn_checkpoint)
     questions = subset(engine.dataset.questions, args.per_hop)
     rows, results = [], {}
-    bound = gold_bound(engine, questions)
+    bound = gold_path_bound(questions, engine.index, engine.dataset.entity_names) or {"groups": {}}
     for name in methods + (["stem+gnn"] if args.gnn_checkpoint else []):
         method = "stem" if name.startswith("stem") else name
         if name == "stem" and args.gnn_checkpoint:

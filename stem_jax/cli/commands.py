@@ -14,10 +14,8 @@ from stem_jax.cli.engine_args import default_run_folder, embed, load, open_engin
 from stem_jax.cli.report import markdown_table, run_metadata, summary_table, write_report
 from stem_jax.config import as_dict, config_fields
 from stem_jax.data.types import Dataset
-from stem_jax.eval.metrics import MetricAccumulator, strict_metrics
 from stem_jax.eval.run_folder import short_hash
 from stem_jax.kg.index import KGIndex
-from stem_jax.kg.paths import follow_relation_path
 from stem_jax.kg.stats import question_subgraph_sizes
 from stem_jax.progress import progress
 
@@ -37,19 +35,9 @@ def _subgraph_table(report: dict) -> str:
 
 def _gold_path_upper_bound(dataset: Dataset, index: KGIndex) -> dict | None:
     """Follow each question's gold relation path: what a perfect planner and tracer could reach."""
-    questions = [q for q in dataset.questions if q.gold_path]
-    if not questions:
-        return None
-    names = dataset.entity_names or {}
-    acc = MetricAccumulator(group_name="hops")
-    for q in questions:
-        reached, _ = follow_relation_path(index, index.entity_id(q.topic_entities[0]), q.gold_path)
-        predicted = [names.get(index.entities[e], index.entities[e]) for e in reached]
-        gold = [names.get(a, a) for a in q.answers]
-        metrics = strict_metrics(predicted, gold)
-        acc.add({"hit": metrics["hit"], "f1": metrics["f1"], "exact_set": float(set(predicted) == set(gold))},
-                group=f"{q.hops}-hop")
-    return acc.summary()
+    from stem_jax.eval.bound import gold_path_bound
+
+    return gold_path_bound(dataset.questions, index, dataset.entity_names)
 
 
 def _upper_bound_table(summary: dict) -> str:
