@@ -22,14 +22,16 @@ from stem_jax.methods.base import MethodContext, Retrieval
 class StemMethod:
     name = "stem"
 
-    def __init__(self, context: MethodContext):
+    def __init__(self, context: MethodContext, *, evaluator: Any = None):
+        """``evaluator``: reuse an existing :class:`~stem_jax.eval.runner.Evaluator` (its device arrays,
+        compiled tracers and caches) instead of building one from ``context``."""
         from stem_jax.eval.runner import Evaluator
 
         self.context = context
-        self.evaluator = Evaluator(context.dataset, context.index, context.embeddings, context.encoder,
-                                   context.config,
-                                   cache_dir=None if context.cache_dir is None else context.cache_dir / "schema-texts",
-                                   guidance=context.guidance)
+        self.evaluator = evaluator or Evaluator(
+            context.dataset, context.index, context.embeddings, context.encoder, context.config,
+            cache_dir=None if context.cache_dir is None else context.cache_dir / "schema-texts",
+            guidance=context.guidance)
         self.runs: dict[str, list[Any]] = {}
         self.stage_seconds: dict[str, float] = defaultdict(float)
         self.prepared_questions = 0
@@ -38,15 +40,10 @@ class StemMethod:
 
     @classmethod
     def from_evaluator(cls, evaluator: Any, planner_fn: Any) -> StemMethod:
-        """Wrap an existing evaluator (its device arrays, compiled tracers and caches are reused)."""
-        method = cls.__new__(cls)
-        method.context = MethodContext(evaluator.dataset, evaluator.index, evaluator.embeddings, evaluator.encoder,
-                                       evaluator.config, guidance=evaluator.guidance)
-        method.evaluator = evaluator
-        method.runs, method.stage_seconds, method.skipped = {}, defaultdict(float), defaultdict(int)
-        method.prepared_questions = 0
-        method.planner_fn = planner_fn
-        return method
+        """Wrap an existing evaluator and a per-question planner (the ablation and sweep callers)."""
+        context = MethodContext(evaluator.dataset, evaluator.index, evaluator.embeddings, evaluator.encoder,
+                                evaluator.config, guidance=evaluator.guidance, options={"planner_fn": planner_fn})
+        return cls(context, evaluator=evaluator)
 
     def fingerprint(self) -> dict[str, Any]:
         config = self.context.config
