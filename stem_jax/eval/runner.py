@@ -310,11 +310,46 @@ class Evaluator:
         if runs and not isinstance(runs[0], Run):
             runs = [Run(0, None, int(e), named=((int(e), EXACT),) if self.engine.exact_anchor else ())  # type: ignore[arg-type]
                     for e in runs]
-        size = self._fit(self.batch[True], len(runs))
-        guidance_width = guidance_rows.shape[1]
         anchors = np.zeros(len(runs), np.int32)
         scores = np.zeros(len(runs), np.float32)
         began = time.perf_counter()
+        # A run whose topic id the question names is anchored there whatever the cosine top-N holds
+        # (anchor_batch: the highest level present wins, and top-N entries have the lowest), so it
+        # needs no pass over the entity table; only the rest go to the device.
+        rest = []
+        for i, run in enumerate(runs):
+            exact = self._exact_anchor(run, guidance_rows[i])
+            if exact is None:
+                rest.append(i)
+            else:
+                anchors[i], scores[i] = exact
+        if rest:
+            self._anchor_on_device([runs[i] for i in rest], guidance_rows[rest], anchors, scores, np.asarray(rest))
+        timings["anchor"] += time.perf_counter() - began
+        return anchors, scores
+
+    def _exact_anchor(self, run: Run, guidance_row: np.ndarray) -> tuple[int, np.float32] | None:
+        """(anchor, score) of a run that names its topic's KG id (level ``EXACT``), else None.
+
+        The host form of :func:`~stem_jax.trace.tracer.anchor_batch` for that case: among the
+        EXACT candidates (cosine 1), the first with the largest λ-boosted score; entries of lower
+        levels (folded twins, the cosine top-N) cannot win, so the result is the same bit for bit."""
+        named = run.named[: self.NAMED_WIDTH]
+        exact = [entity for entity, level in named if level == EXACT and entity >= 0]
+        if not exact:
+            return None
+        lam = np.float32(self.config.tracer.lam)
+        guided = set(guidance_row[guidance_row >= 0].tolist())
+        boosted = [np.float32(1.0) * (lam if entity in guided else np.float32(1.0)) for entity in exact]
+        best = int(np.argmax(boosted))
+        return exact[best], boosted[best]
+
+    def _anchor_on_device(self, runs: Sequence[Run], guidance_rows: np.ndarray, anchors: np.ndarray,
+                          scores: np.ndarray, where: np.ndarray) -> None:
+        """:func:`~stem_jax.trace.tracer.anchor_batch` over ``runs`` in padded batches; results are
+        written to ``anchors[where]`` / ``scores[where]``."""
+        size = self._fit(self.batch[True], len(runs))
+        guidance_width = guidance_rows.shape[1]
         unknown = sorted({r.mention for r in runs if r.anchor_entity < 0})
         mention_rows = {}
         if unknown:  # topics known only by name: the encoder embeds the mention text (eq. 8)
@@ -337,10 +372,8 @@ class Evaluator:
             a, s = jax.device_get(self.sharding.anchor(self.entity_emb, jnp.asarray(mentions), guidance,
                                                        jnp.float32(self.config.tracer.lam), jnp.asarray(named),
                                                        jnp.asarray(level), top_n=self.config.tracer.top_n))
-            anchors[start : start + len(part)] = a[: len(part)]
-            scores[start : start + len(part)] = s[: len(part)]
-        timings["anchor"] += time.perf_counter() - began
-        return anchors, scores
+            anchors[where[start : start + len(part)]] = a[: len(part)]
+            scores[where[start : start + len(part)]] = s[: len(part)]
 
     def _batch(self, runs: Sequence[Run], anchors, anchor_scores, size: int, bucket: int,
                guidance_rows: np.ndarray | None = None) -> TraceBatch:
