@@ -91,7 +91,53 @@ def test_order_preserved_and_padding_invariant(minilm):
 def test_compile_count_bounded(minilm):
     for n in (1, 2, 3, 5, 17, 100, 333):
         minilm.encode([f"entity number {i}" for i in range(n)])
-    assert 1 <= minilm.compile_count <= len(minilm.row_buckets)
+    short = (len(minilm.length_buckets) - 1) * len(minilm.short_row_buckets)
+    assert 1 <= minilm.compile_count <= len(minilm.row_buckets) + short
+    before = minilm.compile_count
+    minilm.warm_up()
+    after = minilm.compile_count
+    assert after - before <= short + len(minilm.short_row_buckets)
+    for text in ("a", "what movies did X star in", "Kismet directed by [ENT1]", LONG):  # small calls: no compile
+        minilm.encode([text, text + " again"])
+    assert minilm.compile_count == after
+
+
+def test_short_rows_give_the_same_vectors(minilm):
+    """A small call runs shorter rows; its vectors equal the full-length rows' (``memo`` off)."""
+    texts = ["what movies did X star in", "Kismet directed by [ENT1]", "[ENT1] written by [ENT2]", "a"]
+    lengths = [len(r) for r in minilm.tokenizer.tokenize(texts)]
+    assert minilm._plan_rows(lengths[:1])[1] == 16  # one question: a [1, 16] forward, not [1, 64]
+    memo, minilm.memo_size = minilm.memo_size, 0
+    try:
+        short = np.stack([minilm.encode([t])[0] for t in texts] + [minilm.encode(texts)[i] for i in range(4)])
+        full = minilm.encode(texts * 20)[:4]  # 80 texts: several full 64-token rows
+    finally:
+        minilm.memo_size = memo
+    np.testing.assert_allclose(short, np.concatenate([full, full]), atol=2e-6)
+
+
+def test_memo_returns_remembered_vectors_and_is_bounded(minilm):
+    from stem_jax.encoder.minilm import MiniLMEncoder
+
+    encoder = MiniLMEncoder(minilm_dir(), memo=3)
+    first = encoder.encode(["alpha", "beta", "alpha"])
+    assert (encoder.memo_hits, encoder.memo_misses) == (0, 2)  # a repeat inside one call is encoded once
+    np.testing.assert_array_equal(first[0], first[2])
+    again = encoder.encode(["beta", "gamma", "delta"])  # beta hits; gamma, delta evict alpha
+    assert (encoder.memo_hits, encoder.memo_misses) == (1, 4)
+    np.testing.assert_array_equal(again[0], first[1])
+    assert list(encoder._memo) == ["beta", "gamma", "delta"]
+    encoder.encode(["alpha"])
+    assert encoder.memo_misses == 5
+    big = [f"entity {i}" for i in range(encoder.MEMO_CALL + 1)]  # an index build: the memo stays out of it
+    np.testing.assert_allclose(encoder.encode(big)[:2], minilm.encode(big[:2]), atol=2e-6)
+    assert encoder.memo_misses == 5 and "entity 0" not in encoder._memo
+
+
+def minilm_dir():
+    from stem_jax.encoder import minilm_model_dir
+
+    return minilm_model_dir()
 
 
 def test_pack_places_every_sequence_once():

@@ -162,12 +162,26 @@ class MiniLMEncoder:
     :mod:`stem_jax.encoder.tokenizer`) and rows are batched in fixed shapes: a full batch holds
     ``batch_size * 16 // max_length`` rows (about ``batch_size`` typical 16-token strings) and
     the last, partial batch is padded only up to the smallest of ``row_buckets`` that fits, so
-    the one jitted forward compiles at most ``len(row_buckets)`` times (``compile_count``).
+    the one jitted forward compiles at most ``len(row_buckets)`` times for full-length rows.
+    A small call (at most ``SHORT_ROWS`` rows, e.g. one question or one question's schema
+    triples) is packed into rows of the shortest of ``length_buckets`` that makes the least
+    padded work: a 10-token question runs a [1, 16] forward instead of [1, 64] (4x fewer
+    tokens through every dense layer). That adds at most ``len(length_buckets) - 1`` times the
+    short row buckets to the compiles (``compile_count``; :meth:`warm_up` compiles them ahead).
+    Vectors do not depend on the row length (tokens attend only within their own sequence).
     Strings longer than ``max_length`` tokens are truncated and counted in ``truncated``.
     ``name`` covers the weights, the tokenizer and ``max_length``, all of which change vectors.
+
+    ``memo``: how many small-call texts to remember (LRU, text -> vector; 0 turns it off). Online
+    callers encode the same strings again and again (templated question wordings, schema triples
+    without an entity); a hit skips the forward. Calls of more than ``MEMO_CALL`` texts (index
+    builds) neither read nor fill it. ``memo_hits`` / ``memo_misses`` count texts.
     """
 
-    def __init__(self, model_dir: Path, batch_size: int = 128, max_length: int = 64):
+    SHORT_ROWS = 4  # calls that pack into at most this many full rows may use shorter rows
+    MEMO_CALL = 64  # calls with at most this many texts go through the memo
+
+    def __init__(self, model_dir: Path, batch_size: int = 128, max_length: int = 64, memo: int = 4096):
         model_dir = Path(model_dir)
         self.cfg = BertConfig.from_json(model_dir / "config.json")
         if max_length > self.cfg.max_position_embeddings:
@@ -183,6 +197,14 @@ class MiniLMEncoder:
         # Powers of two up to a full batch: a single query runs one row, and the last batch of
         # a call wastes less than half its rows.
         self.row_buckets = tuple(sorted({min(2**k, full) for k in range(full.bit_length() + 1)}))
+        # 16, 24, 32, 48, 64, ...: the padding of a short call is at most a third of its tokens.
+        self.length_buckets = tuple(sorted(
+            {b for k in range(8) for b in (16 << k, 24 << k) if b < max_length} | {max_length}))
+        self.short_row_buckets = tuple(b for b in self.row_buckets if b <= self.SHORT_ROWS)
+        self.memo_size = memo
+        self._memo: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
+        self.memo_hits = 0
+        self.memo_misses = 0
         self.params = jax.device_put(load_params(model_dir / "model.safetensors", self.cfg))
         self.compile_count = 0
         model = MiniLM(self.cfg)
@@ -200,11 +222,64 @@ class MiniLMEncoder:
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` as float32 [len(texts), 384] with unit-norm rows, in input order."""
+        if not self.memo_size or len(texts) > self.MEMO_CALL:
+            return self._encode(texts)
+        out = np.empty((len(texts), self.dim), np.float32)
+        todo: dict[str, list[int]] = {}
+        for i, text in enumerate(texts):
+            vector = self._memo.get(text)
+            if vector is None:
+                todo.setdefault(text, []).append(i)
+            else:
+                self._memo.move_to_end(text)
+                out[i] = vector
+        self.memo_hits += len(texts) - sum(len(v) for v in todo.values())
+        self.memo_misses += len(todo)
+        if todo:
+            fresh = self._encode(list(todo))
+            for (text, rows), vector in zip(todo.items(), fresh, strict=True):
+                out[rows] = vector
+                self._memo[text] = vector
+            while len(self._memo) > self.memo_size:
+                self._memo.popitem(last=False)
+        return out
+
+    def _plan_rows(self, lengths: Sequence[int]) -> tuple[list[list[int]], int]:
+        """(rows of sequence indices, row length): full ``max_length`` rows, or for a small call the
+        row length of ``length_buckets`` with the least padded tokens (ties: the shorter rows)."""
+        rows = pack(lengths, self.max_length)
+        if len(rows) > self.SHORT_ROWS:
+            return rows, self.max_length
+        best = (len(rows) and next(b for b in self.row_buckets if b >= len(rows))) * self.max_length
+        choice = (rows, self.max_length)
+        longest = max(lengths, default=0)
+        for capacity in self.length_buckets[:-1]:
+            if capacity < longest:
+                continue
+            short = pack(lengths, capacity)
+            if len(short) > self.short_row_buckets[-1]:
+                continue
+            cost = next(b for b in self.short_row_buckets if b >= len(short)) * capacity
+            if cost < best:
+                best, choice = cost, (short, capacity)
+        return choice
+
+    def warm_up(self) -> int:
+        """Compile the forwards a small call can use (every short row length x short row bucket),
+        so that online calls never compile; returns how many new compiles that took."""
+        before = self.compile_count
+        for capacity in self.length_buckets:
+            for n_rows in self.short_row_buckets:
+                zeros = np.zeros((n_rows, capacity), np.int32)
+                jax.block_until_ready(self._forward(self.params, zeros, zeros, zeros))
+        return self.compile_count - before
+
+    def _encode(self, texts: Sequence[str]) -> np.ndarray:
         out = np.empty((len(texts), self.dim), np.float32)
         if not len(texts):
             return out
         ids = self.tokenizer.tokenize(texts)
-        rows = pack([len(r) for r in ids], self.max_length)
+        rows, capacity = self._plan_rows([len(r) for r in ids])
         full = self.row_buckets[-1]
         pending: collections.deque[tuple[list[list[int]], jax.Array]] = collections.deque()
 
@@ -217,7 +292,7 @@ class MiniLMEncoder:
         for start in range(0, len(rows), full):
             batch = rows[start : start + full]
             n_rows = next(b for b in self.row_buckets if b >= len(batch))
-            arrays = pack_batch(ids, batch, n_rows, self.max_length)
+            arrays = pack_batch(ids, batch, n_rows, capacity)
             # Dispatch is asynchronous, so the next batch is packed while this one runs; keeping
             # only two in flight bounds memory when a caller passes a huge list.
             pending.append((batch, self._forward(self.params, *arrays)))
