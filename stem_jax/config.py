@@ -92,6 +92,7 @@ class EngineConfig:
     max_frontier: int = 1024  # overflowing Breadth runs are re-traced with 2x, 4x, ... capacity up to this
     rank: str = "beam"  # "beam": beam support, then length-fair score; "max": best cumulative score (paper)
     answer_cut: float = 0.5  # keep answers whose beam support >= this x the best answer's support
+    beam_gap: float = 0.5  # a beam supports only entities within this of its best length-fair score (inf: off)
     strategy: str = "breadth"  # "breadth": trace every plan as Breadth (MetaQA dev evidence); "planner": its own
     calibrated: bool = True  # use the encoder's dev-calibrated θ (stem_jax.eval.calibration) when one is stored
     guidance_admits: bool = False  # True (paper): τ counts in Breadth's θ test; False: θ tests T without τ
@@ -270,6 +271,7 @@ _FLOAT_RANGE = {  # float fields: (low, high, low inclusive, high inclusive, why
     "tracer.theta": (0.0, 1.0, True, True, "θ thresholds a cosine-based T-Score"),
     "planner.min_prob": (0.0, 1.0, True, True, "a probability"),
     "engine.answer_cut": (0.0, 1.0, True, True, "a share of the best answer's support"),
+    "engine.beam_gap": (0.0, math.inf, True, True, "a length-fair T-Score difference (inf: off)"),
     "scr.tau": (0.0, math.inf, False, False, "a temperature"),
     "scr.threshold": (0.0, 1.0, True, True, "a probability"),
     "scr.lr": (0.0, math.inf, False, False, "a learning rate"),
@@ -281,7 +283,8 @@ _FLOAT_RANGE = {  # float fields: (low, high, low inclusive, high inclusive, why
 
 def _float_range_text(low: float, high: float, low_in: bool, high_in: bool) -> str:
     if high == math.inf:
-        return f"a finite number {'>=' if low_in else '>'} {low:g}"
+        bound = f"a finite number {'>=' if low_in else '>'} {low:g}"
+        return bound + " or inf" if high_in else bound
     return f"a number in {'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
 
 
@@ -310,7 +313,8 @@ def validate(config: Any) -> list[str]:
         elif isinstance(value, float):
             if name in _FLOAT_RANGE:
                 low, high, low_in, high_in, why = _FLOAT_RANGE[name]
-                ok = math.isfinite(value) and (value >= low if low_in else value > low) and (
+                unbounded = value == math.inf and high == math.inf and high_in  # "inf" means "off" there
+                ok = (math.isfinite(value) or unbounded) and (value >= low if low_in else value > low) and (
                     value <= high if high_in else value < high)
                 if not ok:
                     problems.append(f"{flag}: expected {_float_range_text(low, high, low_in, high_in)} ({why})")

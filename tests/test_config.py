@@ -51,6 +51,8 @@ BAD_SETTINGS = [
     ("planner.beam", "0", ">= 1"),
     ("guidance.k_prime", "0", ">= 1"),
     ("engine.answer_cut", "-0.1", "[0, 1]"),
+    ("engine.beam_gap", "-0.5", ">= 0 or inf"),
+    ("engine.beam_gap", "nan", ">= 0 or inf"),
     ("engine.rank", "best", "one of beam, max"),
     ("encoder.name", "bert", "one of minilm, hashing"),
     ("seed", "-1", ">= 0"),
@@ -78,7 +80,8 @@ def test_every_violation_is_reported_at_once():
 def test_defaults_and_edge_values_are_valid():
     assert validate(StemConfig()) == []
     edge = {"tracer.theta": "0", "tracer.tau": "0", "engine.batch_precision": "16384", "encoder.max_length": "512",
-            "engine.frontier": "1", "tracer.breadth_cap": "0", "subgraph.hops": "0", "engine.max_frontier": "1"}
+            "engine.frontier": "1", "tracer.breadth_cap": "0", "subgraph.hops": "0", "engine.max_frontier": "1",
+            "engine.beam_gap": "inf"}
     assert validate(apply_overrides(StemConfig(), edge)) == []
 
 

@@ -76,3 +76,30 @@ def test_top_answer_comes_from_the_top_beam_when_it_holds_most_probability(beams
     if single:
         assert ranked[0][0] in dict(single)
         assert set(dict(single)) <= set(dict(ranked))  # B=4 keeps every answer of B=1
+
+
+def test_a_beam_supports_only_entities_near_its_best_binding():
+    """A wrong-relation binding (about one relation bonus below the beam's best) gets no support from that
+    beam, so it no longer outranks the right answer by adding a second, less probable beam."""
+    qa = QuestionAnswers()
+    _add(qa, [1, 2], [2.9, 1.9], 1, 0, 0.9)  # beam 0: answer 1 by the planned relation, 2 by text similarity
+    _add(qa, [2], [1.9], 1, 1, 0.1)  # beam 1 (another relation) binds 2 too
+    assert [e for e, _ in qa.ranked("beam")] == [2, 1]  # no gap: 2 collects 0.9 + 0.1
+    assert [e for e, _ in qa.ranked("beam", gap=0.5)] == [1, 2]
+    assert [e for e, _ in qa.ranked("beam", cut=0.5, gap=0.5)] == [1]  # 2 keeps only beam 1's 0.1
+    assert qa.ranked("beam", gap=1.5) == qa.ranked("beam")  # within the gap: as before
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 12), max_size=5, unique=True), st.integers(1, 3)), min_size=1,
+                max_size=4), st.floats(0.0, 3.0), st.randoms(use_true_random=False))
+def test_gap_keeps_every_beams_best_and_never_adds_support(beams, gap, rng):
+    qa = QuestionAnswers()
+    for b, (answers, depth) in enumerate(beams):
+        _add(qa, answers, [rng.uniform(0, 3) for _ in answers], depth, b, rng.random() + 0.01)
+    full, gapped = dict(qa.ranked("beam")), dict(qa.ranked("beam", gap=gap))
+    assert set(full) == set(gapped)  # without a cut, the gap reorders but drops nothing
+    assert all(gapped[e] <= full[e] + 1e-12 for e in full)
+    for fair in qa.beam_fair.values():  # each beam still supports its best entity
+        top = max(fair, key=fair.get)
+        assert gapped[top] > 0

@@ -11,6 +11,14 @@ Two rankings:
   this orders exactly like ``"max"``; with B beams the first answer comes from the most probable
   plan unless other beams agree on another entity.
 
+A beam only supports the entities it binds nearly as well as its best one: with ``gap`` finite, beam b
+adds its probability to entity e only when e's length-fair score in b is within ``gap`` of the best
+length-fair score b reached. Breadth admits any incident triple whose cosine passes θ, and when an
+entity's name dominates a KG triple's text a triple of the wrong relation passes too (``what year was
+[The Childhood of Maxim Gorky] released`` binds the film's writer through ``written_by``, about one
+relation bonus below the ``release_year`` binding); without the gap such a binding collects the beam's
+full probability and, with any other beam agreeing, outranks the right answer.
+
 The answer set is cut to entities whose support is at least ``cut`` times the best support, so
 answers that only a minority of the beam's probability mass produced do not dilute precision.
 """
@@ -18,6 +26,7 @@ answers that only a minority of the beam's probability mass produced do not dilu
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -41,6 +50,7 @@ class QuestionAnswers:
     scores: dict[int, float] = dataclasses.field(default_factory=dict)  # entity -> best cumulative S
     fair: dict[int, float] = dataclasses.field(default_factory=dict)  # entity -> best mean T per step
     support: dict[int, dict[int, float]] = dataclasses.field(default_factory=dict)  # entity -> beam -> prob
+    beam_fair: dict[int, dict[int, float]] = dataclasses.field(default_factory=dict)  # beam -> entity -> fair
     evidence: set[int] = dataclasses.field(default_factory=set)  # G_reason triple ids
     anchors: list[int] = dataclasses.field(default_factory=list)
     overflow: int = 0
@@ -73,17 +83,24 @@ class QuestionAnswers:
                 self.fair[node] = fair
             beams = self.support.setdefault(node, {})
             beams[beam] = max(beams.get(beam, 0.0), float(beam_prob))
+            within = self.beam_fair.setdefault(beam, {})
+            if node not in within or fair > within[node]:
+                within[node] = fair
 
-    def ranked(self, rule: str = "max", cut: float = 0.0) -> list[tuple[int, float]]:
+    def ranked(self, rule: str = "max", cut: float = 0.0, gap: float = math.inf) -> list[tuple[int, float]]:
         """(entity, score) best first, ties by entity id; see the module docstring for the rules.
 
-        ``"max"`` scores are cumulative S; ``"beam"`` scores are the support (beam probability mass).
+        ``"max"`` scores are cumulative S; ``"beam"`` scores are the support (beam probability mass),
+        where a beam counts for an entity only if the entity's length-fair score in it is within ``gap``
+        of the beam's best.
         """
         if rule == "max":
             return sorted(self.scores.items(), key=lambda kv: (-kv[1], kv[0]))
         if rule != "beam":
             raise ValueError(f"unknown answer ranking {rule!r}; use one of {', '.join(RANKINGS)}")
-        mass = {e: float(sum(b.values())) for e, b in self.support.items()}
+        best = {b: max(f.values()) for b, f in self.beam_fair.items() if f}
+        mass = {e: float(sum(p for b, p in beams.items() if self.beam_fair[b][e] >= best[b] - gap))
+                for e, beams in self.support.items()}
         order = sorted(mass, key=lambda e: (-mass[e], -self.fair[e], e))
         if order and cut > 0:
             # float noise must not split a tie: beams with equal probabilities give equal support

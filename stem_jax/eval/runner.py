@@ -406,7 +406,7 @@ class Evaluator:
             answers.add_run(out["nodes"], out["scores"], out["via"], run.plan.answer_slot, int(out["overflow"]),
                             beam=run.beam, beam_prob=run.beam_prob,
                             depth=answer_depth(run.plan.steps, run.plan.answer_slot), exclude=exclude)
-        ranked = answers.ranked(engine.rank, engine.answer_cut)
+        ranked = answers.ranked(engine.rank, engine.answer_cut, engine.beam_gap)
         evidence = self.index.triple_strings(sorted(answers.evidence))
         gold = gold_path_triples(question, self.index)
         display_evidence = [(self.display(h), r, self.display(t)) for h, r, t in evidence]

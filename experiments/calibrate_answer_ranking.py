@@ -1,0 +1,108 @@
+"""Calibrate the answer ranking's beam gap and support cut on MetaQA dev (issue 8): trace once, re-rank many times.
+
+Every dev question is planned, anchored and traced once with the default engine; each question's runs are folded
+into a :class:`~stem_jax.answer.rank.QuestionAnswers` exactly as ``Evaluator.record`` does, and every
+(``engine.beam_gap``, ``engine.answer_cut``) point of the grid is scored from those, per hop (Hit@1, Hit, F1).
+The tracer does not depend on either value, so one trace serves the whole grid.
+
+Command (from the repo root; needs `stem-jax index --dataset metaqa` and `stem-jax train-planner --dataset metaqa`):
+
+    STEM_DATA_DIR=../shared/data STEM_CACHE_DIR=... python experiments/calibrate_answer_ranking.py [--limit N]
+
+Writes experiments/results/answer-ranking-calibration-metaqa-dev.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from stem_jax import Engine
+from stem_jax.answer.rank import QuestionAnswers, answer_depth
+from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from stem_jax.eval.metrics import strict_metrics
+
+GAPS = (math.inf, 1.0, 0.75, 0.5, 0.35, 0.25, 0.1)
+CUTS = (0.5, 0.3, 0.7)
+
+
+def collect(limit: int | None, chunk: int) -> tuple[list[tuple[int, list[str], QuestionAnswers]], dict, object]:
+    engine = Engine.open("metaqa", planner="pattern", split="dev", limit=limit, log=print)
+    method = engine.method("stem")
+    evaluator = method.evaluator
+    folded: list[tuple[int, list[str], QuestionAnswers]] = []
+    original = evaluator.record
+
+    def record(question, runs, outputs, stage_ms):
+        names = evaluator.index.entity_ids
+        exclude = {names[t] for t in question.topic_entities if t in names}
+        answers = QuestionAnswers()
+        for run, out in zip(runs, outputs, strict=True):
+            answers.add_run(out["nodes"], out["scores"], out["via"], run.plan.answer_slot, int(out["overflow"]),
+                            beam=run.beam, beam_prob=run.beam_prob,
+                            depth=answer_depth(run.plan.steps, run.plan.answer_slot), exclude=exclude)
+        folded.append((question.hops, list(question.answers), answers))
+        return original(question, runs, outputs, stage_ms)
+
+    evaluator.record = record
+    questions = [q for q in engine.dataset.questions if q.answers]
+    began = time.perf_counter()
+    for start in range(0, len(questions), chunk):
+        method.retrieve(questions[start : start + chunk])
+        print(f"\r traced {min(start + chunk, len(questions))}/{len(questions)} questions "
+              f"[{time.perf_counter() - began:.0f}s]", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    info = {"questions": len(questions), "trace_seconds": round(time.perf_counter() - began, 1),
+            "theta": float(evaluator.theta)}
+
+    def display(entity: int) -> str:
+        return evaluator.display(evaluator.index.entities[entity])
+
+    return folded, info, display
+
+
+def score(folded, display, gap: float, cut: float) -> dict[str, dict[str, float]]:
+    sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for hops, gold, answers in folded:
+        ranked = [display(e) for e, _ in answers.ranked("beam", cut, gap)]
+        metrics = strict_metrics(ranked, gold)
+        for group in (f"{hops}-hop", "all"):
+            sums[group]["n"] += 1
+            for k in ("hit_at_1", "hit", "f1"):
+                sums[group][k] += metrics[k]
+    return {g: {k: (round(100 * v / s["n"], 2) if k != "n" else int(v)) for k, v in s.items()} for g, s in sums.items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--limit", type=int, default=None, help="first N dev questions per hop")
+    parser.add_argument("--chunk", type=int, default=1024)
+    parser.add_argument("--out", type=Path, default=Path("experiments/results"))
+    args = parser.parse_args(argv)
+    folded, info, display = collect(args.limit, args.chunk)
+    rows, points = [], []
+    for gap in GAPS:
+        for cut in CUTS:
+            result = score(folded, display, gap, cut)
+            points.append({"beam_gap": gap if math.isfinite(gap) else "inf", "answer_cut": cut, "metrics": result})
+            for group in sorted(result):
+                m = result[group]
+                rows.append([gap, cut, group, m["n"], m["hit_at_1"], m["hit"], m["f1"]])
+    best = max(points, key=lambda p: (p["metrics"]["all"]["hit_at_1"] + p["metrics"]["all"]["f1"]))
+    meta = run_metadata()
+    table = markdown_table(["beam_gap", "answer_cut", "hops", "questions", "Hit@1", "Hit", "F1"], rows)
+    text = (f"Command: `python experiments/calibrate_answer_ranking.py{' --limit ' + str(args.limit) if args.limit else ''}`"
+            f" (MetaQA dev, pattern planner, default engine; traced once in {info['trace_seconds']} s, re-ranked per point)."
+            f"\n\nMachine: {meta}\n\n{table}\n\nBest by all-hop Hit@1 + F1: beam_gap={best['beam_gap']}, "
+            f"answer_cut={best['answer_cut']}: {best['metrics']['all']}\n")
+    write_report(args.out, "answer-ranking-calibration-metaqa-dev", {"meta": meta, **info, "points": points,
+                                                                      "best": best}, text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
