@@ -45,7 +45,8 @@ def test_whole_split_compiles_a_handful_of_times(demo, tmp_path):
     assert summary["overall"]["n"] == len(demo[0].questions) == 450
     # 2 strategies x at most 3 step buckets (1, 2, 4), however many batches and chunks
     assert trace_batch._cache_size() <= 6
-    assert anchor_batch._cache_size() == 1
+    # demo questions name their topic's id: anchored on the host, the entity-table kernel never runs
+    assert anchor_batch._cache_size() == 0
 
 
 def test_resume_gives_identical_metrics(demo, tmp_path):

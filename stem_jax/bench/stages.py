@@ -3,9 +3,11 @@
 Stages, in pipeline order: question encoding (MiniLM over the masked question wordings, pattern
 planner only), planning (template head, beam, type check), grounding + schema-triple encoding,
 GNN guidance (when on), anchoring, tracing, answers (ranking, evidence, record). For each batch
-size the first call (which compiles new shapes) is timed on its own, then ``repeats`` warm calls
-on *other* questions of the split, each planned afresh, give p50/p95/p99 per stage and end to
-end, and throughput. Compile counts of the jitted tracer/anchor functions, peak host RSS and (on a
+size the first call (which compiles new shapes) is timed on its own; then the engine precompiles
+what a call of that size can reach (:meth:`~stem_jax.engine.Engine.warm_up`), and ``repeats`` warm
+calls on *other* questions of the split, each planned afresh, give p50/p95/p99 per stage and end
+to end, and throughput. The encoder's in-memory memo (repeated question wordings and schema
+triples) stays on unless turned off (``encoder.memo_size = 0``); its hits are reported. Compile counts of the jitted tracer/anchor functions, peak host RSS and (on a
 GPU) device memory are recorded with the jax/jaxlib versions, machine and commit.
 """
 
@@ -36,10 +38,17 @@ def _device_memory() -> dict[str, Any] | None:
     return {k: stats[k] for k in ("peak_bytes_in_use", "bytes_in_use", "bytes_limit") if k in stats}
 
 
-def _compiles() -> dict[str, int]:
+def _compiles(encoder: Any = None) -> dict[str, int]:
     from stem_jax.trace.tracer import anchor_batch, trace_batch
 
-    return {"trace_batch": trace_batch._cache_size(), "anchor_batch": anchor_batch._cache_size()}
+    counts = {"trace_batch": trace_batch._cache_size(), "anchor_batch": anchor_batch._cache_size()}
+    if hasattr(encoder, "compile_count"):
+        counts["encoder"] = encoder.compile_count
+    return counts
+
+
+def _memo(encoder: Any) -> dict[str, int]:
+    return {"hits": getattr(encoder, "memo_hits", 0), "misses": getattr(encoder, "memo_misses", 0)}
 
 
 class StageTimer:
@@ -105,13 +114,16 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 
 def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Sequence[int] = (1, 8, 64, 256, 1024),
-                 repeats: int | None = None, warmup: int = 2, min_seconds: float = 0.0,
+                 repeats: int | None = None, warmup: int = 2, min_seconds: float = 0.0, precompile: bool = True,
                  log: Any = None) -> dict[str, Any]:
     """Latency per stage and batch size; see the module docstring. ``repeats`` defaults to a count
-    that keeps every batch size near the same number of questions (at least 3 calls); ``warmup``
-    untimed calls after the first let the remaining shape buckets (strategy x steps x capacity)
-    compile, and compiles during the timed calls are reported."""
+    that keeps every batch size near the same number of questions (at least 3 calls). After the
+    first call, ``precompile`` runs :meth:`~stem_jax.engine.Engine.warm_up` for the batch size (the
+    encoder's short rows, every capacity-ladder tracer shape the batch can escalate to), then
+    ``warmup`` untimed calls; compiles in each phase and during the timed calls are reported, and
+    the encoder memo's hits and misses during the timed calls."""
     timer = StageTimer(engine)
+    encoder = engine.encoder
     questions = list(questions)
     results: dict[str, Any] = {"stages": list(STAGES), "batch_sizes": {}}
     cursor = 0
@@ -129,18 +141,22 @@ def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Seq
             if log:
                 log(f"batch size {size}: skipped, only {len(questions)} questions loaded")
             continue
-        before = _compiles()
+        before = _compiles(encoder)
         first = timer.run(take(size))
-        after_first = _compiles()
+        after_first = _compiles(encoder)
+        precompiled = engine.warm_up(size) if precompile else None
+        after_precompile = _compiles(encoder)
         for _ in range(warmup):
             timer.run(take(size))
-        after_warmup = _compiles()
+        after_warmup = _compiles(encoder)
         reps = repeats or max(3, min(50, 2048 // size))
         warm: list[dict[str, float]] = []
+        memo_before = _memo(encoder)
         began = time.perf_counter()
         while len(warm) < reps or time.perf_counter() - began < min_seconds:
             warm.append(timer.run(take(size)))
-        after = _compiles()
+        after = _compiles(encoder)
+        memo_after = _memo(encoder)
         per_stage = {stage: _percentiles([w[stage] for w in warm]) for stage in (*STAGES, "total")}
         total_seconds = sum(w["total"] for w in warm)
         results["batch_sizes"][str(size)] = {
@@ -150,8 +166,11 @@ def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Seq
             "warm_ms": per_stage,
             "questions_per_second": size * len(warm) / max(total_seconds, 1e-9),
             "compiles_first_call": {k: after_first[k] - before[k] for k in before},
-            "compiles_warmup": {k: after_warmup[k] - after_first[k] for k in before},
+            "precompile": precompiled,
+            "compiles_precompile": {k: after_precompile[k] - after_first[k] for k in before},
+            "compiles_warmup": {k: after_warmup[k] - after_precompile[k] for k in before},
             "compiles_timed": {k: after[k] - after_warmup[k] for k in before},
+            "encoder_memo_timed": {k: memo_after[k] - memo_before[k] for k in memo_after},
             "peak_rss_mib": _rss_mib(),
             "device_memory": _device_memory(),
         }
@@ -159,7 +178,8 @@ def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Seq
             row = results["batch_sizes"][str(size)]
             log(f"batch {size:5d}: end-to-end p50 {per_stage['total']['p50']:.1f} ms, "
                 f"{row['questions_per_second']:.0f} q/s, first call {row['first_call_ms']['total']:.0f} ms")
-    results["compiles_total"] = _compiles()
+    results["compiles_total"] = _compiles(encoder)
+    results["encoder_memo"] = getattr(encoder, "memo_size", None)
     results["peak_rss_mib"] = _rss_mib()
     results["jax"] = jax.__version__
     results["jaxlib"] = __import__("jaxlib").__version__

@@ -42,6 +42,10 @@ def add_bench_stages_parser(bench_sub, add_dataset_flags, add_cache_flags, add_c
     p.add_argument("--repeats", type=int, default=None,
                    help="warm calls per batch size (default: enough for ~2048 questions, 3 to 50 calls)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls after the first, per batch size (default 2)")
+    p.add_argument("--no-precompile", dest="precompile", action="store_false",
+                   help="skip Engine.warm_up after the first call (warm calls may then compile capacity-ladder shapes)")
+    p.add_argument("--no-encoder-memo", dest="encoder_memo", action="store_false",
+                   help="turn off the encoder's in-memory memo of repeated strings (every text is encoded)")
     p.add_argument("--out", type=Path, default=None,
                    help="where to write bench-stages-*.json/.md/.png (default runs/bench)")
     p.add_argument("--record", action="store_true",
@@ -55,11 +59,14 @@ def cmd_bench_stages(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     started = time.perf_counter()
     engine = open_engine(args, config)
-    results = bench_stages(engine, engine.dataset.questions, batch_sizes=args.batch_sizes, repeats=args.repeats, warmup=args.warmup,
-                           log=print)
+    if not args.encoder_memo and hasattr(engine.encoder, "memo_size"):
+        engine.encoder.memo_size = 0
+    results = bench_stages(engine, engine.dataset.questions, batch_sizes=args.batch_sizes, repeats=args.repeats,
+                           warmup=args.warmup, precompile=args.precompile, log=print)
     meta = run_metadata()
     hops = "-".join(map(str, args.hops))
     guidance = "-gnn" if getattr(args, "guidance", "none") == "gnn" else ""
+    guidance += "" if args.encoder_memo else "-nomemo"
     name = f"bench-stages-{engine.dataset.name}-{hops}hop-{engine.planner_spec.label}{guidance}-{meta['backend']}"
     results["title"] = f"{engine.dataset.name} {hops}-hop, planner {engine.planner_spec.label}{guidance}, {meta['backend']}"
     headers, rows = stage_table(results)

@@ -283,11 +283,38 @@ class Evaluator:
                 members = retry
         return outputs, timings
 
+    def warm_up(self, step_buckets: Sequence[int], max_runs: int) -> int:
+        """Compile every tracer a call of at most ``max_runs`` runs can reach, so warm calls never compile.
+
+        For each (strategy in use, steps bucket) that is every capacity-ladder level (overflowing
+        Breadth runs escalate one level per retry) at every padded batch size :meth:`trace_runs`
+        can pick there (:meth:`_fit` of 1..``max_runs`` runs). Traces all-padding batches (no
+        anchor: nothing to expand), which costs only the compile. Returns the number of tracer
+        shapes visited (a shape compiled before is not compiled again)."""
+        modes = [False] if self.engine.strategy == "breadth" else [True, False]
+        visited = 0
+        for precision in modes:
+            ladder = [self.shapes[True]] if precision else self.ladder
+            for bucket in sorted({steps_bucket(max(b, 1)) for b in step_buckets}):
+                for level, shapes in enumerate(ladder):
+                    capacity = max(self.batch[precision] >> level, 4)
+                    for size in sorted({self._fit(capacity, n) for n in range(1, max_runs + 1)}):
+                        empty = np.zeros(0, np.int32)
+                        batch = self._batch([], empty, empty.astype(np.float32), size, bucket)
+                        jax.block_until_ready(self.sharding.trace(
+                            self.kg, batch, self.hyper, shapes=shapes, precision=precision,
+                            relation_bonus=self.engine.relation_bonus, tau_admits=self.engine.guidance_admits))
+                        visited += 1
+        return visited
+
+    MIN_BATCH = 4  # a question's beam (B=4) fills it; 8 padded rows made batch-1 tracing ~1.5x slower
+
     def _fit(self, capacity: int, n: int) -> int:
         """Padded batch size for ``n`` runs: the configured ``capacity``, or the next power of two
-        (at least 8) when fewer runs are waiting, so a single question does not pay for a full batch
-        (anchoring scores every padded row against every entity). Powers of two keep compiles few."""
-        small = max(8, 1 << max(n - 1, 0).bit_length())
+        (at least ``MIN_BATCH``) when fewer runs are waiting, so a single question does not pay for a
+        full batch. Powers of two keep compiles few; below 4 rows XLA's CPU dot switches kernels and
+        the last float bit of a score can change, so batches never go below 4."""
+        small = max(self.MIN_BATCH, 1 << max(n - 1, 0).bit_length())
         return self.sharding.round_up(min(capacity, small))
 
     def _guidance_rows(self, runs: Sequence[Run]) -> np.ndarray:
@@ -377,7 +404,7 @@ class Evaluator:
 
     def _batch(self, runs: Sequence[Run], anchors, anchor_scores, size: int, bucket: int,
                guidance_rows: np.ndarray | None = None) -> TraceBatch:
-        dim = self.text_emb.shape[1]
+        dim = self.kg.triple_emb.shape[-1]  # schema and KG triples share the encoder's space
         steps = np.full((size, bucket, 3), -1, np.int32)
         mask = np.zeros((size, bucket), bool)
         step_emb = np.zeros((size, bucket, dim), np.float32)

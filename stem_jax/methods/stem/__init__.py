@@ -103,14 +103,24 @@ class StemMethod:
         evaluator = self.evaluator
         if evaluator.text_emb is None:
             evaluator.embed_texts(texts, show_progress)
+            self._text_buffer = None
             return
-        new = sorted(set(texts) - set(evaluator.text_rows))
+        known = evaluator.text_rows
+        new = sorted({t for t in texts if t not in known})  # not set(known): that copies every row per call
         if not new:
             return
         matrix = np.asarray(evaluator.encoder.encode(new), dtype=np.float16).astype(np.float32)
-        start = len(evaluator.text_rows)
-        evaluator.text_rows.update({t: start + i for i, t in enumerate(new)})
-        evaluator.text_emb = np.concatenate([evaluator.text_emb, matrix])
+        start = len(known)
+        # Rows are appended into a buffer that doubles when full, so a long-lived engine (``ask``, a
+        # server) does not copy the whole table for every question; text_emb is a view of its rows.
+        buffer = getattr(self, "_text_buffer", None)
+        if buffer is None or evaluator.text_emb.base is not buffer or len(buffer) < start + len(new):
+            grown = np.empty((max(2 * (start + len(new)), 1024), matrix.shape[1]), np.float32)
+            grown[:start] = evaluator.text_emb[:start]
+            buffer = self._text_buffer = grown
+        buffer[start : start + len(new)] = matrix
+        known.update({t: start + i for i, t in enumerate(new)})
+        evaluator.text_emb = buffer[: start + len(new)]
 
     def forget(self, qids: Sequence[str]) -> None:
         """Drop prepared plans, so the next :meth:`retrieve` plans these questions afresh (and times it)."""

@@ -1,0 +1,69 @@
+"""The batch-1 latency path: Engine.warm_up leaves nothing to compile, the small padded batch and the
+growing schema-text table give the same results as before."""
+
+import numpy as np
+import pytest
+
+from stem_jax import Engine, StemConfig
+from stem_jax.config import apply_overrides
+from stem_jax.trace.tracer import trace_batch
+
+# A small Breadth frontier so that demo runs overflow and climb the capacity ladder.
+FAST = {"encoder.name": "hashing", "engine.batch_precision": "32", "engine.batch_breadth": "8",
+        "engine.frontier": "2", "engine.node_matches": "2", "engine.max_frontier": "16"}
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    config = apply_overrides(StemConfig(), FAST)
+    return Engine.open("demo", config=config, planner="oracle", cache_dir=tmp_path_factory.mktemp("cache"), limit=8)
+
+
+def _outputs(engine, questions):
+    method = engine.method("stem")
+    method.forget([q.qid for q in questions])
+    method.prepare(questions)
+    runs = [run for q in questions for run in method.runs[q.qid]]
+    outputs, _ = method.evaluator.trace_runs(runs)
+    return runs, outputs
+
+
+def test_warm_up_compiles_every_shape_a_call_reaches(engine):
+    questions = engine.dataset.questions
+    steps = sorted({max(q.hops or 1, 1) for q in questions})
+    info = engine.warm_up(1, step_buckets=steps)
+    assert info["tracer_shapes"] > 0 and info["max_runs"] == engine.config.planner.beam
+    before = trace_batch._cache_size()
+    escalated = 0
+    for question in questions:  # one question at a time: the batch-1 path
+        _, outputs = _outputs(engine, [question])
+        escalated += sum(int(o["capacity"]) > 2 for o in outputs)
+    assert escalated > 0  # some runs did climb the ladder ...
+    assert trace_batch._cache_size() == before  # ... into shapes warm_up had compiled
+
+
+def test_small_padded_batch_matches_the_old_minimum(engine, monkeypatch):
+    evaluator = engine.method("stem").evaluator
+    questions = engine.dataset.questions[:6]
+    runs, small = _outputs(engine, questions[:1])
+    monkeypatch.setattr(evaluator, "MIN_BATCH", 8)
+    _, padded = _outputs(engine, questions[:1])
+    assert len(runs) <= 4 and evaluator._fit(64, len(runs)) == 8
+    monkeypatch.setattr(evaluator, "MIN_BATCH", 4)
+    assert evaluator._fit(64, len(runs)) == 4
+    for a, b in zip(small, padded, strict=True):
+        for key in ("nodes", "scores", "via", "parents", "overflow", "capacity"):
+            np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_schema_texts_appended_in_place_keep_their_rows(engine):
+    method = engine.method("stem")
+    evaluator = method.evaluator
+    method._embed(["first text here"], False)
+    for i in range(40):  # enough appends to grow the buffer at least once
+        method._embed([f"schema text {i}", "first text here", f"schema text {i // 2}"], False)
+    texts = ["first text here"] + [f"schema text {i}" for i in range(40)]
+    expected = engine.encoder.encode(texts).astype(np.float16).astype(np.float32)
+    got = evaluator.text_emb[[evaluator.text_rows[t] for t in texts]]
+    np.testing.assert_array_equal(got, expected)
+    assert len(evaluator.text_emb) == len(evaluator.text_rows)
