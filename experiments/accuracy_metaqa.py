@@ -33,6 +33,7 @@ VARIANTS = {
     "pattern, defaults": ("pattern-default", "pattern", []),
     "pattern + GNN guidance, defaults": ("pattern-gnn-default", "pattern", ["--guidance", "gnn", "--gnn-checkpoint"]),
     "oracle, defaults": ("oracle-default", "oracle", []),
+    "oracle + GNN guidance, defaults": ("oracle-gnn-default", "oracle", ["--guidance", "gnn", "--gnn-checkpoint"]),
     "pattern, paper-literal (--engine.preset=paper)": ("pattern-paper", "pattern", ["--engine.preset=paper"]),
     "pattern B=1, defaults (B=4 >= B=1 check)": ("pattern-b1-default", "pattern", ["--planner.beam=1"]),
 }
@@ -132,17 +133,18 @@ def main_experiment(argv: list[str] | None = None) -> int:
             limit = args.gnn_limit or args.limit
         results[name] = run_variant(args.runs, slug, planner, flags, limit, args.score_only)
     rows = []
-    default = results.get("pattern, defaults")
     for name, metrics in results.items():
         rows += _rows(name, metrics)
+        unguided = name.replace(" + GNN guidance", "")
+        default = results.get(unguided if unguided != name else "pattern, defaults")
         if default is not None and metrics["overall"]["n"] < default["overall"]["n"]:
-            # the same questions scored from the default row's predictions, for a like-for-like comparison
+            # the same questions scored from the unguided row's predictions, for a like-for-like comparison
             folder = Path(metrics["command"].split("--out ")[-1])
             qids = set(read_finished(folder / "predictions.jsonl"))
             default_folder = Path(default["command"].split("--out ")[-1])
             same = score_predictions(default_folder / "predictions.jsonl", qids)
             metrics["default_on_same_questions"] = same
-            rows += _rows("pattern, defaults, same questions as above", same)
+            rows += _rows(f"{unguided if unguided != name else 'pattern, defaults'}, same questions as above", same)
     for name, key in BEFORE.items():
         if key in before:
             rows += _rows(name, before[key])
