@@ -96,9 +96,11 @@ def test_compile_count_bounded(minilm):
     before = minilm.compile_count
     minilm.warm_up()
     after = minilm.compile_count
-    assert after - before <= short + len(minilm.short_row_buckets)
+    assert after - before <= short + len(minilm.row_buckets)
     for text in ("a", "what movies did X star in", "Kismet directed by [ENT1]", LONG):  # small calls: no compile
         minilm.encode([text, text + " again"])
+    for n in (9, 40, 250):  # nor larger ones
+        minilm.encode([f"{LONG[: 3 * i]} entity {i}" for i in range(n)])
     assert minilm.compile_count == after
 
 

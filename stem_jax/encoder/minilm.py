@@ -268,13 +268,15 @@ class MiniLMEncoder:
         return choice
 
     def warm_up(self) -> int:
-        """Compile the forwards a small call can use (every short row length x short row bucket),
-        so that online calls never compile; returns how many new compiles that took."""
+        """Compile every forward a call can use (each short row length x short row bucket, and
+        full-length rows in every row bucket), so that later calls never compile; returns how many
+        new compiles that took."""
         before = self.compile_count
-        for capacity in self.length_buckets:
-            for n_rows in self.short_row_buckets:
-                zeros = np.zeros((n_rows, capacity), np.int32)
-                jax.block_until_ready(self._forward(self.params, zeros, zeros, zeros))
+        shapes = {(n_rows, capacity) for capacity in self.length_buckets for n_rows in self.short_row_buckets}
+        shapes |= {(n_rows, self.max_length) for n_rows in self.row_buckets}
+        for n_rows, capacity in sorted(shapes):
+            zeros = np.zeros((n_rows, capacity), np.int32)
+            jax.block_until_ready(self._forward(self.params, zeros, zeros, zeros))
         return self.compile_count - before
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
