@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -58,12 +59,15 @@ def cmd_bench_stages(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     started = time.perf_counter()
+    load_before = os.getloadavg()  # a shared machine: timings mean little without the load beside them
     engine = open_engine(args, config)
     if not args.encoder_memo and hasattr(engine.encoder, "memo_size"):
         engine.encoder.memo_size = 0
     results = bench_stages(engine, engine.dataset.questions, batch_sizes=args.batch_sizes, repeats=args.repeats,
                            warmup=args.warmup, precompile=args.precompile, log=print)
     meta = run_metadata()
+    meta["load_average"] = {"before": [round(x, 2) for x in load_before],
+                            "after": [round(x, 2) for x in os.getloadavg()]}
     hops = "-".join(map(str, args.hops))
     guidance = "-gnn" if getattr(args, "guidance", "none") == "gnn" else ""
     guidance += "" if args.encoder_memo else "-nomemo"
