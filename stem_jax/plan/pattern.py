@@ -372,6 +372,7 @@ def train_head(
 
 
 _APPLY_CACHE: dict[tuple, Any] = {}
+_DEVICE_PARAMS: dict[int, tuple[Any, Any]] = {}
 
 
 def head_predict(params: dict[str, Any], x: np.ndarray, config: TrainConfig, batch: int = 1024) -> tuple[np.ndarray, np.ndarray]:
@@ -380,7 +381,6 @@ def head_predict(params: dict[str, Any], x: np.ndarray, config: TrainConfig, bat
     Inputs are padded to a multiple of ``batch`` so the jitted forward compiles once per shape.
     """
     import jax
-    import jax.numpy as jnp
 
     t = params["template"]["bias"].shape[0]
     key = (t, config.hidden, x.shape[1])
@@ -394,14 +394,21 @@ def head_predict(params: dict[str, Any], x: np.ndarray, config: TrainConfig, bat
 
         _APPLY_CACHE[key] = forward
     forward = _APPLY_CACHE[key]
+    # the head's weights go to the device once per params object, not on every (often batch-1) call
+    cached = _DEVICE_PARAMS.get(id(params))
+    if cached is None or cached[0] is not params:
+        cached = (params, jax.device_put(params))
+        _DEVICE_PARAMS.clear()
+        _DEVICE_PARAMS[id(params)] = cached
+    device_params = cached[1]
     probs = np.zeros((len(x), t), np.float32)
     breadth = np.zeros((len(x), t), np.float32)
     for start in range(0, len(x), batch):
         part = x[start : start + batch]
-        rows = min(batch, max(64, 1 << max(0, int(np.ceil(np.log2(max(len(part), 1)))))))
+        rows = min(batch, max(8, 1 << max(0, int(np.ceil(np.log2(max(len(part), 1)))))))
         padded = np.zeros((rows, x.shape[1]), np.float32)
         padded[: len(part)] = part
-        p, b = jax.device_get(forward(params, jnp.asarray(padded)))
+        p, b = jax.device_get(forward(device_params, padded))
         probs[start : start + len(part)] = p[: len(part)]
         breadth[start : start + len(part)] = b[: len(part)]
     return probs, breadth
