@@ -30,11 +30,12 @@ GAPS = (math.inf, 1.0, 0.75, 0.5, 0.35, 0.25, 0.1)
 CUTS = (0.5, 0.3, 0.7)
 
 
-def collect(limit: int | None, chunk: int) -> tuple[list[tuple[int, list[str], QuestionAnswers]], dict, object]:
-    engine = Engine.open("metaqa", planner="pattern", split="dev", limit=limit, log=print)
+def collect(limit: int | None, chunk: int, gnn: Path | None,
+            ) -> tuple[list[tuple[int, list[str], QuestionAnswers, float]], dict, object]:
+    engine = Engine.open("metaqa", planner="pattern", split="dev", limit=limit, log=print, guidance=gnn)
     method = engine.method("stem")
     evaluator = method.evaluator
-    folded: list[tuple[int, list[str], QuestionAnswers]] = []
+    folded: list[tuple[int, list[str], QuestionAnswers, float]] = []
     original = evaluator.record
 
     def record(question, runs, outputs, stage_ms):
@@ -45,7 +46,9 @@ def collect(limit: int | None, chunk: int) -> tuple[list[tuple[int, list[str], Q
             answers.add_run(out["nodes"], out["scores"], out["via"], run.plan.answer_slot, int(out["overflow"]),
                             beam=run.beam, beam_prob=run.beam_prob,
                             depth=answer_depth(run.plan.steps, run.plan.answer_slot), exclude=exclude)
-        folded.append((question.hops, list(question.answers), answers))
+        # the widening the engine adds to engine.beam_gap for these runs (τ when they are guided)
+        widen = evaluator.ranking_gap(runs) - evaluator.engine.beam_gap
+        folded.append((question.hops, list(question.answers), answers, widen))
         return original(question, runs, outputs, stage_ms)
 
     evaluator.record = record
@@ -67,8 +70,8 @@ def collect(limit: int | None, chunk: int) -> tuple[list[tuple[int, list[str], Q
 
 def score(folded, display, gap: float, cut: float) -> dict[str, dict[str, float]]:
     sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for hops, gold, answers in folded:
-        ranked = [display(e) for e, _ in answers.ranked("beam", cut, gap)]
+    for hops, gold, answers, widen in folded:
+        ranked = [display(e) for e, _ in answers.ranked("beam", cut, gap + widen)]
         metrics = strict_metrics(ranked, gold)
         for group in (f"{hops}-hop", "all"):
             sums[group]["n"] += 1
@@ -82,8 +85,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=None, help="first N dev questions per hop")
     parser.add_argument("--chunk", type=int, default=1024)
     parser.add_argument("--out", type=Path, default=Path("experiments/results"))
+    parser.add_argument("--gnn-checkpoint", type=Path, help="trace with Triple-GNN guidance from this train-gnn run")
     args = parser.parse_args(argv)
-    folded, info, display = collect(args.limit, args.chunk)
+    folded, info, display = collect(args.limit, args.chunk, args.gnn_checkpoint)
+    info["guidance"] = str(args.gnn_checkpoint) if args.gnn_checkpoint else "none"
     rows, points = [], []
     for gap in GAPS:
         for cut in CUTS:
@@ -95,11 +100,17 @@ def main(argv: list[str] | None = None) -> None:
     best = max(points, key=lambda p: (p["metrics"]["all"]["hit_at_1"] + p["metrics"]["all"]["f1"]))
     meta = run_metadata()
     table = markdown_table(["beam_gap", "answer_cut", "hops", "questions", "Hit@1", "Hit", "F1"], rows)
-    text = (f"Command: `python experiments/calibrate_answer_ranking.py{' --limit ' + str(args.limit) if args.limit else ''}`"
-            f" (MetaQA dev, pattern planner, default engine; traced once in {info['trace_seconds']} s, re-ranked per point)."
+    flags = (f" --limit {args.limit}" if args.limit else "") + (
+        f" --gnn-checkpoint {args.gnn_checkpoint}" if args.gnn_checkpoint else "")
+    text = (f"Command: `python experiments/calibrate_answer_ranking.py{flags}`"
+            f" (MetaQA dev, pattern planner, default engine, guidance: {info['guidance']}; traced once in"
+            f" {info['trace_seconds']} s, re-ranked per point; a guided run's gap is beam_gap + τ, see"
+            " Evaluator.ranking_gap)."
             f"\n\nMachine: {meta}\n\n{table}\n\nBest by all-hop Hit@1 + F1: beam_gap={best['beam_gap']}, "
             f"answer_cut={best['answer_cut']}: {best['metrics']['all']}\n")
-    write_report(args.out, "answer-ranking-calibration-metaqa-dev", {"meta": meta, **info, "points": points,
+    name = "answer-ranking-calibration-metaqa-dev" + ("-gnn" if args.gnn_checkpoint else "") + (
+        f"-limit{args.limit}" if args.limit else "")
+    write_report(args.out, name, {"meta": meta, **info, "points": points,
                                                                       "best": best}, text)
     print(text)
 
