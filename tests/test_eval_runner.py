@@ -87,3 +87,14 @@ def test_jax_answers_match_the_reference_tracer(demo, tmp_path):
             checked += 1
     assert checked >= 20
     assert json.loads(json.dumps(records[questions[0].qid]))["ms"]["trace"] >= 0
+
+
+def test_guided_runs_widen_the_beam_gap_by_tau(demo):
+    """The gap catches wrong-relation bindings; guidance's +τ on a few entities must not count against it."""
+    evaluator = _evaluator(demo)
+    question = demo[0].questions[0]
+    runs, _ = evaluator.plan_all([question], OraclePlanner().plan)
+    runs = runs[0]
+    assert evaluator.ranking_gap(runs) == evaluator.engine.beam_gap
+    guided = [dataclasses.replace(run, guidance=np.asarray([1, 2], np.int32)) for run in runs]
+    assert evaluator.ranking_gap(guided) == pytest.approx(evaluator.engine.beam_gap + evaluator.config.tracer.tau)
