@@ -19,9 +19,22 @@ import numpy as np
 
 from stem_jax.errors import StemError
 from stem_jax.gnn.batching import GraphExample, node_offsets, pack_by_size, pad_batch
-from stem_jax.gnn.model import ModelSpec, build_model
+from stem_jax.gnn.model import ModelSpec, build_model, reach_logits
 from stem_jax.gnn.multihop import GraphSet
-from stem_jax.gnn.packing import BIN_EDGES, BIN_GRAPHS, assemble, own_shape, plan_bins
+from stem_jax.gnn.packing import (
+    BIN_EDGES,
+    BIN_GRAPHS,
+    REACH_EDGES,
+    assemble,
+    assemble_reach,
+    csr_ranges,
+    own_reach_shape,
+    own_shape,
+    plan_bins,
+    plan_reach_bins,
+    reach_index,
+    schema_means,
+)
 from stem_jax.kg.subgraph import csr_gather
 
 MAX_BATCH_EDGES = 1 << 17  # edges per inference batch (a larger graph gets a batch of its own)
@@ -84,9 +97,77 @@ def top_of_batch(probs: np.ndarray, graph: np.ndarray, entities: np.ndarray, cou
     return sorted_graph[keep], rank[keep], order[keep]
 
 
+@functools.cache
+def reach_forward_fn(layers: int):
+    """The jitted ``(params, reach batch, relation_emb) -> probabilities [N]``
+    (:func:`~stem_jax.gnn.model.reach_logits`)."""
+
+    @jax.jit
+    def forward(params, batch, relation_emb):
+        return jax.nn.sigmoid(reach_logits(params, layers, batch, relation_emb))
+
+    return forward
+
+
 def predict_top(params: Any, spec: ModelSpec, graphs: GraphSet, relation_emb: np.ndarray, width: int, *,
+                max_edges: int | None = None, max_graphs: int = BIN_GRAPHS, edge_order: str = "receiver",
+                method: str = "reach") -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Top-``width`` (entity ids int32 [Q, width], probabilities float32 [Q, width]) of every graph
+    of ``graphs``, -1 / 0 padded, and statistics (batches, shapes, real and padded node/edge counts).
+
+    The probabilities are those of :func:`predict` on the same graphs up to float32 rounding.
+    ``method="reach"`` (default) runs :func:`~stem_jax.gnn.model.reach_logits` on reach-ordered
+    bins of about ``max_edges`` edges (default :data:`~stem_jax.gnn.packing.REACH_EDGES`);
+    ``method="full"`` runs the plain :class:`~stem_jax.gnn.model.TripleGNN` forward on bins of
+    ``max_edges`` (default :data:`~stem_jax.gnn.packing.BIN_EDGES`) edges sorted by ``edge_order``.
+    """
+    if method == "full":
+        return _predict_top_full(params, spec, graphs, relation_emb, width, max_edges=max_edges or BIN_EDGES,
+                                 max_graphs=max_graphs, edge_order=edge_order)
+    if method != "reach":
+        raise ValueError(f"unknown inference method {method!r} (reach or full)")
+    forward = reach_forward_fn(spec.layers)
+    rel = jax.device_put(np.asarray(relation_emb, np.float32))
+    count = len(graphs)
+    ids = np.full((count, width), -1, np.int32)
+    probs = np.zeros((count, width), np.float32)
+    stats: dict[str, Any] = {"batches": 0, "shapes": set(), "real_nodes": int(graphs.n_node.sum()),
+                             "real_edges": int(graphs.n_edge.sum()), "padded_nodes": 0, "padded_edges": 0}
+    if count == 0:
+        return ids, probs, stats
+    reach = reach_index(graphs)
+    means = schema_means(graphs)
+    shape, bins, oversized = plan_reach_bins(reach.demand, max_edges=max_edges or REACH_EDGES, max_graphs=max_graphs)
+    work = [(members, shape) for members in bins] + [([i], own_reach_shape(reach.demand[i])) for i in oversized]
+    pending = None
+    for members, bin_shape_ in work + [(None, None)]:
+        # dispatch the next batch before reading the previous one back: host assembly and top-K
+        # of one batch overlap the device compute of the other
+        launched = None
+        if members is not None:
+            batch, rows = assemble_reach(graphs, reach, means, members, bin_shape_, spec.num_relations)
+            launched = (members, rows, forward(params, batch, rel))
+            stats["batches"] += 1
+            stats["shapes"].add(tuple(int(x) for x in bin_shape_.as_array()))
+            stats["padded_nodes"] += bin_shape_.nodes
+            stats["padded_edges"] += bin_shape_.edges
+        if pending is not None:
+            done, rows, out = pending
+            done = np.asarray(done, np.int64)
+            batch_probs = np.asarray(jax.device_get(out))[rows]
+            graph = np.repeat(np.arange(len(done)), graphs.n_node[done])
+            entities = graphs.entities[csr_ranges(graphs.node_ptr, done)]
+            g, rank, pos = top_of_batch(batch_probs, graph, entities, len(done), width)
+            ids[done[g], rank] = entities[pos]
+            probs[done[g], rank] = batch_probs[pos]
+        pending = launched
+    stats["shapes"] = sorted(stats["shapes"])
+    return ids, probs, stats
+
+
+def _predict_top_full(params: Any, spec: ModelSpec, graphs: GraphSet, relation_emb: np.ndarray, width: int, *,
                 max_edges: int = BIN_EDGES, max_graphs: int = BIN_GRAPHS, edge_order: str = "receiver",
-                ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+                      ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Top-``width`` (entity ids int32 [Q, width], probabilities float32 [Q, width]) of every graph
     of ``graphs``, -1 / 0 padded, computed in fixed-shape bins (:mod:`stem_jax.gnn.packing`).
 

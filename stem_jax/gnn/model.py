@@ -29,6 +29,7 @@ Computation, with d = d_gnn:
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -112,3 +113,85 @@ class TripleGNN(nn.Module):
 
 def build_model(spec: ModelSpec, edge_order: str = "receiver") -> TripleGNN:
     return TripleGNN(layers=spec.layers, d_gnn=spec.d_gnn, edge_order=edge_order)
+
+
+# --- reach-aware inference (same parameters, same probabilities, much less work) -------------
+#
+# h^0 is zero off the question entities, so with D(v) the directed distance from the nearest
+# question entity (following sender -> receiver):
+# * layer 1: a node with D >= 2 has only zero senders, so agg = 0 and its state is the constant
+#   c1 = LN(MLP([0; 0])) (h^0 = 0); only D <= 1 rows need the update;
+# * layer 2: a sender with D >= 2 holds c1, so its message is c1 * g2(r): the receiver's sum over
+#   such edges is cnt[v] @ (c1 * g2), cnt the host-counted [N, 2R] in-relation histogram of those
+#   edges. Rows with D >= 3 have only such senders and h = c1, so their first dense collapses to
+#   (c1 W1a + b1) + (cnt[v] @ ((c1 * g2) W1b)) / deg (a [2R, d] product instead of [2d, d]);
+# * layers >= 3: every row, every edge (the plain update).
+# Rows of a batch are ordered [D <= 1 | D = 2 | D >= 3] (each block padded), so "rows with
+# D <= l" are static prefixes. Sums are reassociated (W1b applied before the 1/deg scaling for
+# far rows, the [h; agg] dense split in two), so logits move by float32 rounding only
+# (tests/test_gnn_reach.py compares against TripleGNN on random graphs).
+
+
+def _dense(p: dict, x: jax.Array) -> jax.Array:
+    return x @ p["kernel"] + p["bias"]
+
+
+def _mlp2(p: dict, x: jax.Array) -> jax.Array:
+    return _dense(p["dense1"], jax.nn.relu(_dense(p["dense0"], x)))
+
+
+def _layer_norm(p: dict, x: jax.Array) -> jax.Array:
+    return nn.LayerNorm().apply({"params": p}, x)
+
+
+def _update(params: dict, layer: int, h: jax.Array, agg: jax.Array) -> jax.Array:
+    """h + LN(MLP([h; agg])) with the first dense split into its h and agg halves (no concat)."""
+    d = h.shape[-1]
+    p = params[f"update{layer}"]
+    w = p["dense0"]["kernel"]
+    z = h @ w[:d] + agg @ w[d:] + p["dense0"]["bias"]
+    return h + _layer_norm(params[f"norm{layer}"], _dense(p["dense1"], jax.nn.relu(z)))
+
+
+def reach_logits(params: Any, layers: int, batch: dict[str, jax.Array], relation_emb: jax.Array) -> jax.Array:
+    """TripleGNN logits [N] of one reach-ordered batch (:func:`stem_jax.gnn.packing.assemble_reach`).
+
+    ``batch``: ``schema_mean`` [G, 3 d_pem] (mean schema-triple features of each graph slot; phi2
+    is linear, so phi2 of the mean is the mean of phi2), ``qgraph`` int32 / ``qflag`` float32
+    [N1] (graph slot and question flag of the D <= 1 rows), ``inv_deg`` [N] (1 / max(in-degree,
+    1)), ``cnt`` [N, 2R] (in-edges from senders with D >= 2, by relation), edge lists
+    ``s1, r1, t1`` (senders with D = 0), ``s2, r2, t2`` (receivers D <= 2, senders D <= 1) and
+    ``s, r, t`` (all edges; t = relation); padding edges have receiver = N (dropped). Static
+    block sizes come from the array shapes: N1 = len(qgraph), N2 = number of near-2 rows
+    (``batch["near2"]`` is a [N2] placeholder).
+    """
+    p = params["params"]
+    n, n1, n2 = batch["inv_deg"].shape[0], batch["qgraph"].shape[0], batch["near2"].shape[0]
+    d = p["phi1"]["kernel"].shape[0]
+    inv_deg = batch["inv_deg"][:, None]
+    r0 = _dense(p["phi4"], relation_emb)
+    rel = jnp.concatenate([r0[:, :d], r0[:, d:]], axis=0)  # [2R, d]
+    g = [_mlp2(p[f"g{layer}"], rel) for layer in range(layers)]
+
+    def messages(h, g_l, s, r, t, rows):
+        return jax.ops.segment_sum(h[s] * g_l[t], r, num_segments=rows)
+
+    zero = jnp.zeros((1, d), jnp.float32)
+    c1 = _update(p, 0, zero, zero)  # [1, d]: layer-1 state of every row with D >= 2
+    e_q = _dense(p["phi2"], batch["schema_mean"])  # [G, d]
+    h0 = batch["qflag"][:, None] * e_q[batch["qgraph"]]  # [N1, d]; rows past N1 are zero
+    agg = messages(h0, g[0], batch["s1"], batch["r1"], batch["t1"], n1) * inv_deg[:n1]
+    h = jnp.concatenate([_update(p, 0, h0, agg), jnp.broadcast_to(c1, (n - n1, d))], axis=0)
+    if layers >= 2:
+        c1g = c1 * g[1]  # [2R, d]: the message of a c1 sender along each relation
+        agg = (messages(h, g[1], batch["s2"], batch["r2"], batch["t2"], n2) + batch["cnt"][:n2] @ c1g) * inv_deg[:n2]
+        near = _update(p, 1, h[:n2], agg)
+        u = p["update1"]
+        w = u["dense0"]["kernel"]
+        z = (c1 @ w[:d] + u["dense0"]["bias"]) + (batch["cnt"][n2:] @ (c1g @ w[d:])) * inv_deg[n2:]
+        far = c1 + _layer_norm(p["norm1"], _dense(u["dense1"], jax.nn.relu(z)))
+        h = jnp.concatenate([near, far], axis=0)
+    for layer in range(2, layers):
+        agg = messages(h, g[layer], batch["s"], batch["r"], batch["t"], n) * inv_deg
+        h = _update(p, layer, h, agg)
+    return _dense(p["phi1"], h)[:, 0]

@@ -180,3 +180,32 @@ def graph_set(index: KGIndex, seeds: Sequence[Sequence[int]], hops: Sequence[int
                     edge_ptr=edge_ptr, senders=senders[order].astype(np.int32),
                     receivers=receivers[order].astype(np.int32), relations=relations[order].astype(np.int32),
                     schema=np.asarray(schema, np.float32), schema_mask=np.asarray(schema_mask, bool))
+
+
+def global_edges(graphs: GraphSet) -> tuple[np.ndarray, np.ndarray]:
+    """int32 (senders, receivers) of every edge as indices into the concatenated nodes."""
+    base = np.repeat(graphs.node_ptr[:-1].astype(np.int32), graphs.n_edge)
+    return graphs.senders + base, graphs.receivers + base
+
+
+def node_distances(graphs: GraphSet, cap: int = 3, senders: np.ndarray | None = None,
+                   receivers: np.ndarray | None = None) -> np.ndarray:
+    """int8 per node of ``graphs``: min(D, cap), D the number of directed edges (sender ->
+    receiver) from the nearest question entity of its graph (cap when unreachable).
+
+    This is the distance in the GNN's own edge lists, not the expansion step of
+    :func:`khop_many`: a hub that is reached but not expanded can give a shorter path.
+    """
+    dist = np.full(len(graphs.entities), cap, np.int8)
+    dist[graphs.question] = 0
+    if cap <= 1 or len(graphs.senders) == 0:
+        return dist
+    if senders is None or receivers is None:
+        senders, receivers = global_edges(graphs)
+    frontier = graphs.question.copy()
+    for step in range(1, cap):
+        reached = np.zeros(len(dist), bool)
+        reached[receivers[frontier[senders]]] = True
+        frontier = reached & (dist == cap)
+        dist[frontier] = step
+    return dist

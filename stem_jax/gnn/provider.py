@@ -23,7 +23,7 @@ from stem_jax.gnn.data import ExampleFactory
 from stem_jax.gnn.guidance import guidance_size
 from stem_jax.gnn.infer import predict_top
 from stem_jax.gnn.model import ModelSpec
-from stem_jax.gnn.packing import BIN_EDGES, BIN_GRAPHS
+from stem_jax.gnn.packing import BIN_GRAPHS
 from stem_jax.kg.embeddings import kg_fingerprint
 from stem_jax.plan.schema import SchemaGraph
 
@@ -46,7 +46,7 @@ class GNNGuidance:
 
     def __init__(self, spec: ModelSpec, params: Any, info: dict[str, Any], factory: ExampleFactory, *,
                  k_prime: int, width: int, cache_dir: Path | None = None, chunk_rows: int = 1024,
-                 max_edges: int = BIN_EDGES, max_graphs: int = BIN_GRAPHS):
+                 max_edges: int | None = None, max_graphs: int = BIN_GRAPHS):
         if spec.num_relations != factory.index.num_relations:
             raise StemError(f"the GNN checkpoint was trained on a KG with {spec.num_relations} relations, "
                             f"this KG has {factory.index.num_relations}\n  how to fix: train on this dataset "
