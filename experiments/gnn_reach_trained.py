@@ -1,0 +1,38 @@
+"""Triple-GNN guidance inference with a trained checkpoint: plain batched forward (method=full) vs the exact
+reach-aware forward (method=reach), on the oracle plans of the first N MetaQA test questions per hop, no cache.
+
+    STEM_DATA_DIR=../shared/data python experiments/gnn_reach_trained.py N   (needs a train-gnn run at /work/runs/gnn-metaqa)
+
+Each method runs twice (first pass compiles); prints seconds, questions/s, load averages and the differences.
+"""
+import functools
+import os
+import sys
+import time
+
+import numpy as np
+
+import stem_jax.gnn.infer as infer
+import stem_jax.gnn.provider as prov
+from stem_jax import Engine
+
+limit = int(sys.argv[1])
+engine = Engine.open("metaqa", planner="oracle", split="test", limit=limit, guidance=os.environ.get("GNN_CHECKPOINT", "/work/runs/gnn-metaqa"))
+g = engine.guidance
+g.cache_dir = None
+qs = [q for q in engine.dataset.questions]
+planner = engine.planner
+plans = planner.plan_batch(qs)
+pairs = []
+for q, beams in zip(qs, plans):
+    for s in (beams if isinstance(beams, list) else [beams]):
+        pairs.append((q, getattr(s, "schema", s)))
+print("pairs", len(pairs), flush=True)
+out = {}
+for method in ("full", "reach", "full", "reach"):
+    prov.predict_top = functools.partial(infer.predict_top, method=method)
+    t = time.perf_counter(); table = g.table(pairs, show_progress=False); dt = time.perf_counter() - t
+    out[method] = table
+    print(method, f"{dt:.1f}s {len(qs)/dt:.1f} q/s", os.getloadavg(), flush=True)
+a, b = out["full"], out["reach"]
+print("max prob diff", float(np.abs(a.probs - b.probs).max()), "rows with differing ids", int((a.ids != b.ids).any(1).sum()), "of", len(pairs))
