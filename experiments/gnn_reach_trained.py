@@ -24,14 +24,16 @@ qs = [q for q in engine.dataset.questions]
 planner = engine.planner
 plans = planner.plan_batch(qs)
 pairs = []
-for q, beams in zip(qs, plans):
+for q, beams in zip(qs, plans, strict=True):
     for s in (beams if isinstance(beams, list) else [beams]):
         pairs.append((q, getattr(s, "schema", s)))
 print("pairs", len(pairs), flush=True)
 out = {}
 for method in ("full", "reach", "full", "reach"):
     prov.predict_top = functools.partial(infer.predict_top, method=method)
-    t = time.perf_counter(); table = g.table(pairs, show_progress=False); dt = time.perf_counter() - t
+    began = time.perf_counter()
+    table = g.table(pairs, show_progress=False)
+    dt = time.perf_counter() - began
     out[method] = table
     print(method, f"{dt:.1f}s {len(qs)/dt:.1f} q/s", os.getloadavg(), flush=True)
 a, b = out["full"], out["reach"]
