@@ -1,9 +1,11 @@
 """Triple-GNN guidance inference with a trained checkpoint: plain batched forward (method=full) vs the exact
 reach-aware forward (method=reach), on the oracle plans of the first N MetaQA test questions per hop, no cache.
 
-    STEM_DATA_DIR=../shared/data python experiments/gnn_reach_trained.py N   (needs a train-gnn run at /work/runs/gnn-metaqa)
+    STEM_DATA_DIR=../shared/data python experiments/gnn_reach_trained.py N [METHODS]   (N=0: the full split;
+    METHODS default full,reach,full,reach; GNN_CHECKPOINT=RUN, default /work/runs/gnn-metaqa)
 
-Each method runs twice (first pass compiles); prints seconds, questions/s, load averages and the differences.
+Each listed pass runs in turn (the first pass of a method compiles); prints seconds, questions/s, load averages
+and the differences between the last full and reach passes.
 """
 import functools
 import os
@@ -16,7 +18,8 @@ import stem_jax.gnn.infer as infer
 import stem_jax.gnn.provider as prov
 from stem_jax import Engine
 
-limit = int(sys.argv[1])
+limit = int(sys.argv[1]) or None
+methods = (sys.argv[2] if len(sys.argv) > 2 else "full,reach,full,reach").split(",")
 engine = Engine.open("metaqa", planner="oracle", split="test", limit=limit, guidance=os.environ.get("GNN_CHECKPOINT", "/work/runs/gnn-metaqa"))
 g = engine.guidance
 g.cache_dir = None
@@ -29,7 +32,7 @@ for q, beams in zip(qs, plans, strict=True):
         pairs.append((q, getattr(s, "schema", s)))
 print("pairs", len(pairs), flush=True)
 out = {}
-for method in ("full", "reach", "full", "reach"):
+for method in methods:
     prov.predict_top = functools.partial(infer.predict_top, method=method)
     began = time.perf_counter()
     table = g.table(pairs, show_progress=False)
