@@ -128,7 +128,7 @@ def test_reach_top_ids_equal_full_top_ids():
     spec = ModelSpec(layers=3, d_gnn=16, d_pem=D_PEM, num_relations=NUM_RELATIONS)
     params = trained_like_params(spec, 7)
     relation_emb = rng.standard_normal((NUM_RELATIONS, D_PEM)).astype(np.float32)
-    ids, probs, stats = predict_top(params, spec, graphs, relation_emb, 8, max_edges=256)
+    ids, probs, stats = predict_top(params, spec, graphs, relation_emb, 8, max_edges=256, method="reach")
     assert stats["batches"] > 2
     ref_ids, ref_probs, _ = predict_top(params, spec, graphs, relation_emb, 8, method="full")
     np.testing.assert_allclose(probs, ref_probs, rtol=0, atol=1e-5)

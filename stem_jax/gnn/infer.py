@@ -111,15 +111,19 @@ def reach_forward_fn(layers: int):
 
 def predict_top(params: Any, spec: ModelSpec, graphs: GraphSet, relation_emb: np.ndarray, width: int, *,
                 max_edges: int | None = None, max_graphs: int = BIN_GRAPHS, edge_order: str = "receiver",
-                method: str = "reach") -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+                method: str = "full") -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Top-``width`` (entity ids int32 [Q, width], probabilities float32 [Q, width]) of every graph
     of ``graphs``, -1 / 0 padded, and statistics (batches, shapes, real and padded node/edge counts).
 
     The probabilities are those of :func:`predict` on the same graphs up to float32 rounding.
-    ``method="reach"`` (default) runs :func:`~stem_jax.gnn.model.reach_logits` on reach-ordered
+    ``method="reach"`` runs :func:`~stem_jax.gnn.model.reach_logits` on reach-ordered
     bins of about ``max_edges`` edges (default :data:`~stem_jax.gnn.packing.REACH_EDGES`);
-    ``method="full"`` runs the plain :class:`~stem_jax.gnn.model.TripleGNN` forward on bins of
+    ``method="full"`` (default) runs the plain :class:`~stem_jax.gnn.model.TripleGNN` forward on bins of
     ``max_edges`` (default :data:`~stem_jax.gnn.packing.BIN_EDGES`) edges sorted by ``edge_order``.
+    "full" is the default because one pass over the full MetaQA test split (what an eval does) measured
+    143 q/s for it against 107 for "reach", whose many bin shapes compile during that pass; "reach" is
+    faster once compiled (174 vs 111 q/s on a repeated 2,100-question pass,
+    experiments/results/gnn-inference-reach-trained.md).
     """
     if method == "full":
         return _predict_top_full(params, spec, graphs, relation_emb, width, max_edges=max_edges or BIN_EDGES,
