@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from stem_jax import Engine
-from stem_jax.answer.rank import QuestionAnswers, answer_depth
+from stem_jax.answer.rank import QuestionAnswers
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.eval.metrics import strict_metrics
 
@@ -39,13 +39,7 @@ def collect(limit: int | None, chunk: int, gnn: Path | None,
     original = evaluator.record
 
     def record(question, runs, outputs, stage_ms):
-        names = evaluator.index.entity_ids
-        exclude = {names[t] for t in question.topic_entities if t in names}
-        answers = QuestionAnswers()
-        for run, out in zip(runs, outputs, strict=True):
-            answers.add_run(out["nodes"], out["scores"], out["via"], run.plan.answer_slot, int(out["overflow"]),
-                            beam=run.beam, beam_prob=run.beam_prob,
-                            depth=answer_depth(run.plan.steps, run.plan.answer_slot), exclude=exclude)
+        answers = evaluator.fold_answers(question, runs, outputs)  # exactly what the engine ranks
         # the widening the engine adds to engine.beam_gap for these runs (τ when they are guided)
         widen = evaluator.ranking_gap(runs) - evaluator.engine.beam_gap
         folded.append((question.hops, list(question.answers), answers, widen))

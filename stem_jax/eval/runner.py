@@ -431,15 +431,20 @@ class Evaluator:
         guided = any(run.guidance is not None and len(run.guidance) for run in runs)
         return self.engine.beam_gap + (float(self.config.tracer.tau) if guided else 0.0)
 
-    def record(self, question: Question, runs: Sequence[Run], outputs: Sequence[dict], stage_ms: dict[str, float]) -> dict:
-        engine = self.engine
+    def fold_answers(self, question: Question, runs: Sequence[Run], outputs: Sequence[dict]) -> QuestionAnswers:
+        """One question's traced runs folded into its answers (topic entities excluded when configured)."""
         exclude = ({self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids}
-                   if engine.exclude_topic else set())
+                   if self.engine.exclude_topic else set())
         answers = QuestionAnswers()
         for run, out in zip(runs, outputs, strict=True):
             answers.add_run(out["nodes"], out["scores"], out["via"], run.plan.answer_slot, int(out["overflow"]),
                             beam=run.beam, beam_prob=run.beam_prob,
                             depth=answer_depth(run.plan.steps, run.plan.answer_slot), exclude=exclude)
+        return answers
+
+    def record(self, question: Question, runs: Sequence[Run], outputs: Sequence[dict], stage_ms: dict[str, float]) -> dict:
+        engine = self.engine
+        answers = self.fold_answers(question, runs, outputs)
         ranked = answers.ranked(engine.rank, engine.answer_cut, self.ranking_gap(runs))
         evidence = self.index.triple_strings(sorted(answers.evidence))
         gold = gold_path_triples(question, self.index)
