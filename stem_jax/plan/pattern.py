@@ -372,7 +372,7 @@ def train_head(
 
 
 _APPLY_CACHE: dict[tuple, Any] = {}
-_DEVICE_PARAMS: dict[int, tuple[Any, Any]] = {}
+_DEVICE_PARAMS: list[tuple[Any, Any]] = []  # one slot: (host params, their device copy)
 
 
 def head_predict(params: dict[str, Any], x: np.ndarray, config: TrainConfig, batch: int = 1024) -> tuple[np.ndarray, np.ndarray]:
@@ -395,12 +395,9 @@ def head_predict(params: dict[str, Any], x: np.ndarray, config: TrainConfig, bat
         _APPLY_CACHE[key] = forward
     forward = _APPLY_CACHE[key]
     # the head's weights go to the device once per params object, not on every (often batch-1) call
-    cached = _DEVICE_PARAMS.get(id(params))
-    if cached is None or cached[0] is not params:
-        cached = (params, jax.device_put(params))
-        _DEVICE_PARAMS.clear()
-        _DEVICE_PARAMS[id(params)] = cached
-    device_params = cached[1]
+    if not _DEVICE_PARAMS or _DEVICE_PARAMS[0][0] is not params:
+        _DEVICE_PARAMS[:] = [(params, jax.device_put(params))]
+    device_params = _DEVICE_PARAMS[0][1]
     probs = np.zeros((len(x), t), np.float32)
     breadth = np.zeros((len(x), t), np.float32)
     for start in range(0, len(x), batch):
