@@ -8,6 +8,7 @@ the host (:func:`stem_jax.gnn.guidance.select_top`).
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 from collections.abc import Iterator, Sequence
@@ -25,17 +26,16 @@ from stem_jax.gnn.packing import (
     BIN_EDGES,
     BIN_GRAPHS,
     REACH_EDGES,
+    ReachShape,
     assemble,
     assemble_reach,
-    csr_ranges,
-    own_reach_shape,
     own_shape,
     plan_bins,
-    plan_reach_bins,
+    plan_reach_work,
     reach_index,
     schema_means,
 )
-from stem_jax.kg.subgraph import csr_gather
+from stem_jax.kg.subgraph import csr_ranges
 
 MAX_BATCH_EDGES = 1 << 17  # edges per inference batch (a larger graph gets a batch of its own)
 MAX_BATCH_GRAPHS = 64
@@ -89,12 +89,26 @@ def top_of_batch(probs: np.ndarray, graph: np.ndarray, entities: np.ndarray, cou
     Args: probs, graph, entities: float32 / int [n] of the batch's real nodes (graphs contiguous
     and ascending); count: graphs in the batch. Returns (graph, rank, position) of the kept nodes.
     """
-    order = np.lexsort((entities, -probs, graph))
+    order = _top_order(probs, graph, entities, count)
     sorted_graph = graph[order]
     starts = np.searchsorted(sorted_graph, np.arange(count))
     rank = np.arange(len(order)) - starts[sorted_graph]
     keep = rank < width
     return sorted_graph[keep], rank[keep], order[keep]
+
+
+def _top_order(probs: np.ndarray, graph: np.ndarray, entities: np.ndarray, count: int) -> np.ndarray:
+    """The (graph, -probability, entity) order of the batch's nodes. Probabilities are sigmoids, so
+    their float32 bit patterns (non-negative) sort like the values: graph, inverted bits and entity
+    usually fit one int64 key, and one argsort replaces lexsort's three passes."""
+    probs = np.asarray(probs, np.float32)
+    entity_bits = max(int(entities.max(initial=0)), 1).bit_length()
+    graph_bits = max(count, 1).bit_length()
+    if graph_bits + 31 + entity_bits > 63 or not np.all(probs >= 0):
+        return np.lexsort((entities, -probs, graph))
+    inverted = np.int64(0x7FFFFFFF) - probs.view(np.int32).astype(np.int64)
+    key = (graph.astype(np.int64) << (31 + entity_bits)) | (inverted << entity_bits) | entities.astype(np.int64)
+    return np.argsort(key)
 
 
 @functools.cache
@@ -109,115 +123,89 @@ def reach_forward_fn(layers: int):
     return forward
 
 
+# Reach bin shapes this process has run, per architecture: plan_reach_work prefers them over a new
+# shape that would compile again (one compile ~0.5 s on the 2-core CPU).
+_REACH_SHAPES: dict[ModelSpec, set[ReachShape]] = {}
+
+METHODS = ("reach", "full")
+IN_FLIGHT = 1  # bins dispatched ahead of the one being read back
+
+
 def predict_top(params: Any, spec: ModelSpec, graphs: GraphSet, relation_emb: np.ndarray, width: int, *,
                 max_edges: int | None = None, max_graphs: int = BIN_GRAPHS, edge_order: str = "receiver",
-                method: str = "full") -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+                method: str = "reach") -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Top-``width`` (entity ids int32 [Q, width], probabilities float32 [Q, width]) of every graph
     of ``graphs``, -1 / 0 padded, and statistics (batches, shapes, real and padded node/edge counts).
 
     The probabilities are those of :func:`predict` on the same graphs up to float32 rounding.
-    ``method="reach"`` runs :func:`~stem_jax.gnn.model.reach_logits` on reach-ordered
-    bins of about ``max_edges`` edges (default :data:`~stem_jax.gnn.packing.REACH_EDGES`);
-    ``method="full"`` (default) runs the plain :class:`~stem_jax.gnn.model.TripleGNN` forward on bins of
-    ``max_edges`` (default :data:`~stem_jax.gnn.packing.BIN_EDGES`) edges sorted by ``edge_order``.
-    "full" is the default because one pass over the full MetaQA test split (what an eval does) measured
-    143 q/s for it against 107 for "reach", whose many bin shapes compile during that pass; "reach" is
-    faster once compiled (174 vs 111 q/s on a repeated 2,100-question pass,
-    experiments/results/gnn-inference-reach-trained.md).
+    ``method="reach"`` (default) runs :func:`~stem_jax.gnn.model.reach_logits` on reach-ordered
+    bins of about ``max_edges`` edges (default :data:`~stem_jax.gnn.packing.REACH_EDGES`) in few
+    shapes (:func:`~stem_jax.gnn.packing.plan_reach_work`); ``method="full"`` runs the plain
+    :class:`~stem_jax.gnn.model.TripleGNN` forward on bins of ``max_edges`` (default
+    :data:`~stem_jax.gnn.packing.BIN_EDGES`) edges sorted by ``edge_order``.
+    Each bin is dispatched before the previous one is read back, so host assembly and top-K of one
+    overlap the device compute of the other.
     """
-    if method == "full":
-        return _predict_top_full(params, spec, graphs, relation_emb, width, max_edges=max_edges or BIN_EDGES,
-                                 max_graphs=max_graphs, edge_order=edge_order)
-    if method != "reach":
-        raise ValueError(f"unknown inference method {method!r} (reach or full)")
-    forward = reach_forward_fn(spec.layers)
-    rel = jax.device_put(np.asarray(relation_emb, np.float32))
+    if method not in METHODS:
+        raise ValueError(f"unknown inference method {method!r} ({' or '.join(METHODS)})")
     count = len(graphs)
     ids = np.full((count, width), -1, np.int32)
     probs = np.zeros((count, width), np.float32)
     stats: dict[str, Any] = {"batches": 0, "shapes": set(), "real_nodes": int(graphs.n_node.sum()),
                              "real_edges": int(graphs.n_edge.sum()), "padded_nodes": 0, "padded_edges": 0}
     if count == 0:
+        stats["shapes"] = []
         return ids, probs, stats
-    reach = reach_index(graphs)
-    means = schema_means(graphs)
-    shape, bins, oversized = plan_reach_bins(reach.demand, max_edges=max_edges or REACH_EDGES, max_graphs=max_graphs)
-    work = [(members, shape) for members in bins] + [([i], own_reach_shape(reach.demand[i])) for i in oversized]
-    pending = None
-    for members, bin_shape_ in work + [(None, None)]:
-        # dispatch the next batch before reading the previous one back: host assembly and top-K
-        # of one batch overlap the device compute of the other
-        launched = None
-        if members is not None:
-            batch, rows = assemble_reach(graphs, reach, means, members, bin_shape_, spec.num_relations)
-            launched = (members, rows, forward(params, batch, rel))
-            stats["batches"] += 1
-            stats["shapes"].add(tuple(int(x) for x in bin_shape_.as_array()))
-            stats["padded_nodes"] += bin_shape_.nodes
-            stats["padded_edges"] += bin_shape_.edges
-        if pending is not None:
-            done, rows, out = pending
-            done = np.asarray(done, np.int64)
-            batch_probs = np.asarray(jax.device_get(out))[rows]
-            graph = np.repeat(np.arange(len(done)), graphs.n_node[done])
-            entities = graphs.entities[csr_ranges(graphs.node_ptr, done)]
-            g, rank, pos = top_of_batch(batch_probs, graph, entities, len(done), width)
-            ids[done[g], rank] = entities[pos]
-            probs[done[g], rank] = batch_probs[pos]
-        pending = launched
-    stats["shapes"] = sorted(stats["shapes"])
-    return ids, probs, stats
-
-
-def _predict_top_full(params: Any, spec: ModelSpec, graphs: GraphSet, relation_emb: np.ndarray, width: int, *,
-                max_edges: int = BIN_EDGES, max_graphs: int = BIN_GRAPHS, edge_order: str = "receiver",
-                      ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """Top-``width`` (entity ids int32 [Q, width], probabilities float32 [Q, width]) of every graph
-    of ``graphs``, -1 / 0 padded, computed in fixed-shape bins (:mod:`stem_jax.gnn.packing`).
-
-    The probabilities are those of :func:`predict` on the same graphs (the same model on the same
-    edges in the same order; only the batch composition differs). Also returns statistics:
-    batches, shapes, real and padded node/edge counts.
-    """
-    forward = forward_fn(spec, edge_order)
     rel = jax.device_put(np.asarray(relation_emb, np.float32))
-    count = len(graphs)
-    ids = np.full((count, width), -1, np.int32)
-    probs = np.zeros((count, width), np.float32)
-    n_node, n_edge = graphs.n_node, graphs.n_edge
-    stats: dict[str, Any] = {"batches": 0, "shapes": set(), "real_nodes": int(n_node.sum()),
-                             "real_edges": int(n_edge.sum()), "padded_nodes": 0, "padded_edges": 0}
-    if count == 0:
-        return ids, probs, stats
-    shape, bins, oversized = plan_bins(n_node, n_edge, max_edges=max_edges, max_graphs=max_graphs)
-    work = [(members, shape) for members in bins] + [([i], own_shape(int(n_node[i]), int(n_edge[i])))
-                                                      for i in oversized]
-    pending = None
-    for members, bin_shape_ in work + [(None, None)]:
-        # dispatch the next batch before reading the previous one back: host assembly and top-K
-        # of one batch overlap the device compute of the other
-        launched = None
-        if members is not None:
-            batch = assemble(graphs, members, bin_shape_, edge_order)
-            launched = (members, forward(params, batch, rel))
-            stats["batches"] += 1
-            stats["shapes"].add((bin_shape_.nodes, bin_shape_.edges, bin_shape_.graphs))
-            stats["padded_nodes"] += bin_shape_.nodes
-            stats["padded_edges"] += bin_shape_.edges
-        if pending is not None:
-            done, out = pending
-            done = np.asarray(done, np.int64)
-            sizes = n_node[done]
-            real = int(sizes.sum())
-            batch_probs = np.asarray(jax.device_get(out))[:real]
-            graph = np.repeat(np.arange(len(done)), sizes)
-            node_rows = csr_gather(graphs.node_ptr, np.arange(len(graphs.entities), dtype=np.int64), done)
-            g, rank, pos = top_of_batch(batch_probs, graph, graphs.entities[node_rows], len(done), width)
-            ids[done[g], rank] = graphs.entities[node_rows][pos]
-            probs[done[g], rank] = batch_probs[pos]
-        pending = launched
+    if method == "reach":
+        forward = reach_forward_fn(spec.layers)
+        reach, means = reach_index(graphs), schema_means(graphs)
+        known = _REACH_SHAPES.setdefault(spec, set())
+        work = plan_reach_work(reach.demand, max_edges=max_edges or REACH_EDGES, max_graphs=max_graphs, known=known)
+        known.update(shape for _, shape in work)
+
+        def launch(members: np.ndarray, shape: Any) -> tuple[jax.Array, np.ndarray | None]:
+            batch, rows = assemble_reach(graphs, reach, means, members, shape, spec.num_relations)
+            return forward(params, batch, rel), rows
+    else:
+        forward = forward_fn(spec, edge_order)
+        shape, bins, oversized = plan_bins(graphs.n_node, graphs.n_edge, max_edges=max_edges or BIN_EDGES,
+                                           max_graphs=max_graphs)
+        work = [(np.asarray(b, np.int64), shape) for b in bins]
+        work += [(np.asarray([i], np.int64), own_shape(int(graphs.n_node[i]), int(graphs.n_edge[i]))) for i in oversized]
+
+        def launch(members: np.ndarray, shape: Any) -> tuple[jax.Array, np.ndarray | None]:
+            return forward(params, assemble(graphs, members, shape, edge_order), rel), None
+
+    pending: collections.deque = collections.deque()
+    for members, shape in work:
+        out, rows = launch(members, shape)
+        pending.append((members, rows, out))
+        stats["batches"] += 1
+        stats["shapes"].add(tuple(int(x) for x in shape.as_array()) if method == "reach"
+                            else (shape.nodes, shape.edges, shape.graphs))
+        stats["padded_nodes"] += shape.nodes
+        stats["padded_edges"] += shape.edges
+        if len(pending) > IN_FLIGHT:
+            _keep_top(graphs, *pending.popleft(), width, ids, probs)
+    while pending:
+        _keep_top(graphs, *pending.popleft(), width, ids, probs)
     stats["shapes"] = sorted(stats["shapes"])
     return ids, probs, stats
+
+
+def _keep_top(graphs: GraphSet, members: np.ndarray, rows: np.ndarray | None, out: jax.Array, width: int,
+              ids: np.ndarray, probs: np.ndarray) -> None:
+    """Read one bin's probabilities back and write its graphs' top-``width`` rows of ``ids`` / ``probs``
+    (``rows``: the batch row of each member node; None when they are the first rows in order)."""
+    node_rows = csr_ranges(graphs.node_ptr, members)
+    batch_probs = np.asarray(jax.device_get(out))
+    batch_probs = batch_probs[rows] if rows is not None else batch_probs[: len(node_rows)]
+    graph = np.repeat(np.arange(len(members)), graphs.n_node[members])
+    entities = graphs.entities[node_rows]
+    g, rank, pos = top_of_batch(batch_probs, graph, entities, len(members), width)
+    ids[members[g], rank] = entities[pos]
+    probs[members[g], rank] = batch_probs[pos]
 
 
 def params_fingerprint(params: Any) -> str:

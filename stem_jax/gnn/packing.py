@@ -14,14 +14,14 @@ runs on them unchanged.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
 from stem_jax.gnn.batching import MIN_NODES, next_pow2
 from stem_jax.gnn.multihop import GraphSet, global_edges, node_distances
 from stem_jax.jraph_compat import jraph
-from stem_jax.kg.subgraph import csr_gather
+from stem_jax.kg.subgraph import csr_ranges
 
 BIN_EDGES = 1 << 18  # edges per full inference bin
 BIN_GRAPHS = 512  # graphs per bin (1-hop MetaQA graphs have ~8 nodes)
@@ -139,8 +139,8 @@ def assemble(graphs: GraphSet, members: Sequence[int], shape: BinShape, edge_ord
         raise ValueError(f"{count} graphs ({real_nodes} nodes, {real_edges} edges) do not fit {shape}")
     node_base = np.concatenate([[0], np.cumsum(n_node)[:-1]])
     shift = np.repeat(node_base, n_edge)  # local ids -> batch ids
-    edge_rows = csr_gather(graphs.edge_ptr, np.arange(len(graphs.senders), dtype=np.int64), members)
-    node_rows = csr_gather(graphs.node_ptr, np.arange(len(graphs.entities), dtype=np.int64), members)
+    edge_rows = csr_ranges(graphs.edge_ptr, members)
+    node_rows = csr_ranges(graphs.node_ptr, members)
 
     senders = np.full(shape.edges, real_nodes, np.int32)  # padding edges sit on the first padding node
     receivers = np.full(shape.edges, real_nodes, np.int32)
@@ -148,8 +148,11 @@ def assemble(graphs: GraphSet, members: Sequence[int], shape: BinShape, edge_ord
     senders[:real_edges] = graphs.senders[edge_rows] + shift
     receivers[:real_edges] = graphs.receivers[edge_rows] + shift
     relations[:real_edges] = graphs.relations[edge_rows]
-    if edge_order == "sender":  # a stable sort keeps each receiver's edges in their original order
-        order = np.argsort(senders[:real_edges], kind="stable")
+    key = senders if edge_order == "sender" else receivers
+    if edge_order == "sender" or np.any(np.diff(receivers[:real_edges]) < 0):
+        # the plain forward's sorted segment sums need receivers ascending (graphs of
+        # graph_set_unordered are not); a stable sort keeps each receiver's edges in their order
+        order = np.argsort(key[:real_edges], kind="stable")
         senders[:real_edges] = senders[order]
         receivers[:real_edges] = receivers[order]
         relations[:real_edges] = relations[order]
@@ -211,16 +214,6 @@ class ReachIndex:
     demand: np.ndarray  # int64 [Q, 7] per graph, in REACH_DIMS order
 
 
-def csr_ranges(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """int64 positions ``ptr[r]:ptr[r+1]`` of every r in ``rows``, concatenated
-    (``csr_gather(ptr, arange, rows)`` without building the arange)."""
-    rows = np.asarray(rows, np.int64)
-    starts = ptr[rows]
-    lengths = ptr[rows + 1] - starts
-    total = int(lengths.sum())
-    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total, dtype=np.int64)
-
-
 def reach_index(graphs: GraphSet) -> ReachIndex:
     """Distances (:func:`~stem_jax.gnn.multihop.node_distances`, capped at 3), node blocks, edge
     classes and per-graph demands of every graph of ``graphs``."""
@@ -228,38 +221,52 @@ def reach_index(graphs: GraphSet) -> ReachIndex:
     senders, receivers = global_edges(graphs)
     dist = node_distances(graphs, 3, senders, receivers)
     block = np.clip(dist - 1, 0, 2).astype(np.int8)
+    # int8 arithmetic throughout: a MetaQA 3-hop chunk has ~16M edges, and int64 temporaries cost
+    # more than the rest of the call
     ds = dist[senders]
     dr = dist[receivers]
-    edge_class = ((ds == 0) * 1 + ((dr <= 2) & (ds <= 1)) * 2 + (ds >= 2) * 4).astype(np.int8)
+    edge_class = (ds == 0).view(np.int8) | (((dr <= 2) & (ds <= 1)).view(np.int8) << 1) | ((ds >= 2).view(np.int8) << 2)
     node_owner = np.repeat(np.arange(count), graphs.n_node)
-    edge_owner = np.repeat(np.arange(count), graphs.n_edge)
+    edge_ptr = graphs.edge_ptr
     demand = np.zeros((count, len(REACH_DIMS)), np.int64)
     demand[:, :3] = np.bincount(node_owner * 3 + block, minlength=3 * count).reshape(count, 3)
     demand[:, 3] = graphs.n_edge
-    demand[:, 4] = np.bincount(edge_owner, weights=edge_class & 1, minlength=count).astype(np.int64)
-    demand[:, 5] = np.bincount(edge_owner, weights=(edge_class >> 1) & 1, minlength=count).astype(np.int64)
+    for column, bit in ((4, 1), (5, 2)):
+        # per-graph counts of the class as differences of one cumulative sum (edges are grouped by graph)
+        running = np.concatenate([[0], np.cumsum((edge_class & bit) != 0, dtype=np.int64)])
+        demand[:, column] = running[edge_ptr[1:]] - running[edge_ptr[:-1]]
     demand[:, 6] = 1
     return ReachIndex(block=block, edge_class=edge_class, demand=demand)
 
 
 def _reach_shape(caps: np.ndarray) -> ReachShape:
-    """Round per-dimension capacities up on the ladder (graphs: power of two, one kept free for
-    symmetry with pad_batch; node blocks keep a row for nothing, they need none)."""
-    return ReachShape(*(ladder(int(c), 8) for c in caps[:6]), graphs=next_pow2(int(caps[6]), 2))
+    """Round per-dimension capacities up: on the ladder for the dimensions that carry the work
+    (nodes beyond D <= 1, edges, edges into D <= 2), to a power of two for the cheap ones (D <= 1
+    rows, edges from question entities, graph slots), so that fewer distinct shapes compile."""
+    caps = [int(c) for c in caps]
+    return ReachShape(block0=next_pow2(caps[0], 8), block1=ladder(caps[1], 8), block2=ladder(caps[2], 8),
+                      edges=ladder(caps[3], 8), edges1=next_pow2(caps[4], 8), edges2=ladder(caps[5], 8),
+                      graphs=next_pow2(caps[6], 2))
 
 
-def plan_reach_bins(demand: np.ndarray, *, max_edges: int = REACH_EDGES, max_graphs: int = BIN_GRAPHS,
-                    ) -> tuple[ReachShape, list[list[int]], list[int]]:
-    """(shared bin shape, bins of graph indices, graphs that get a bin of their own).
+def reach_cost(shape: ReachShape) -> int:
+    """Padded work of one reach bin in node-update units: every row is updated at layers >= 3, D <= 2
+    rows at layer 2 too; an edge's message costs about a quarter of a row update."""
+    return 4 * (shape.nodes + shape.block0 + shape.block1) + shape.edges + shape.edges2 + shape.edges1 + 16 * shape.graphs
 
-    The bin count is what ``max_edges`` and ``max_graphs`` ask for; each dimension gets an equal
-    share of the totals plus 10% slack (rounded up on :func:`ladder`), and graphs are placed
-    first-fit decreasing by edge count under all seven limits at once.
-    """
-    count = len(demand)
+
+def fresh_reach_shape(demand: np.ndarray, *, max_edges: int = REACH_EDGES, max_graphs: int = BIN_GRAPHS) -> ReachShape:
+    """The bin shape sized to ``demand`` [Q, 7]: as many bins as ``max_edges`` and ``max_graphs`` ask
+    for, each dimension an equal share of the totals plus 10% slack (rounded by :func:`_reach_shape`)."""
     totals = demand.sum(axis=0)
-    bins_wanted = max(1, -(-int(totals[3]) // max_edges), -(-count // max_graphs))
-    shape = _reach_shape(np.ceil(1.1 * totals / bins_wanted) + 1)
+    bins_wanted = max(1, -(-int(totals[3]) // max_edges), -(-len(demand) // max_graphs))
+    return _reach_shape(np.ceil(1.1 * totals / bins_wanted) + 1)
+
+
+def pack_reach(demand: np.ndarray, shape: ReachShape) -> tuple[list[list[int]], list[int]]:
+    """(bins of graph indices that fit ``shape``, graphs too large for it): first-fit decreasing by
+    edge count under all seven limits at once."""
+    count = len(demand)
     cap = shape.as_array()
     order = np.lexsort((np.arange(count), -demand[:, 0] - demand[:, 1] - demand[:, 2], -demand[:, 3]))
     bins: list[list[int]] = []
@@ -281,7 +288,49 @@ def plan_reach_bins(demand: np.ndarray, *, max_edges: int = REACH_EDGES, max_gra
         free[b] -= need
     for b in bins:
         b.sort()
+    return bins, oversized
+
+
+def plan_reach_bins(demand: np.ndarray, *, max_edges: int = REACH_EDGES, max_graphs: int = BIN_GRAPHS,
+                    ) -> tuple[ReachShape, list[list[int]], list[int]]:
+    """(shared bin shape, bins of graph indices, graphs too large for it): :func:`fresh_reach_shape`
+    and :func:`pack_reach`."""
+    shape = fresh_reach_shape(demand, max_edges=max_edges, max_graphs=max_graphs)
+    bins, oversized = pack_reach(demand, shape)
     return shape, bins, oversized
+
+
+REACH_TIERS = 4
+
+
+def plan_reach_work(demand: np.ndarray, *, max_edges: int = REACH_EDGES, max_graphs: int = BIN_GRAPHS,
+                    known: Collection[ReachShape] = (), slack: float = 1.25) -> list[tuple[np.ndarray, ReachShape]]:
+    """(graph indices, shape) of every bin for all graphs of ``demand``, in few distinct shapes.
+
+    Graphs that do not fit a tier's shape go to the next tier, whose bins are sized for four times the
+    edges; the last tier's shape holds its largest graph, so every graph is placed. In every tier a shape
+    of ``known`` (already compiled) replaces the fresh one when it is at least as large in every
+    dimension and costs (:func:`reach_cost`) at most ``slack`` times as much: a compile costs more
+    than a little padding (measured: one reach compile ~0.5 s, a 1,024-query MetaQA 3-hop chunk ~2 s
+    of forward).
+    """
+    work: list[tuple[np.ndarray, ReachShape]] = []
+    rows = np.arange(len(demand))
+    for tier in range(REACH_TIERS):
+        if len(rows) == 0:
+            break
+        sub = demand[rows]
+        shape = fresh_reach_shape(sub, max_edges=max_edges << (2 * tier), max_graphs=max_graphs)
+        if tier == REACH_TIERS - 1:
+            shape = _reach_shape(np.maximum(shape.as_array(), sub.max(axis=0)))
+        fresh = shape.as_array()
+        reusable = [k for k in known if np.all(k.as_array() >= fresh) and reach_cost(k) <= slack * reach_cost(shape)]
+        if reusable:
+            shape = min(reusable, key=lambda k: (reach_cost(k), tuple(k.as_array())))
+        bins, oversized = pack_reach(sub, shape)
+        work += [(rows[np.asarray(b, np.int64)], shape) for b in bins]
+        rows = rows[np.asarray(oversized, np.int64)]
+    return work
 
 
 def own_reach_shape(need: np.ndarray) -> ReachShape:

@@ -21,7 +21,7 @@ from stem_jax.errors import StemError
 from stem_jax.gnn.cache import GuidanceTable, fingerprint, open_or_compute
 from stem_jax.gnn.data import ExampleFactory
 from stem_jax.gnn.guidance import guidance_size
-from stem_jax.gnn.infer import predict_top
+from stem_jax.gnn.infer import METHODS, predict_top
 from stem_jax.gnn.model import ModelSpec
 from stem_jax.gnn.packing import BIN_GRAPHS
 from stem_jax.kg.embeddings import kg_fingerprint
@@ -46,7 +46,7 @@ class GNNGuidance:
 
     def __init__(self, spec: ModelSpec, params: Any, info: dict[str, Any], factory: ExampleFactory, *,
                  k_prime: int, width: int, cache_dir: Path | None = None, chunk_rows: int = 1024,
-                 max_edges: int | None = None, max_graphs: int = BIN_GRAPHS):
+                 max_edges: int | None = None, max_graphs: int = BIN_GRAPHS, method: str = "reach"):
         if spec.num_relations != factory.index.num_relations:
             raise StemError(f"the GNN checkpoint was trained on a KG with {spec.num_relations} relations, "
                             f"this KG has {factory.index.num_relations}\n  how to fix: train on this dataset "
@@ -62,6 +62,9 @@ class GNNGuidance:
         self.cache_dir = cache_dir
         self.chunk_rows = chunk_rows
         self.max_edges, self.max_graphs = max_edges, max_graphs
+        if method not in METHODS:
+            raise StemError(f"unknown GNN inference method {method!r}\n  how to fix: pass one of {', '.join(METHODS)}")
+        self.method = method  # reach (default) or full: the same probabilities, see predict_top
         self.stats: dict[str, Any] = {}
         self.batch_stats: dict[str, Any] = {}
 
@@ -95,9 +98,11 @@ class GNNGuidance:
             rows = list(rows)
             ids = np.full((len(rows), self.width), -1, np.int32)
             probs = np.zeros((len(rows), self.width), np.float32)
-            graphs, where = self.factory.for_plans([pairs[row] for row in rows])
+            # the plain forward sums receiver-sorted edges; the reach forward takes any order
+            graphs, where = self.factory.for_plans([pairs[row] for row in rows], ordered=self.method == "full")
             top_ids, top_probs, stats = predict_top(self.params, self.spec, graphs, self.factory.featurizer.relation_matrix(),
-                                                    self.width, max_edges=self.max_edges, max_graphs=self.max_graphs)
+                                                    self.width, max_edges=self.max_edges, max_graphs=self.max_graphs,
+                                                    method=self.method)
             ids[where], probs[where] = top_ids, top_probs
             self._batch_stats(stats)
             return ids, probs

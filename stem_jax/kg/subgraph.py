@@ -10,17 +10,19 @@ import numpy as np
 from stem_jax.kg.index import KGIndex
 
 
-def csr_gather(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Concatenate ``values[offsets[r]:offsets[r+1]]`` for every r in ``rows``, without a Python loop."""
+def csr_ranges(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """int64 positions ``offsets[r]:offsets[r+1]`` of every r in ``rows``, concatenated, without a Python loop."""
     rows = np.asarray(rows, dtype=np.int64)
     starts = offsets[rows]
     lengths = offsets[rows + 1] - starts
     total = int(lengths.sum())
-    if total == 0:
-        return values[:0]
-    # position i of the output reads values[starts[row(i)] + (i - first output index of row(i))]
-    shifts = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-    return values[shifts + np.arange(total)]
+    # position i of the output is starts[row(i)] + (i - first output index of row(i))
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total, dtype=np.int64)
+
+
+def csr_gather(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Concatenate ``values[offsets[r]:offsets[r+1]]`` for every r in ``rows``, without a Python loop."""
+    return values[csr_ranges(offsets, rows)]
 
 
 @dataclasses.dataclass(frozen=True)
