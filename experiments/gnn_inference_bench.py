@@ -41,7 +41,14 @@ from stem_jax.engine import load_kg
 from stem_jax.gnn.data import ExampleFactory
 from stem_jax.gnn.features import SchemaFeaturizer
 from stem_jax.gnn.guidance import select_top
-from stem_jax.gnn.infer import MAX_BATCH_EDGES, MAX_BATCH_GRAPHS, forward_fn, iter_predict, load_checkpoint
+from stem_jax.gnn.infer import (
+    MAX_BATCH_EDGES,
+    MAX_BATCH_GRAPHS,
+    forward_fn,
+    iter_predict,
+    load_checkpoint,
+    reach_forward_fn,
+)
 from stem_jax.gnn.model import PRESETS, ModelSpec
 from stem_jax.gnn.provider import GNNGuidance
 from stem_jax.gnn.train import init_params
@@ -83,9 +90,9 @@ def new_path(factory: ExampleFactory, spec: ModelSpec, params, pairs) -> tuple:
     build = [0.0]
     original = factory.for_plans
 
-    def timed(chunk):  # host time of the vectorised subgraph build, inside the provider's chunks
+    def timed(chunk, **kwargs):  # host time of the vectorised subgraph build, inside the provider's chunks
         t0 = time.perf_counter()
-        out = original(chunk)
+        out = original(chunk, **kwargs)
         build[0] += time.perf_counter() - t0
         return out
 
@@ -95,8 +102,10 @@ def new_path(factory: ExampleFactory, spec: ModelSpec, params, pairs) -> tuple:
     finally:
         factory.for_plans = original
     stats = dict(provider.batch_stats)
-    stats.update(host_build_seconds=build[0], predict_seconds=table.seconds - build[0],
-                 compiled_shapes=forward_fn(spec, "receiver")._cache_size())
+    # with prefetch the build of one chunk overlaps the forward of the one before: the two need not add up
+    stats.update(host_build_seconds=build[0], predict_seconds=table.seconds - build[0], method=provider.method,
+                 compiled_shapes=forward_fn(spec, "receiver")._cache_size()
+                 + reach_forward_fn(spec.layers)._cache_size())
     return table.ids, table.probs, stats
 
 
@@ -159,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, r in results.items()]
     md = (f"Triple-GNN inference, MetaQA-partial test, {len(pairs)} questions ({hops}), preset {args.preset} "
           f"(L={spec.layers}, d={spec.d_gnn}), params {params_from}, top {WIDTH} per question, subgraph hub cap "
-          f"{factory.subgraph.hub_cap}, CPU.\n\nCommand: `python experiments/gnn_inference_bench.py "
+          f"{factory.subgraph.hub_cap}, {jax.default_backend()} ({jax.devices()[0].device_kind}).\n\nCommand: `python experiments/gnn_inference_bench.py "
           f"{' '.join(sys.argv[1:] if argv is None else argv)}`\n\n"
           + markdown_table(["path", "wall s", "questions/s", "host build s", "predict + top-K s", "compiled shapes",
                             "batches", "load avg before / after"], rows))

