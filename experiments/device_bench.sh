@@ -9,10 +9,11 @@
 # checkpoint the CPU rows used). Steps (default: all, in this order):
 #   setup     install the wheels into $STAGE/site, unpack the data
 #   index     stem-jax index + train-planner on MetaQA (embedding caches under $STAGE/cache)
-#   stages    stem-jax bench stages, 2-hop, pattern planner, no guidance and with GNN guidance
+#   stages    stem-jax bench stages, 2-hop, pattern planner, no guidance
+#   stages-gnn  the same with GNN guidance (the checkpoint in $STAGE/gnn)
 #   gnn       GNN inference over the full test split (trained small preset; reach, full, reach)
 #   paper     GNN inference throughput, paper preset (L=6, d=512), random parameters, 3,000 questions
-# Results go to experiments/results/ of this copy and, as one tarball, to $OUT.
+# Results go to experiments/results/ of this copy and, as one tarball refreshed after each step, to $OUT.
 set -euo pipefail
 STAGE=${STAGE:-/tmp/stage}
 OUT=${OUT:-$STAGE/out}
@@ -22,7 +23,7 @@ export STEM_DATA_DIR="$STAGE/data" STEM_CACHE_DIR="$STAGE/cache" PYTHONUNBUFFERE
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # device memory: report what the engine uses, not a 75% block
 stem() { "$PY" -m stem_jax.cli.main "$@"; }
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(setup index stages gnn paper)
+[ ${#steps[@]} -eq 0 ] && steps=(setup index stages stages-gnn gnn paper)
 mkdir -p "$OUT"
 
 for step in "${steps[@]}"; do
@@ -44,6 +45,8 @@ for step in "${steps[@]}"; do
       ;;
     stages)
       stem bench stages --dataset metaqa --hops 2 --planner pattern --no-progress --record
+      ;;
+    stages-gnn)
       stem bench stages --dataset metaqa --hops 2 --planner pattern --no-progress --record \
         --guidance gnn --gnn-checkpoint "$STAGE/gnn"
       ;;
@@ -56,6 +59,6 @@ for step in "${steps[@]}"; do
       ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
+  tar -czf "$OUT/results.tgz" experiments/results  # after every step: a later one may run out of time
 done
-tar -czf "$OUT/results.tgz" experiments/results
 echo "== done $(date -u +%H:%M:%S)"

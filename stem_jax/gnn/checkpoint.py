@@ -18,10 +18,15 @@ from stem_jax.gnn.model import ModelSpec
 
 
 def abstract_params(spec: ModelSpec) -> Any:
-    """Shape/dtype tree of a model's parameters (no allocation)."""
+    """Shape/dtype tree of a model's parameters (no allocation), placed on this process's first device.
+
+    The placement matters: without it orbax restores onto the devices named in the checkpoint, so a
+    checkpoint written on a CPU fails to load on a GPU machine ("Topology mismatch detected")."""
     from stem_jax.gnn.train import init_params
 
-    return jax.eval_shape(lambda: init_params(spec, jax.random.key(0)))
+    here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    shapes = jax.eval_shape(lambda: init_params(spec, jax.random.key(0)))
+    return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=here), shapes)
 
 
 class CheckpointStore:

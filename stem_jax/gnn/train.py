@@ -68,17 +68,20 @@ def init_params(spec: ModelSpec, key: jax.Array) -> Any:
 
 @functools.lru_cache(maxsize=8)
 def _init_fn(spec: ModelSpec) -> Callable:
-    """Jitted ``key -> params`` of one architecture, cached: Flax init compiles slowly on CPU."""
+    """Jitted ``key -> params`` of one architecture, cached: Flax init compiles slowly on CPU.
+
+    The dummy graph is numpy, not jax: a first call under a transformation (``jax.eval_shape`` in
+    :func:`~stem_jax.gnn.checkpoint.abstract_params`) would otherwise cache leaked tracers."""
     graph = jraph.GraphsTuple(
-        nodes={"question": jnp.ones(2), "label": jnp.zeros(2), "graph": jnp.zeros(2, jnp.int32),
-               "valid": jnp.ones(2, bool)},
-        edges={"relation": jnp.zeros(2, jnp.int32)},
-        senders=jnp.asarray([0, 1], jnp.int32), receivers=jnp.asarray([0, 1], jnp.int32),
-        globals={"schema": jnp.zeros((1, MAX_SCHEMA_TRIPLES, 3 * spec.d_pem)),
-                 "schema_mask": jnp.ones((1, MAX_SCHEMA_TRIPLES), bool), "valid": jnp.ones(1, bool)},
-        n_node=jnp.asarray([2], jnp.int32), n_edge=jnp.asarray([2], jnp.int32),
+        nodes={"question": np.ones(2, np.float32), "label": np.zeros(2, np.float32), "graph": np.zeros(2, np.int32),
+               "valid": np.ones(2, bool)},
+        edges={"relation": np.zeros(2, np.int32)},
+        senders=np.asarray([0, 1], np.int32), receivers=np.asarray([0, 1], np.int32),
+        globals={"schema": np.zeros((1, MAX_SCHEMA_TRIPLES, 3 * spec.d_pem), np.float32),
+                 "schema_mask": np.ones((1, MAX_SCHEMA_TRIPLES), bool), "valid": np.ones(1, bool)},
+        n_node=np.asarray([2], np.int32), n_edge=np.asarray([2], np.int32),
     )
-    relation_emb = jnp.zeros((spec.num_relations, spec.d_pem))
+    relation_emb = np.zeros((spec.num_relations, spec.d_pem), np.float32)
     model = build_model(spec)
     return jax.jit(lambda key: model.init(key, graph, relation_emb))
 
