@@ -139,7 +139,11 @@ def test_guidance_cache_computes_once_and_resumes(demo, tmp_path):
     pairs = one_hop[:: len(one_hop) // 10][:10]
     info = {"params_sha": "test", "step": 0}
     provider = GNNGuidance(spec, params, info, factory, k_prime=4, width=16, cache_dir=tmp_path, chunk_rows=4)
+    small = provider.table(pairs, show_progress=False)  # fewer pairs than min_cached_rows: no folder
+    assert small.computed_rows == len(pairs) and not any(tmp_path.iterdir())
+    provider.min_cached_rows = 1
     first = provider.table(pairs, show_progress=False)
+    np.testing.assert_array_equal(first.ids, small.ids)
     assert first.computed_rows == len(pairs) and first.ids.shape == (len(pairs), 16)
     memory = GNNGuidance(spec, params, info, factory, k_prime=4, width=16, cache_dir=None).table(pairs, show_progress=False)
     # other batch compositions round differently in the last bit; the cache itself is exact (below)
@@ -178,7 +182,7 @@ def test_prefetched_chunks_equal_chunks_built_in_turn(demo, tmp_path, method):
     def provider(cache_dir, prefetch):
         made = GNNGuidance(spec, params, info, factory, k_prime=4, width=16, cache_dir=cache_dir, chunk_rows=4,
                            method=method)
-        made.prefetch = prefetch
+        made.prefetch, made.min_cached_rows = prefetch, 1
         return made
 
     in_turn = provider(None, False).table(pairs, show_progress=False)

@@ -113,6 +113,40 @@ def test_plan_reach_work_reuses_a_slightly_larger_known_shape_only():
     assert {s for _, s in plan_reach_work(demand, max_edges=1024, known={huge})} == fresh
 
 
+def test_small_calls_in_turn_stop_compiling():
+    """One question's plans at a time (ask, batch-1 bench): after a few calls every call finds a known
+    shape; each bin still holds its graphs."""
+    rng = np.random.default_rng(7)
+    known: set[ReachShape] = set()
+    compiled_per_call = []
+    for _ in range(60):
+        count = int(rng.integers(1, 5))  # a question's beams
+        demand = np.zeros((count, 7), np.int64)
+        demand[:, 0] = rng.integers(1, 4, count)
+        demand[:, 1] = rng.integers(0, 40, count)
+        demand[:, 2] = rng.integers(0, 400, count)
+        demand[:, 3] = (demand[:, :3].sum(axis=1) * rng.uniform(1, 3, count)).astype(np.int64)
+        demand[:, 4] = rng.integers(0, 4, count)
+        demand[:, 5] = rng.integers(0, 60, count)
+        demand[:, 6] = 1
+        work = plan_reach_work(demand, known=known)
+        for members, shape in work:
+            assert np.all(demand[members].sum(axis=0) <= shape.as_array())
+        new = {shape for _, shape in work} - known
+        compiled_per_call.append(len(new))
+        known |= new
+    assert 1 <= sum(compiled_per_call) <= 3 and sum(compiled_per_call[20:]) == 0, compiled_per_call
+
+
+def test_large_tiers_do_not_take_a_much_larger_known_shape():
+    """The compile-cost allowance is per call, spread over the tier's bins: a 1,000-graph tier keeps
+    its fresh shape rather than padding every bin up to a known shape four times its size."""
+    demand = np.tile(np.asarray([[2, 10, 40, 120, 2, 12, 1]], np.int64), (1000, 1))
+    (fresh,) = {shape for _, shape in plan_reach_work(demand)}
+    huge = ReachShape(*[int(x) * 4 for x in fresh.as_array()])
+    assert {s for _, s in plan_reach_work(demand, known={huge})} == {fresh}
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.integers(0, 10**6), st.integers(1, 40), st.booleans())
 def test_top_order_equals_lexsort(seed, count, wide_entities):

@@ -158,3 +158,20 @@ def test_padding_edges_are_dropped():
     b, rows_b = assemble_reach(graphs, reach, means, members, loose, NUM_RELATIONS)
     np.testing.assert_allclose(np.asarray(forward(params, a, relation_emb))[rows_a],
                                np.asarray(forward(params, b, relation_emb))[rows_b], rtol=0, atol=1e-6)
+
+
+def test_gnn_forwards_trace_at_full_matmul_precision():
+    """Both inference forwards are traced under PRECISION (on a GPU the default would be TF32)."""
+    from stem_jax.gnn.infer import PRECISION, _at_precision
+
+    seen = []
+
+    def product(a, b):
+        seen.append(jax.config.jax_default_matmul_precision)
+        return a @ b
+
+    wrapped = _at_precision(jax.jit(product))
+    ones = np.ones((2, 2), np.float32)
+    np.testing.assert_array_equal(np.asarray(wrapped(ones, ones)), 2 * ones)
+    assert seen == [PRECISION] == ["highest"] and wrapped._cache_size() == 1
+    assert jax.config.jax_default_matmul_precision != PRECISION  # the setting does not leak out

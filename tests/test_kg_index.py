@@ -88,3 +88,21 @@ def test_text_forms():
     assert serialize_triple("Kismet", "directed_by", "William Dieterle") == "Kismet directed by William Dieterle"
     assert relation_text("/film/film/genre") == "film genre"
     assert relation_text("/people/person/spouse_s./people/marriage/type_of_union") == "marriage type of union"
+
+
+def test_kg_fingerprint_is_memoised_per_index_object():
+    """The memo never answers for another KG, even one built where a dropped index lived."""
+    import gc
+
+    from stem_jax.kg.embeddings import _FINGERPRINTS, kg_fingerprint
+
+    first = build_index([("a", "r", "b"), ("b", "r", "c")])
+    value = kg_fingerprint(first)
+    assert kg_fingerprint(first) == value and id(first) in _FINGERPRINTS
+    assert kg_fingerprint(build_index([("a", "r", "b"), ("b", "r", "c")])) == value  # same triples, same print
+    del first
+    gc.collect()
+    for _ in range(20):  # new indexes, some at the freed address
+        other = build_index([("a", "r", "b"), ("b", "r", "d")])
+        assert kg_fingerprint(other) != value
+        del other

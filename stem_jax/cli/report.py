@@ -49,8 +49,8 @@ def run_metadata() -> dict[str, Any]:
     device = jax.devices()[0]
     return {
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        # a copy of the tree without .git (the GPU machine's) names its commit in STEM_COMMIT
-        "commit": commit or os.environ.get("STEM_COMMIT"),
+        # a copy of the tree sent elsewhere (the GPU machine's) may carry a stale .git: STEM_COMMIT wins
+        "commit": os.environ.get("STEM_COMMIT") or commit,
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),

@@ -259,8 +259,12 @@ def fresh_reach_shape(demand: np.ndarray, *, max_edges: int = REACH_EDGES, max_g
     """The bin shape sized to ``demand`` [Q, 7]: as many bins as ``max_edges`` and ``max_graphs`` ask
     for, each dimension an equal share of the totals plus 10% slack (rounded by :func:`_reach_shape`)."""
     totals = demand.sum(axis=0)
-    bins_wanted = max(1, -(-int(totals[3]) // max_edges), -(-len(demand) // max_graphs))
-    return _reach_shape(np.ceil(1.1 * totals / bins_wanted) + 1)
+    return _reach_shape(np.ceil(1.1 * totals / bins_wanted(demand, max_edges, max_graphs)) + 1)
+
+
+def bins_wanted(demand: np.ndarray, max_edges: int, max_graphs: int) -> int:
+    """How many bins :func:`fresh_reach_shape` sizes ``demand`` [Q, 7] for."""
+    return max(1, -(-int(demand[:, 3].sum()) // max_edges), -(-len(demand) // max_graphs))
 
 
 def pack_reach(demand: np.ndarray, shape: ReachShape) -> tuple[list[list[int]], list[int]]:
@@ -301,6 +305,9 @@ def plan_reach_bins(demand: np.ndarray, *, max_edges: int = REACH_EDGES, max_gra
 
 
 REACH_TIERS = 4
+# A compile is worth this many full bins of padded work (measured on the 2-core CPU: one reach compile
+# ~0.4 s; a full-split MetaQA pass runs 6,056 bins in ~47 s, ~8 ms a bin with its host work)
+COMPILE_BINS = 8
 
 
 def plan_reach_work(demand: np.ndarray, *, max_edges: int = REACH_EDGES, max_graphs: int = BIN_GRAPHS,
@@ -310,9 +317,11 @@ def plan_reach_work(demand: np.ndarray, *, max_edges: int = REACH_EDGES, max_gra
     Graphs that do not fit a tier's shape go to the next tier, whose bins are sized for four times the
     edges; the last tier's shape holds its largest graph, so every graph is placed. In every tier a shape
     of ``known`` (already compiled) replaces the fresh one when it is at least as large in every
-    dimension and costs (:func:`reach_cost`) at most ``slack`` times as much: a compile costs more
-    than a little padding (measured: one reach compile ~0.5 s, a 1,024-query MetaQA 3-hop chunk ~2 s
-    of forward).
+    dimension and either costs (:func:`reach_cost`) at most ``slack`` times as much or its extra
+    padding over the tier's bins stays under :data:`COMPILE_BINS` full bins of work: a compile costs
+    more than a little padding. A tier that fits one bin (a small call: ``ask``, a batch of a few
+    questions) compiles, when it must, a shape with twice the room that also covers every known
+    shape within that allowance, so that later small calls find a known shape instead of compiling.
     """
     work: list[tuple[np.ndarray, ReachShape]] = []
     rows = np.arange(len(demand))
@@ -320,13 +329,21 @@ def plan_reach_work(demand: np.ndarray, *, max_edges: int = REACH_EDGES, max_gra
         if len(rows) == 0:
             break
         sub = demand[rows]
-        shape = fresh_reach_shape(sub, max_edges=max_edges << (2 * tier), max_graphs=max_graphs)
+        tier_edges = max_edges << (2 * tier)
+        shape = fresh_reach_shape(sub, max_edges=tier_edges, max_graphs=max_graphs)
         if tier == REACH_TIERS - 1:
             shape = _reach_shape(np.maximum(shape.as_array(), sub.max(axis=0)))
-        fresh = shape.as_array()
-        reusable = [k for k in known if np.all(k.as_array() >= fresh) and reach_cost(k) <= slack * reach_cost(shape)]
+        fresh, cost, count = shape.as_array(), reach_cost(shape), bins_wanted(sub, tier_edges, max_graphs)
+        reusable = [k for k in known if np.all(k.as_array() >= fresh)
+                    and (reach_cost(k) <= slack * cost or count * (reach_cost(k) - cost) <= COMPILE_BINS * 4 * tier_edges)]
         if reusable:
             shape = min(reusable, key=lambda k: (reach_cost(k), tuple(k.as_array())))
+        elif count == 1:
+            # twice the room, and at least every known shape a small call could take, so the shapes
+            # small calls compile form a chain: a later call compiles only when it beats every earlier one
+            allowance = COMPILE_BINS * 4 * tier_edges
+            small = [k.as_array() for k in known if reach_cost(k) <= allowance]
+            shape = _reach_shape(np.max(np.stack([2 * fresh, *small]), axis=0))
         bins, oversized = pack_reach(sub, shape)
         work += [(rows[np.asarray(b, np.int64)], shape) for b in bins]
         rows = rows[np.asarray(oversized, np.int64)]

@@ -4,6 +4,8 @@
 computes, batched and jitted, then caches in TensorStore) the top ``width`` entities of every
 query, and gives each run the first K = |T|·K' of them as ``run.guidance``. Changing K', λ or τ
 reuses the cached rows; only a new checkpoint, KG, subgraph setting or question set recomputes.
+Calls of fewer than :data:`MIN_CACHED_ROWS` queries (``ask``, small ``retrieve`` batches) are
+computed in memory and not cached.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from stem_jax.gnn.model import ModelSpec
 from stem_jax.gnn.packing import BIN_GRAPHS
 from stem_jax.kg.embeddings import kg_fingerprint
 from stem_jax.plan.schema import SchemaGraph
+
+MIN_CACHED_ROWS = 64  # tables of fewer (question, plan) pairs are computed in memory, not cached
 
 
 def query_key(question: Question, schema: SchemaGraph) -> str:
@@ -67,6 +71,9 @@ class GNNGuidance:
             raise StemError(f"unknown GNN inference method {method!r}\n  how to fix: pass one of {', '.join(METHODS)}")
         self.method = method  # reach (default) or full: the same probabilities, see predict_top
         self.prefetch = True  # build the next chunk's subgraphs while the device runs this one
+        # tables of fewer pairs skip the on-disk cache: an interactive call (ask, a small retrieve)
+        # would otherwise open and write a TensorStore folder of a few rows each time
+        self.min_cached_rows = MIN_CACHED_ROWS
         self.stats: dict[str, Any] = {}
         self.batch_stats: dict[str, Any] = {}
 
@@ -129,7 +136,7 @@ class GNNGuidance:
             return ids, probs
 
         try:
-            if self.cache_dir is None or not pairs:
+            if self.cache_dir is None or len(pairs) < max(1, self.min_cached_rows):
                 began = time.perf_counter()
                 parts = [compute(range(lo, min(len(pairs), lo + self.chunk_rows)))
                          for lo in range(0, len(pairs), self.chunk_rows)]
