@@ -349,11 +349,11 @@ class Engine:
         info["seconds"] = round(time.perf_counter() - began, 3)
         return info
 
-    def _warm_up_guidance(self, batch_questions: int, calls: int = 64) -> int:
-        """Run GNN guidance, uncached, on ``calls`` batches of ``batch_questions`` questions spread over
-        the loaded split, so that the reach bin shapes such calls need are compiled (their sizes
-        spread over three orders of magnitude on MetaQA: a hub in a question's subgraph). Returns how
-        many shapes compiled."""
+    def _warm_up_guidance(self, batch_questions: int, calls: int = 64, max_questions: int = 4096) -> int:
+        """Run GNN guidance, uncached, on up to ``calls`` batches of ``batch_questions`` questions
+        (``max_questions`` in all) spread over the loaded split, so that the reach bin shapes such
+        calls need are compiled (their sizes spread over three orders of magnitude on MetaQA: a hub in
+        a question's subgraph). Returns how many shapes compiled."""
         from stem_jax.gnn.infer import reach_forward_fn
 
         questions = list(self.dataset.questions)
@@ -361,7 +361,7 @@ class Engine:
             return 0
         stem = self.method("stem")
         guidance = self.guidance
-        count = min(len(questions), calls * batch_questions)
+        count = min(len(questions), calls * batch_questions, max(max_questions, batch_questions))
         sample = questions[:: max(1, len(questions) // count)][:count]
         plan, _ = stem._planner_fn(sample)
         runs, _ = stem.evaluator.plan_all(sample, plan)

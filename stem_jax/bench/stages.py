@@ -6,7 +6,8 @@ GNN guidance (when on), anchoring, tracing, answers (ranking, evidence, record).
 size the first call (which compiles new shapes) is timed on its own; then the engine precompiles
 what a call of that size can reach (:meth:`~stem_jax.engine.Engine.warm_up`), and ``repeats`` warm
 calls on *other* questions of the split, each planned afresh, give p50/p95/p99 per stage and end
-to end, and throughput. The encoder's in-memory memo (repeated question wordings and schema
+to end, and throughput. GNN guidance is computed, not read from its disk cache (the timer turns
+that cache off on the engine's provider). The encoder's in-memory memo (repeated question wordings and schema
 triples) stays on unless turned off (``encoder.memo_size = 0``); its hits are reported. Compile counts of the jitted tracer/anchor functions, peak host RSS and (on a
 GPU) device memory are recorded with the jax/jaxlib versions, machine and commit.
 """
@@ -59,6 +60,11 @@ class StageTimer:
         self.method = engine.method("stem")
         self.evaluator = self.method.evaluator
         self.planner = engine.planner if engine.planner_spec.plans is None else None
+        guidance = self.method.context.guidance
+        if guidance is not None:
+            # time the GNN, not a read of the guidance cache (an earlier bench of the same questions
+            # fills it, and then a 1,024-question call took 33 ms instead of ~2 s)
+            guidance.cache_dir = None
 
     def _plan(self, batch: Sequence[Question], times: dict[str, float]) -> Any:
         planner = self.planner
