@@ -39,12 +39,17 @@ def _device_memory() -> dict[str, Any] | None:
     return {k: stats[k] for k in ("peak_bytes_in_use", "bytes_in_use", "bytes_limit") if k in stats}
 
 
-def _compiles(encoder: Any = None) -> dict[str, int]:
+def _compiles(encoder: Any = None, guidance: Any = None) -> dict[str, int]:
     from stem_jax.trace.tracer import anchor_batch, trace_batch
 
     counts = {"trace_batch": trace_batch._cache_size(), "anchor_batch": anchor_batch._cache_size()}
     if hasattr(encoder, "compile_count"):
         counts["encoder"] = encoder.compile_count
+    if guidance is not None:
+        from stem_jax.gnn.infer import forward_fn, reach_forward_fn
+
+        counts["gnn_reach"] = reach_forward_fn(guidance.spec.layers)._cache_size()
+        counts["gnn_full"] = forward_fn(guidance.spec)._cache_size()
     return counts
 
 
@@ -134,6 +139,7 @@ def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Seq
     the encoder memo's hits and misses during the timed calls."""
     timer = StageTimer(engine)
     encoder = engine.encoder
+    guidance = timer.method.context.guidance
     questions = list(questions)
     results: dict[str, Any] = {"stages": list(STAGES), "batch_sizes": {}}
     cursor = 0
@@ -151,21 +157,21 @@ def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Seq
             if log:
                 log(f"batch size {size}: skipped, only {len(questions)} questions loaded")
             continue
-        before = _compiles(encoder)
+        before = _compiles(encoder, guidance)
         first = timer.run(take(size))
-        after_first = _compiles(encoder)
+        after_first = _compiles(encoder, guidance)
         precompiled = engine.warm_up(size) if precompile else None
-        after_precompile = _compiles(encoder)
+        after_precompile = _compiles(encoder, guidance)
         for _ in range(warmup):
             timer.run(take(size))
-        after_warmup = _compiles(encoder)
+        after_warmup = _compiles(encoder, guidance)
         reps = repeats or max(3, min(50, 2048 // size))
         warm: list[dict[str, float]] = []
         memo_before = _memo(encoder)
         began = time.perf_counter()
         while len(warm) < reps or time.perf_counter() - began < min_seconds:
             warm.append(timer.run(take(size)))
-        after = _compiles(encoder)
+        after = _compiles(encoder, guidance)
         memo_after = _memo(encoder)
         per_stage = {stage: _percentiles([w[stage] for w in warm]) for stage in (*STAGES, "total", "process_cpu")}
         total_seconds = sum(w["total"] for w in warm)
@@ -188,7 +194,7 @@ def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Seq
             row = results["batch_sizes"][str(size)]
             log(f"batch {size:5d}: end-to-end p50 {per_stage['total']['p50']:.1f} ms, "
                 f"{row['questions_per_second']:.0f} q/s, first call {row['first_call_ms']['total']:.0f} ms")
-    results["compiles_total"] = _compiles(encoder)
+    results["compiles_total"] = _compiles(encoder, guidance)
     results["encoder_memo"] = getattr(encoder, "memo_size", None)
     results["peak_rss_mib"] = _rss_mib()
     results["jax"] = jax.__version__
