@@ -394,15 +394,12 @@ def engine_fingerprint(engine: Any, method: str) -> dict[str, Any]:
     planner["plans_stamp"] = path_stamp(engine.planner_spec.plans)
     guidance = dataclasses.asdict(engine.guidance_spec)
     guidance["checkpoint_stamp"] = path_stamp(engine.guidance_spec.checkpoint)
-    kg = getattr(engine, "_results_kg_sha", None)
-    if kg is None:  # ~1 s on MetaQA: once per engine
-        kg = engine._results_kg_sha = kg_fingerprint(engine.index)
     options = {k: {name: path_stamp(v) if isinstance(v, Path) else v for name, v in opts.items()}
                for k, opts in engine.method_options.items() if k == method}
     return results_fingerprint(
         config=engine.config, method=method,
         planner=planner if method in ("stem", "safe") else None,
-        kg=kg, encoder=engine.encoder.name,
+        kg=kg_fingerprint(engine.index), encoder=engine.encoder.name,
         data={"dataset": engine.dataset.name, "split": engine.dataset_spec.split},
         extra={"guidance": guidance if method == "stem" else None, "method_options": options},
     )

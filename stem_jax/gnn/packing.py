@@ -334,14 +334,14 @@ def plan_reach_work(demand: np.ndarray, *, max_edges: int = REACH_EDGES, max_gra
         if tier == REACH_TIERS - 1:
             shape = _reach_shape(np.maximum(shape.as_array(), sub.max(axis=0)))
         fresh, cost, count = shape.as_array(), reach_cost(shape), bins_wanted(sub, tier_edges, max_graphs)
+        allowance = COMPILE_BINS * 4 * tier_edges  # a compile, in reach_cost units
         reusable = [k for k in known if np.all(k.as_array() >= fresh)
-                    and (reach_cost(k) <= slack * cost or count * (reach_cost(k) - cost) <= COMPILE_BINS * 4 * tier_edges)]
+                    and (reach_cost(k) <= slack * cost or count * (reach_cost(k) - cost) <= allowance)]
         if reusable:
             shape = min(reusable, key=lambda k: (reach_cost(k), tuple(k.as_array())))
         elif count == 1:
             # twice the room, and at least every known shape a small call could take, so the shapes
             # small calls compile form a chain: a later call compiles only when it beats every earlier one
-            allowance = COMPILE_BINS * 4 * tier_edges
             small = [k.as_array() for k in known if reach_cost(k) <= allowance]
             shape = _reach_shape(np.max(np.stack([2 * fresh, *small]), axis=0))
         bins, oversized = pack_reach(sub, shape)

@@ -136,7 +136,7 @@ class GNNGuidance:
             return ids, probs
 
         try:
-            if self.cache_dir is None or len(pairs) < max(1, self.min_cached_rows):
+            if self.cache_dir is None or not pairs or len(pairs) < self.min_cached_rows:
                 began = time.perf_counter()
                 parts = [compute(range(lo, min(len(pairs), lo + self.chunk_rows)))
                          for lo in range(0, len(pairs), self.chunk_rows)]

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import re
-import weakref
 from pathlib import Path
 
 from stem_jax.encoder.base import TextEncoder
@@ -35,24 +33,9 @@ def kg_texts(index: KGIndex, names: dict[str, str] | None = None) -> dict[str, l
     }
 
 
-# kg_fingerprint per live index object: hashing MetaQA's 128k triples takes ~0.3 s, and the GNN
-# guidance cache keys every call on it (it was most of a guided batch-1 call's latency)
-_FINGERPRINTS: dict[int, tuple[weakref.ref, str]] = {}
-
-
 def kg_fingerprint(index: KGIndex) -> str:
-    """12 hex digits of sha256 over the triples as (head, relation, tail) strings; memoised per
-    index object (a KGIndex is frozen)."""
-    held = _FINGERPRINTS.get(id(index))
-    if held is not None and held[0]() is index:
-        return held[1]
-    digest = hashlib.sha256()
-    for h, r, t in index.triples.tolist():
-        digest.update(f"{index.entities[h]}\x1f{index.relations[r]}\x1f{index.entities[t]}\x1e".encode())
-    value = digest.hexdigest()[:12]
-    key = id(index)
-    _FINGERPRINTS[key] = (weakref.ref(index, lambda _: _FINGERPRINTS.pop(key, None)), value)
-    return value
+    """The KG's content fingerprint (:attr:`KGIndex.fingerprint`, computed once per index)."""
+    return index.fingerprint
 
 
 def cache_folder(cache_root: Path, dataset: str, index: KGIndex, encoder: TextEncoder) -> Path:
