@@ -110,6 +110,8 @@ def main_experiment(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=Path, default=Path("runs/accuracy"))
     parser.add_argument("--only", nargs="*", help="variant slugs to run (default: all)")
+    parser.add_argument("--label", default="", help="suffix of the result file names (e.g. for an --only subset, "
+                        "so the full table is not overwritten)")
     parser.add_argument("--limit", type=int, help="first N test questions per hop (default: the full split)")
     parser.add_argument("--gnn-checkpoint", type=Path, default=Path("runs/gnn-metaqa"))
     parser.add_argument("--score-only", action="store_true", help="tabulate finished run folders, trace nothing")
@@ -169,7 +171,8 @@ def main_experiment(argv: list[str] | None = None) -> int:
              else "MetaQA-partial test, every question whose topic is in the partial KB")
     text = (f"Command: `STEM_DATA_DIR=../shared/data python experiments/accuracy_metaqa.py --runs {args.runs}"
             f" --gnn-checkpoint {args.gnn_checkpoint}{' --limit ' + str(args.limit) if args.limit else ''}"
-            f"{' --gnn-limit ' + str(args.gnn_limit) if args.gnn_limit else ''}`  \n"
+            f"{' --gnn-limit ' + str(args.gnn_limit) if args.gnn_limit else ''}"
+            f"{' --only ' + ' '.join(args.only) if args.only else ''}{' --label ' + args.label if args.label else ''}`  \n"
             f"Machine: {meta['machine']}, {meta['cpu_count']} CPUs, jax {meta['jax']}, commit {meta['commit']}\n\n"
             f"{scope}, LLM-free answers (percent). "
             "Default rows use no tuning flags: relation bonus, exact anchoring, topic exclusion, capacity ladder "
@@ -179,7 +182,8 @@ def main_experiment(argv: list[str] | None = None) -> int:
             "commit, paper T-Score with `--engine.relation_bonus=true`). Overflowed: questions with a dropped "
             f"match after the largest capacity bucket.{notes}\n\n{table}\n\n{detail}")
     print(text)
-    write_report(Path("experiments/results"), "accuracy-metaqa" + (f"-limit{args.limit}" if args.limit else ""),
+    name = "accuracy-metaqa" + (f"-limit{args.limit}" if args.limit else "") + (f"-{args.label}" if args.label else "")
+    write_report(Path("experiments/results"), name,
                  {"meta": meta, "variants": results, "bound": BOUND, "target": TARGET, "skipped": skipped,
                   "before": {k: before.get(v) for k, v in BEFORE.items()}}, text)
     return 0
