@@ -30,8 +30,8 @@ def server(tmp_path_factory):
 
 def test_real_model_plans_a_question_into_a_grounded_schema_graph(server):
     from stem_jax.plan.hybrid import grounding_failure
+    from stem_jax.plan.llm_planner import FewShotPool, VLLMPlanner, examples_from_training
     from stem_jax.plan.openai_client import OpenAIBackend
-    from stem_jax.plan.vllm import FewShotPool, VLLMPlanner, examples_from_training
 
     demo = load_demo(split="train")
     index = build_index(demo.triples)

@@ -4,23 +4,20 @@ import numpy as np
 import pytest
 
 from stem_jax.data.demo_kg import load_demo
+from stem_jax.data.splits import hash_split
 from stem_jax.data.types import PathStep, Question
 from stem_jax.encoder import HashingEncoder
 from stem_jax.kg.index import build_index
 from stem_jax.plan.oracle import OraclePlanner, schema_from_path
 from stem_jax.plan.pattern import (
     PatternPlanner,
-    Template,
     TrainConfig,
     build_training_set,
-    hash_split,
-    mask_topics,
-    template_of,
     train_pattern_planner,
-    unique_texts,
-    word_dropout,
 )
 from stem_jax.plan.schema import SchemaGraph, SchemaTriple
+from stem_jax.plan.templates import Template, template_of
+from stem_jax.text import mask_topics, unique_texts, word_dropout
 
 
 def test_template_abstracts_the_topic_and_renumbers_placeholders():

@@ -7,25 +7,22 @@ from collections import Counter
 
 import pytest
 
+from stem_jax.answer.generation import generate_answers
 from stem_jax.data.demo_kg import load_demo
 from stem_jax.data.types import Question
 from stem_jax.encoder import HashingEncoder
 from stem_jax.errors import StemError
 from stem_jax.kg.index import build_index, relation_text
-from stem_jax.plan.vllm import (
+from stem_jax.plan.llm_planner import (
     FewShotPool,
-    OpenAIBackend,
     RelationGrounder,
-    VLLMBackend,
     VLLMPlanner,
     examples_from_training,
-    export_records,
-    generate_answers,
-    path_assertions,
-    reverse_generate,
-    sample_masked_walks,
     schema_from_triples,
 )
+from stem_jax.plan.openai_client import OpenAIBackend
+from stem_jax.plan.synthetic import export_records, path_assertions, reverse_generate, sample_masked_walks
+from stem_jax.plan.vllm import VLLMBackend
 
 RELATIONS = ("directed_by", "starred_actors", "has_genre", "release_year", "born_in")
 
@@ -177,7 +174,7 @@ def test_relation_grounding_exact_normalised_nearest(caplog):
     assert grounder.ground("directed_by") == "directed_by"
     assert grounder.ground("Directed By") == "directed_by"
     assert grounder.ground("film.film.directed_by") == "directed_by"
-    with caplog.at_level(logging.INFO, logger="stem_jax.plan.vllm"):
+    with caplog.at_level(logging.INFO, logger="stem_jax.plan.llm_planner"):
         assert grounder.ground("was born in") == "born_in"
     assert "grounded relation 'was born in' -> 'born_in' (nearest" in caplog.text
     assert grounder.stats["exact"] == 1 and grounder.stats["normalised"] == 2 and grounder.stats["nearest"] == 1

@@ -100,8 +100,9 @@ def _report_table(report: dict[str, Any]) -> str:
 def cmd_train_planner(args: argparse.Namespace) -> int:
     """Train the pattern planner on the training split's oracle plans; save it; print validation accuracy."""
     from stem_jax.cli.engine_args import load
+    from stem_jax.data.splits import hash_split
     from stem_jax.plan.factory import training_split
-    from stem_jax.plan.pattern import TrainConfig, hash_split, train_pattern_planner
+    from stem_jax.plan.pattern import TrainConfig, train_pattern_planner
 
     config = config_from_args(args)
     if args.split is None:

@@ -11,12 +11,12 @@ question entity (the oracle's hop count), so inference never reads the dataset's
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from stem_jax.config import SubgraphConfig
+from stem_jax.data.splits import hash_split
 from stem_jax.data.types import Question
 from stem_jax.errors import StemError
 from stem_jax.gnn.batching import MAX_SCHEMA_TRIPLES, GraphExample, build_example
@@ -31,16 +31,10 @@ from stem_jax.plan.walks import random_walk
 Planner = Callable[[Question, KGIndex], list[SchemaGraph]]
 
 
-def qid_bucket(qid: str) -> int:
-    """A stable 0..99 bucket of a question id (sha256, not Python's salted hash)."""
-    return int(hashlib.sha256(qid.encode("utf-8")).hexdigest()[:8], 16) % 100
-
-
 def split_by_qid(questions: Sequence[Question], val_percent: int) -> tuple[list[Question], list[Question]]:
-    """(train, val): a question is in val when its id's bucket is below ``val_percent``."""
-    train = [q for q in questions if qid_bucket(q.qid) >= val_percent]
-    val = [q for q in questions if qid_bucket(q.qid) < val_percent]
-    return train, val
+    """(train, val): the project's one :func:`~stem_jax.data.splits.hash_split`, in its ``percent``
+    bucketing (a question is in val when sha256(qid) mod 100 is below ``val_percent``)."""
+    return hash_split(questions, val_percent / 100, bucketing="percent")
 
 
 def gold_entities(question: Question, index: KGIndex) -> np.ndarray:

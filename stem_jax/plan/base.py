@@ -4,7 +4,8 @@ A planner maps a question to up to ``B`` candidate schema graphs in beam order (
 SGDA's beam of ``B`` assertion-strategy pairs). The evaluator's :data:`Planner` signature takes
 one question at a time; planners that batch (the pattern head encodes all questions in one
 forward, vLLM sends a whole batch through one ``generate`` call) implement :class:`BatchPlanner`
-and are turned into a per-question callable by :func:`precomputed_planner`.
+and are turned into a per-question callable by :func:`precomputed_planner`. LLM planners, answer
+generation and synthetic-data export talk to a language model through :class:`LLMBackend`.
 """
 
 from __future__ import annotations
@@ -48,6 +49,20 @@ class SingleQuestionPlanner:
         return [[ScoredSchema(s) for s in self.fn(q, self.index)] for q in questions]
 
 
+@runtime_checkable
+class LLMBackend(Protocol):
+    """Text generation for a batch of prompts; returns ``n`` completions per prompt, in prompt order.
+
+    ``beam=True`` asks for beam search of width ``n`` (deterministic); otherwise ``n`` samples
+    at ``temperature`` (0 = greedy). Backends that constrain decoding also take ``grammar=`` (GBNF);
+    the planner passes it only when asked to (``VLLMPlanner.constrained``).
+    """
+
+    def generate(self, prompts: Sequence[str], *, n: int = 1, beam: bool = False, temperature: float = 0.0,
+                 max_tokens: int = 256, seed: int | None = None) -> list[list[str]]:
+        ...
+
+
 def precomputed_planner(
     planner: BatchPlanner, questions: Sequence[Question], batch_size: int = 1024
 ) -> tuple[Callable[[Question, KGIndex], list[SchemaGraph]], dict[str, list[ScoredSchema]]]:
@@ -68,5 +83,5 @@ def precomputed_planner(
             beams[question.qid] = planner.plan_batch([question])[0]
         return [entry.schema for entry in beams[question.qid]]
 
-    plan.beams = beams  # the scored beams, read by Evaluator.plan_all for beam-aware answer ranking
+    plan.beams = beams  # the scored beams, read by StemPipeline.plan_all for beam-aware answer ranking
     return plan, beams

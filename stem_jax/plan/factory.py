@@ -102,8 +102,8 @@ def build_planner(spec: PlannerSpec, config: StemConfig, dataset: Dataset, index
                          "beam": config.planner.beam, "min_prob": config.planner.min_prob,
                          "templates": len(planner.templates)}
     if spec.name in ("vllm", "hybrid"):
-        from stem_jax.plan.pattern import hash_split
-        from stem_jax.plan.vllm import build_llm_planner
+        from stem_jax.data.splits import hash_split
+        from stem_jax.plan.llm_planner import build_llm_planner
 
         if not spec.llm_model:
             raise StemError(f"--planner {spec.name} needs --llm-model (and --llm-url for an OpenAI-compatible server)")

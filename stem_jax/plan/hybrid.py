@@ -1,6 +1,6 @@
 """The hybrid planner: an LLM proposes schema graphs, the pattern planner fills in where they fail.
 
-Per question, the LLM planner's beam (:class:`~stem_jax.plan.vllm.VLLMPlanner`) is kept when at
+Per question, the LLM planner's beam (:class:`~stem_jax.plan.llm_planner.VLLMPlanner`) is kept when at
 least one of its schema graphs *grounds* (:func:`grounding_failure`); otherwise the fallback
 planner's beam is used. A graph grounds when every relation is in the KG vocabulary, a schema
 constant names one of the question's entities, the answer node is reachable from it, and following

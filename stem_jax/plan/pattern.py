@@ -5,12 +5,12 @@ question such as "what is the X's mascot?" maps to the same assertions whatever 
 planner learns exactly that mapping, and nothing about answers:
 
 1. **Templates.** Each training question's gold (oracle) schema graph is turned into a
-   :class:`Template`: the question entities become slots ``{0}``, ``{1}``, ..., placeholders are
+   :class:`~stem_jax.plan.templates.Template`: the question entities become slots ``{0}``, ``{1}``, ..., placeholders are
    renumbered ``[ENT1]``, ``[ENT2]`` by first appearance, the answer node is kept. MetaQA's 49
    qtypes give 49 templates; ``(Kismet, directed_by, [ENT1]), ([ENT2], directed_by, [ENT1])``
    becomes ``({0}, directed_by, [ENT1]), ([ENT2], directed_by, [ENT1]) -> [ENT2]``.
 2. **Masked question embedding.** The topic mention in the question text is replaced by the
-   neutral token ``X`` (:func:`mask_topics`) and the result is embedded with the frozen MiniLM
+   neutral token ``X`` (:func:`stem_jax.text.mask_topics`) and the result is embedded with the frozen MiniLM
    encoder. The classifier therefore never sees which entity is asked about: it cannot memorise
    entities or answers, only wording.
 3. **Head.** A Flax MLP (:class:`PatternHead`) maps the embedding to a distribution over
@@ -40,9 +40,7 @@ group (the paper's Table 15), and against the per-template majority baseline it 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import re
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -57,142 +55,12 @@ from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex
 from stem_jax.plan.base import ScoredSchema
 from stem_jax.plan.oracle import OraclePlanner
-from stem_jax.plan.schema import SchemaGraph, SchemaTriple, is_placeholder
+from stem_jax.plan.schema import SchemaGraph
+from stem_jax.plan.templates import SLOT, Template, template_of
+from stem_jax.text import mask_topics, topic_names, unique_texts, word_dropout
 
-MASK_TOKEN = "X"
 KNN_TEMPERATURE = 0.01  # chosen on MetaQA validation (0.05 / 0.02 / 0.01: 0.94 / 0.997 / 1.0 top-1)
 FORMAT_VERSION = 1
-_SLOT = re.compile(r"^\{(\d+)\}$")
-
-
-# ---------------------------------------------------------------------------------------------
-# Templates
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Template:
-    """A schema graph with its question entities replaced by slots ``{0}``, ``{1}``, ...
-
-    ``triples`` use ``{i}`` for question entity ``i`` and ``[ENTk]`` placeholders numbered by
-    first appearance, so two questions with the same relation pattern share one template.
-    """
-
-    triples: tuple[tuple[str, str, str], ...]
-    answer: str
-
-    @property
-    def key(self) -> str:
-        body = "; ".join(f"({h}, {r}, {t})" for h, r, t in self.triples)
-        return f"{body} -> {self.answer}"
-
-    @property
-    def slots(self) -> int:
-        """How many question entities the template needs."""
-        found = [int(m.group(1)) for h, _, t in self.triples for n in (h, t) if (m := _SLOT.match(n))]
-        return max(found) + 1 if found else 0
-
-    @property
-    def relations(self) -> tuple[str, ...]:
-        return tuple(r for _, r, _ in self.triples)
-
-    def instantiate(self, topics: Sequence[str], strategy: str = "Precision") -> SchemaGraph | None:
-        """The schema graph for a question whose entities are ``topics``; None if too few."""
-        if len(topics) < self.slots:
-            return None
-
-        def fill(node: str) -> str:
-            m = _SLOT.match(node)
-            return topics[int(m.group(1))] if m else node
-
-        triples = tuple(SchemaTriple(fill(h), r, fill(t)) for h, r, t in self.triples)
-        return SchemaGraph(triples=triples, answer=fill(self.answer), strategy=strategy)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"triples": [list(t) for t in self.triples], "answer": self.answer}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Template:
-        return cls(tuple(tuple(t) for t in data["triples"]), data["answer"])
-
-
-def template_of(schema: SchemaGraph, topics: Sequence[str]) -> Template | None:
-    """Abstract ``schema`` over the question entities ``topics``; None when it names other constants.
-
-    Constants are matched to topics case-insensitively. A schema that mentions an entity the
-    question does not (a constant that is neither a topic nor a placeholder) cannot be a
-    reusable pattern, so it yields None and the caller counts it.
-    """
-    slot_of = {t.lower(): i for i, t in reversed(list(enumerate(topics)))}
-    renumber: dict[str, str] = {}
-
-    def node(name: str) -> str | None:
-        if is_placeholder(name):
-            return renumber.setdefault(name, f"[ENT{len(renumber) + 1}]")
-        slot = slot_of.get(name.lower())
-        return None if slot is None else f"{{{slot}}}"
-
-    triples = []
-    for t in schema.triples:
-        head, tail = node(t.head), node(t.tail)
-        if head is None or tail is None:
-            return None
-        triples.append((head, t.relation, tail))
-    answer = node(schema.answer)
-    if answer is None:
-        return None
-    return Template(tuple(triples), answer)
-
-
-# ---------------------------------------------------------------------------------------------
-# Question text
-# ---------------------------------------------------------------------------------------------
-
-
-def mask_topics(text: str, mentions: Sequence[str], token: str = MASK_TOKEN) -> tuple[str, bool]:
-    """Replace each mention of a question entity in ``text`` by ``token``.
-
-    Matching is case-insensitive and longest mention first (so "The Matrix Reloaded" is masked
-    before "The Matrix"). Returns the masked text and whether every mention was found; a
-    mention that is absent (a paraphrase that abbreviates the name) leaves the text as is.
-    """
-    found_all = True
-    for mention in sorted({m for m in mentions if m}, key=len, reverse=True):
-        pattern = re.compile(re.escape(mention), re.IGNORECASE)
-        text, n = pattern.subn(token, text)
-        found_all &= n > 0
-    return re.sub(r"\s+", " ", text).strip(), found_all
-
-
-def topic_names(question: Question, names: dict[str, str] | None) -> list[str]:
-    """The question's entities as the text names them (display names where ids are opaque)."""
-    names = names or {}
-    return [names.get(t, t) for t in question.topic_entities]
-
-
-def hash_split(questions: Sequence[Question], val_fraction: float = 0.1) -> tuple[list[Question], list[Question]]:
-    """Deterministic train/validation split by sha256 of the question id (stable across runs)."""
-    train, val = [], []
-    for q in questions:
-        bucket = int.from_bytes(hashlib.sha256(q.qid.encode()).digest()[:4], "little") / 2**32
-        (val if bucket < val_fraction else train).append(q)
-    return train, val
-
-
-def unique_texts(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
-    """Distinct texts in first-seen order and, per input, the index of its distinct text."""
-    first: dict[str, int] = {}
-    inverse = np.asarray([first.setdefault(t, len(first)) for t in texts], np.int64)
-    return list(first), inverse
-
-
-def word_dropout(text: str, rng: np.random.Generator, rate: float, keep: str = MASK_TOKEN) -> str:
-    """``text`` with each word dropped with probability ``rate``; the masked topic and two words always stay."""
-    words = text.split()
-    kept = [w for w in words if w == keep or rng.random() >= rate]
-    if sum(w != keep for w in kept) < 2:
-        return text
-    return " ".join(kept)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -545,7 +413,7 @@ class PatternPlanner:
         if self._requirements is None:  # per template: (slot, (relation, slot is the head)) of its slot edges
             self._requirements = [
                 [(int(m.group(1)), (relation, is_head)) for head, relation, tail in t.triples
-                 for node, is_head in ((head, True), (tail, False)) if (m := _SLOT.match(node))]
+                 for node, is_head in ((head, True), (tail, False)) if (m := SLOT.match(node))]
                 for t in self.templates
             ]
         ids = [self.index.entity_ids.get(t) for t in question.topic_entities]

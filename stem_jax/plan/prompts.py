@@ -11,7 +11,7 @@
 The templates ask for simple line-oriented outputs; the parsers also accept the tuple-shaped
 outputs the paper's figures show, quotes or not, numbering or bullets, and stray prose around
 them. A parser never raises on model output: it returns ``None`` (or an empty list) for what it
-cannot read, and the caller retries (:mod:`stem_jax.plan.vllm`).
+cannot read, and the caller retries (:mod:`stem_jax.plan.llm_planner`).
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ Layout of a plan store folder (``Q`` questions, beam ``B``, ``T`` = ``max_triple
 
 A relation absent from the KG vocabulary has id -1 (its name is in the sidecar), as in
 :func:`stem_jax.plan.schema.ground`. Node slots follow the order of first appearance in the
-schema's triples. Questions are written ``chunk_rows`` at a time, each chunk as soon as the
-planner has produced it: arrays first, then the sidecar (temp file + rename), then the manifest
+schema's triples. The folder is a :class:`~stem_jax.zarr_table.ZarrTable` whose chunk digests also
+cover the sidecar. Questions are written ``chunk_rows`` at a time, each chunk as soon as the
+planner has produced it: the sidecar (temp file + rename), then the arrays, then the manifest
 entry, so a killed run resumes at the first unfinished chunk and a rerun plans nothing.
 Beams that do not fit (more than ``T`` triples) are dropped and counted in the manifest, never
 silently truncated.
@@ -24,36 +25,37 @@ silently truncated.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import shutil
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tensorstore as ts
 
-from stem_jax.atomic import write_json_atomic, write_text_atomic
+from stem_jax.atomic import write_text_atomic
 from stem_jax.data.types import Question
 from stem_jax.errors import CacheError
 from stem_jax.kg.index import KGIndex
 from stem_jax.plan.base import BatchPlanner, ScoredSchema
 from stem_jax.plan.schema import STRATEGIES, SchemaGraph, SchemaTriple, is_placeholder
+from stem_jax.zarr_table import MANIFEST, Column, TableKind, ZarrTable, read_manifest, strings_sha256
 
 FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
 PAD = -1
 PLACEHOLDER = -2
 UNKNOWN_ENTITY = -3
 _ARRAYS = {"triples": "int32", "nodes": "int32", "answer": "int32", "strategy": "int32", "score": "float32"}
 _FIX = "delete the folder {path} or pass --rebuild"
+_MANIFEST_KEYS = ("format_version", "n", "beam", "max_triples", "chunk_rows", "qids", "chunks", "relations")
 
 
 class PlanStoreWarning(UserWarning):
     """A stored chunk failed its checksum and is being planned again."""
+
+
+KIND = TableKind(name="plan store", warning=PlanStoreWarning, fix=_FIX, noun="store", redo="planning it again",
+                 extra_entries=("sidecar",), required=_MANIFEST_KEYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,36 +77,19 @@ class PlanBatch:
         return self.strategy >= 0
 
 
-def _sha(*blocks: np.ndarray, text: bytes = b"") -> str:
-    digest = hashlib.sha256()
-    for block in blocks:
-        digest.update(np.ascontiguousarray(block).tobytes())
-    digest.update(text)
-    return digest.hexdigest()
-
-
 def _fingerprint(items: Sequence[str]) -> str:
-    digest = hashlib.sha256()
-    for item in items:
-        data = item.encode("utf-8", "surrogatepass")
-        digest.update(len(data).to_bytes(8, "little"))
-        digest.update(data)
-    return digest.hexdigest()
+    return strings_sha256(items, counted=False)
 
 
-def _spec(path: Path, shape: Sequence[int], chunk: Sequence[int], dtype: str) -> dict[str, Any]:
-    return {
-        "driver": "zarr3",
-        "kvstore": {"driver": "file", "path": str(path)},
-        "metadata": {
-            "shape": list(shape),
-            "data_type": dtype,
-            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunk)}},
-            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
-                       {"name": "zstd", "configuration": {"level": 3, "checksum": False}}],
-            "fill_value": -1 if dtype == "int32" else 0.0,
-        },
-    }
+def _columns(beam: int, max_triples: int) -> list[Column]:
+    """The five arrays, in the order their bytes enter a chunk's sha256."""
+    rows = {"triples": (beam, max_triples, 3), "nodes": (beam, 2 * max_triples), "answer": (beam,),
+            "strategy": (beam,), "score": (beam,)}
+    return [Column(name, dtype, rows[name], fill=-1 if dtype == "int32" else 0.0) for name, dtype in _ARRAYS.items()]
+
+
+def _sidecar_file(path: Path, chunk: int) -> Path:
+    return Path(path) / "sidecar" / f"chunk-{chunk:06d}.jsonl"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,11 +131,12 @@ def schema_from_json(data: dict[str, Any]) -> ScoredSchema:
 class PlanStore:
     """An open plan store; build one with :func:`write_plan_store`, open one with :meth:`open`."""
 
-    def __init__(self, path: Path, manifest: dict[str, Any], arrays: dict[str, Any]):
-        self.path = Path(path)
-        self.manifest = manifest
-        self.arrays = arrays
-        self.qids: list[str] = manifest["qids"]
+    def __init__(self, table: ZarrTable):
+        self.table = table
+        self.path = table.path
+        self.manifest = table.manifest
+        self.arrays = table.arrays
+        self.qids: list[str] = table.manifest["qids"]
         self.row_of = {q: i for i, q in enumerate(self.qids)}
 
     @property
@@ -174,7 +160,7 @@ class PlanStore:
         return list(self.manifest["relations"])
 
     def complete(self) -> bool:
-        return len(self.manifest["chunks"]) == -(-self.n // self.chunk_rows)
+        return self.table.complete()
 
     @classmethod
     def open(cls, path: Path, *, require_complete: bool = True) -> PlanStore:
@@ -184,14 +170,14 @@ class PlanStore:
         if not manifest_path.is_file():
             raise CacheError(f"{path}: not a plan store (no {MANIFEST})\n"
                              "  how to fix: write one with `stem-jax plan --out PATH`")
-        manifest = _read_manifest(manifest_path)
+        manifest = read_manifest(path, _MANIFEST_KEYS)
         if manifest is None:
             raise CacheError(f"{manifest_path}: unreadable manifest\n"
                              "  how to fix: rerun the same `stem-jax plan` command (it starts the store over)")
         if manifest.get("format_version") != FORMAT_VERSION:
             raise CacheError(f"{path}: plan store format {manifest.get('format_version')}, expected {FORMAT_VERSION}\n"
                              f"  how to fix: {_FIX.format(path=path)}")
-        store = cls(path, manifest, _open_arrays(path, manifest, create=False))
+        store = cls(ZarrTable(path, _columns(manifest["beam"], manifest["max_triples"]), manifest, kind=KIND))
         if require_complete and not store.complete():
             done = len(manifest["chunks"])
             raise CacheError(f"{path}: plan store is unfinished ({done} of {-(-store.n // store.chunk_rows)} chunks)\n"
@@ -205,7 +191,7 @@ class PlanStore:
                              f"  how to fix: {_FIX.format(path=self.path)}")
 
     def read_rows(self, lo: int, hi: int) -> PlanBatch:
-        arrays = {k: np.asarray(self.arrays[k][lo:hi].read().result()) for k in _ARRAYS}
+        arrays = self.table.read(lo, hi)
         sidecar = self._sidecar_rows(lo, hi)
         return PlanBatch(np.arange(lo, hi), self.qids[lo:hi], arrays["triples"], arrays["nodes"], arrays["answer"],
                          arrays["strategy"], arrays["score"], sidecar)
@@ -214,7 +200,7 @@ class PlanStore:
         rows: list[dict[str, Any]] = []
         size = self.chunk_rows
         for chunk in range(lo // size, -(-hi // size)):
-            file = self.path / "sidecar" / f"chunk-{chunk:06d}.jsonl"
+            file = _sidecar_file(self.path, chunk)
             try:
                 lines = file.read_bytes().split(b"\n")  # not splitlines: U+2028 may sit inside a question
             except OSError as err:
@@ -276,60 +262,6 @@ class PlanStore:
         return plan
 
 
-def _open_arrays(path: Path, manifest: dict[str, Any], create: bool) -> dict[str, Any]:
-    n, b, t, size = manifest["n"], manifest["beam"], manifest["max_triples"], manifest["chunk_rows"]
-    shapes = {"triples": ([n, b, t, 3], [size, b, t, 3]), "nodes": ([n, b, 2 * t], [size, b, 2 * t]),
-              "answer": ([n, b], [size, b]), "strategy": ([n, b], [size, b]), "score": ([n, b], [size, b])}
-    arrays = {}
-    for name, dtype in _ARRAYS.items():
-        shape, chunk = shapes[name]
-        try:
-            arrays[name] = ts.open(_spec(path / f"{name}.zarr", shape, chunk, dtype), open=True, create=create).result()
-        except ValueError as err:
-            raise CacheError(f"{path}: cannot open {name}.zarr ({err})\n  how to fix: {_FIX.format(path=path)}") from None
-    return arrays
-
-
-def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    write_json_atomic(path / MANIFEST, manifest)
-
-
-_MANIFEST_KEYS = ("format_version", "n", "beam", "max_triples", "chunk_rows", "qids", "chunks", "relations")
-
-
-def _read_manifest(manifest_path: Path) -> dict[str, Any] | None:
-    """The manifest, or None when it is unreadable or lacks what a store needs."""
-    try:
-        manifest = json.loads(manifest_path.read_bytes())
-    except (OSError, ValueError, RecursionError):
-        return None
-    if not isinstance(manifest, dict) or any(k not in manifest for k in _MANIFEST_KEYS):
-        return None
-    return manifest
-
-
-def _own_files_only(path: Path) -> bool:
-    """True when ``path`` holds only a plan store's own files (the arrays, the sidecar, the manifest and
-    temp/lock files): a store killed before its first manifest, or with a damaged one, can start over."""
-    own = {f"{name}.zarr" for name in _ARRAYS} | {"sidecar", MANIFEST}
-    return all(e.name in own or e.name.endswith((".tmp", ".__lock")) for e in path.iterdir())
-
-
-def _clear(path: Path) -> None:
-    for entry in path.iterdir():
-        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-
-
-def _delete_chunk_files(path: Path, chunk: int) -> None:
-    """Drop chunk ``chunk`` of every array, so a rewrite never reads (merges) a corrupt or torn chunk file."""
-    for name in _ARRAYS:
-        shutil.rmtree(path / f"{name}.zarr" / "c" / str(chunk), ignore_errors=True)
-
-
-def _chunk_digest(arrays: dict[str, np.ndarray], sidecar_text: str) -> str:
-    return _sha(*(arrays[k] for k in _ARRAYS), text=sidecar_text.encode("utf-8"))
-
-
 def write_plan_store(
     path: Path,
     questions: Sequence[Question],
@@ -355,8 +287,6 @@ def write_plan_store(
       CacheError: the folder holds a store for other questions, planner, beam or KG vocabulary.
     """
     path = Path(path)
-    if rebuild and path.exists():
-        shutil.rmtree(path)
     qids = [q.qid for q in questions]
     if len(set(qids)) != len(qids):
         raise CacheError("question ids are not unique; a plan store is keyed by question id")
@@ -365,55 +295,18 @@ def write_plan_store(
         "max_triples": max_triples, "chunk_rows": chunk_rows, "qids_sha256": _fingerprint(qids),
         "relations_sha256": _fingerprint(index.relations),
     }
-    if path.exists() and not path.is_dir():
-        raise CacheError(f"{path}: is a file, not a plan store folder\n  how to fix: delete or move it, or pass another --out")
-    manifest_path = path / MANIFEST
-    if path.is_dir() and any(path.iterdir()) and _read_manifest(manifest_path) is None:
-        if not _own_files_only(path):
-            raise CacheError(f"{path}: folder exists but is not a plan store (no readable {MANIFEST})\n"
-                             f"  how to fix: {_FIX.format(path=path)}")
-        reason = "unreadable manifest" if manifest_path.exists() else f"killed before its first {MANIFEST}"
-        warnings.warn(f"{path}: {reason}; planning this store again", PlanStoreWarning, stacklevel=2)
-        _clear(path)
-    if manifest_path.is_file():
-        manifest = json.loads(manifest_path.read_text())
-        diffs = [f"{k}: store has {manifest.get(k)!r}, this run has {v!r}" for k, v in expected.items() if manifest.get(k) != v]
-        if diffs:
-            raise CacheError(f"{path}: plan store was written for other inputs\n  " + "\n  ".join(diffs)
-                             + f"\n  how to fix: {_FIX.format(path=path)}")
-        try:
-            arrays = _open_arrays(path, manifest, create=True)
-        except CacheError as err:  # damaged array metadata: the chunks cannot be trusted either
-            warnings.warn(f"{err}; planning this store again", PlanStoreWarning, stacklevel=2)
-            _clear(path)
-            manifest = None
-    if not manifest_path.is_file():
-        (path / "sidecar").mkdir(parents=True, exist_ok=True)
-        manifest = {**expected, "qids": qids, "relations": list(index.relations), "chunks": {},
-                    "dropped_beams": {"too many triples": 0}, "plan_seconds": 0.0, "planned_questions": 0}
-        _write_manifest(path, manifest)
-        arrays = _open_arrays(path, manifest, create=True)
-    store = PlanStore(path, manifest, arrays)
+    fresh = {"qids": qids, "relations": list(index.relations), "dropped_beams": {"too many triples": 0},
+             "plan_seconds": 0.0, "planned_questions": 0}
+    table = ZarrTable.open_or_create(path, _columns(beam, max_triples), expected, kind=KIND, fresh=fresh,
+                                     rebuild=rebuild)
     (path / "sidecar").mkdir(parents=True, exist_ok=True)
-
-    # Verify finished chunks; a corrupt one is planned again, with a warning.
-    for key in sorted(manifest["chunks"], key=int):
-        lo, hi = int(key) * chunk_rows, min(len(qids), (int(key) + 1) * chunk_rows)
-        try:
-            batch = store.read_rows(lo, hi)
-            text = (path / "sidecar" / f"chunk-{int(key):06d}.jsonl").read_text(encoding="utf-8")
-            ok = _chunk_digest({k: getattr(batch, k) for k in _ARRAYS}, text) == manifest["chunks"][key]
-        except (ValueError, OSError, CacheError):
-            ok = False
-        if not ok:
-            warnings.warn(f"{path}: plan chunk {key} (rows {lo}-{hi - 1}) is corrupt; planning it again",
-                          PlanStoreWarning, stacklevel=2)
-            del manifest["chunks"][key]
+    table.verify(extra=lambda chunk: _sidecar_file(path, chunk).read_bytes())  # a corrupt chunk is planned again
+    store = PlanStore(table)
+    manifest = table.manifest
     names_to_ids = {v: index.entity_ids[k] for k, v in (names or {}).items() if k in index.entity_ids}
-    n_chunks = -(-len(qids) // chunk_rows)
-    for chunk in range(n_chunks):
-        lo, hi = chunk * chunk_rows, min(len(qids), (chunk + 1) * chunk_rows)
-        if str(chunk) in manifest["chunks"]:
+    for chunk in range(table.n_chunks):
+        lo, hi = table.bounds(chunk)
+        if str(chunk) in table.done:
             if progress:
                 progress(hi - lo)
             continue
@@ -444,15 +337,11 @@ def write_plan_store(
             lines.append(json.dumps({"row": lo + r, "id": question.qid, "question": question.text, "plans": kept},
                                     ensure_ascii=False))
         text = "\n".join(lines) + "\n"
-        _delete_chunk_files(path, chunk)
-        for name, dtype in _ARRAYS.items():
-            arrays[name][lo:hi].write(block[name].astype(dtype)).result()
-        write_text_atomic(path / "sidecar" / f"chunk-{chunk:06d}.jsonl", text)
-        manifest["chunks"][str(chunk)] = _chunk_digest(block, text)
+        write_text_atomic(_sidecar_file(path, chunk), text)
         manifest["dropped_beams"]["too many triples"] += dropped
         manifest["plan_seconds"] += seconds
         manifest["planned_questions"] += rows
-        _write_manifest(path, manifest)
+        table.write_chunk(chunk, block, extra=text.encode("utf-8"))  # arrays, then the manifest entry
         if log and dropped:
             log(f"chunk {chunk}: dropped {dropped} beam(s) with more than {max_triples} triples")
         if progress:

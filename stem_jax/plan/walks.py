@@ -4,7 +4,7 @@ A random walk over the KG from a random start entity gives a small reasoning-pat
 start stays a constant (the question entity) and every later node is masked as a placeholder
 ``[ENT1]``, ``[ENT2]``, ... (the last one is the answer), which makes a schema graph of exactly
 the kind a planner produces. The Triple-GNN trains on the walk's entities as labels (eq. 42); the
-vLLM export (:func:`stem_jax.plan.vllm.sample_masked_walks`) hands the masked triples to an LLM
+vLLM export (:func:`stem_jax.plan.synthetic.sample_masked_walks`) hands the masked triples to an LLM
 to write a question (Phase 2).
 
 Walks are undirected, never revisit a node or reuse a triple, and only pass *through* nodes of
