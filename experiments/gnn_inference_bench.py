@@ -49,9 +49,8 @@ from stem_jax.gnn.infer import (
     load_checkpoint,
     reach_forward_fn,
 )
-from stem_jax.gnn.model import PRESETS, ModelSpec
+from stem_jax.gnn.model import PRESETS, ModelSpec, init_params
 from stem_jax.gnn.provider import GNNGuidance
-from stem_jax.gnn.train import init_params
 from stem_jax.plan.oracle import OraclePlanner
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -16,9 +16,8 @@ from stem_jax.gnn.data import ExampleFactory, gold_entities, question_examples, 
 from stem_jax.gnn.features import SchemaFeaturizer
 from stem_jax.gnn.guidance import guidance_size, select_top, select_top_reference, triple_mask
 from stem_jax.gnn.infer import forward_fn, predict
-from stem_jax.gnn.model import ModelSpec
+from stem_jax.gnn.model import ModelSpec, init_params
 from stem_jax.gnn.provider import GNNGuidance
-from stem_jax.gnn.train import init_params
 from stem_jax.kg.embeddings import build_kg_embeddings
 from stem_jax.kg.index import build_index
 from stem_jax.plan.oracle import OraclePlanner

@@ -1,5 +1,6 @@
-"""A Triple-GNN checkpoint loads on a machine whose devices differ from the one that wrote it (a
-CPU-trained checkpoint on a GPU machine): orbax must restore onto this process's devices."""
+"""Checkpoints (:mod:`stem_jax.checkpoints`) load on a machine whose devices differ from the one that
+wrote them (a CPU-trained checkpoint on a GPU machine): orbax must restore onto this process's
+devices. Both users of the shared store are checked: the Triple-GNN run folder and SCR's."""
 
 import os
 import subprocess
@@ -8,42 +9,78 @@ import textwrap
 
 import jax
 import numpy as np
+import pytest
 
-from stem_jax.gnn.checkpoint import CheckpointStore, abstract_params
-from stem_jax.gnn.model import ModelSpec
-from stem_jax.gnn.train import init_params
+from stem_jax.checkpoints import CheckpointStore, abstract_on_local_device, on_local_device
+from stem_jax.gnn.checkpoint import abstract_params
+from stem_jax.gnn.model import ModelSpec, init_params
 
 SPEC = ModelSpec(layers=2, d_gnn=8, d_pem=16, num_relations=3)
 
 
+def _on_local_device(tree) -> bool:
+    return all(leaf.sharding is not None and leaf.sharding.device_set <= set(jax.local_devices())
+               for leaf in jax.tree.leaves(tree))
+
+
 def test_abstract_params_are_placed_on_a_local_device():
-    for leaf in jax.tree.leaves(abstract_params(SPEC)):
-        assert leaf.sharding is not None and leaf.sharding.device_set <= set(jax.local_devices())
+    assert _on_local_device(abstract_params(SPEC))
+    assert _on_local_device(abstract_on_local_device(lambda: {"w": jax.numpy.zeros((2, 3))}))
+    # plain eval_shape output (what SCR passes) is placed too, shapes and dtypes kept
+    placed = on_local_device(jax.eval_shape(lambda: init_params(SPEC, jax.random.key(0))))
+    assert _on_local_device(placed)
+    assert jax.tree.map(lambda x: (x.shape, x.dtype), placed) == jax.tree.map(lambda x: (x.shape, x.dtype),
+                                                                               abstract_params(SPEC))
 
 
-def test_checkpoint_written_on_another_device_restores_here(tmp_path):
-    # the writer has two devices and keeps the parameters on the second one, which this process lacks
-    writer = textwrap.dedent(f"""
-        import jax
-        from stem_jax.gnn.checkpoint import CheckpointStore
-        from stem_jax.gnn.model import ModelSpec
-        from stem_jax.gnn.train import init_params
+# One writer and one reader per user of the store. The writer keeps the parameters on the second of
+# two devices, which the reader's process lacks.
+WRITERS = {
+    "gnn": """
+        from stem_jax.checkpoints import CheckpointStore
+        from stem_jax.gnn.model import ModelSpec, init_params
         spec = ModelSpec(layers=2, d_gnn=8, d_pem=16, num_relations=3)
         params = jax.device_put(init_params(spec, jax.random.key(3)), jax.devices()[1])
-        store = CheckpointStore({str(tmp_path)!r})
-        store.save(7, params, {{"unused": jax.numpy.zeros(2)}}, {{"step": 7}})
+        folder = root / "checkpoints"
+        (root / "model.json").write_text(json.dumps({"spec": spec.as_dict()}))
+    """,
+    "scr": """
+        from stem_jax.checkpoints import CheckpointStore
+        from stem_jax.methods.scr.model import ScrSpec
+        from stem_jax.methods.scr.train import init_params
+        spec = ScrSpec(layers=1, dim=8, head_layers=1, text_dim=16, num_relations=3, max_steps=2, tau=0.1,
+                       neighbours=4)
+        params = jax.device_put(init_params(spec, jax.random.key(3)), jax.devices()[1])
+        folder = root / "checkpoints"
+        (root / "scr.json").write_text(json.dumps({"spec": spec.as_dict(), "seed": 0}))
+    """,
+}
+READERS = {
+    "gnn": """
+        from stem_jax.gnn.checkpoint import load_checkpoint
+        from stem_jax.gnn.model import init_params
+        spec, restored, info = load_checkpoint(root)
+        assert info["step"] == 7
+    """,
+    "scr": """
+        from stem_jax.methods.scr.train import init_params, load_run
+        spec, restored, info = load_run(root)
+        assert info["step"] == 7
+    """,
+}
+
+
+@pytest.mark.parametrize("user", sorted(WRITERS))
+def test_checkpoint_written_on_another_device_restores_here(tmp_path, user):
+    head = f"import json, pathlib\nimport jax, numpy as np\nroot = pathlib.Path({str(tmp_path)!r})\n"
+    writer = head + textwrap.dedent(WRITERS[user]) + textwrap.dedent("""
+        store = CheckpointStore(folder)
+        store.save(7, params, {"unused": jax.numpy.zeros(2)}, {"step": 7})
         store.close()
     """)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
     subprocess.run([sys.executable, "-c", writer], check=True, env=env, timeout=300)
-    reader = textwrap.dedent(f"""
-        import jax, numpy as np
-        from stem_jax.gnn.checkpoint import CheckpointStore
-        from stem_jax.gnn.model import ModelSpec
-        from stem_jax.gnn.train import init_params
-        assert jax.local_device_count() == 1
-        spec = ModelSpec(layers=2, d_gnn=8, d_pem=16, num_relations=3)
-        restored = CheckpointStore({str(tmp_path)!r}).restore_params(7, spec)
+    reader = head + "assert jax.local_device_count() == 1\n" + textwrap.dedent(READERS[user]) + textwrap.dedent("""
         expected = init_params(spec, jax.random.key(3))
         for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(expected), strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -57,9 +94,14 @@ def test_checkpoint_written_on_another_device_restores_here(tmp_path):
 
 def test_checkpoint_round_trip_in_process(tmp_path):
     params = init_params(SPEC, jax.random.key(1))
-    store = CheckpointStore(tmp_path)
-    store.save(1, params, {"unused": jax.numpy.zeros(2)}, {"step": 1})
-    restored = store.restore_params(1, SPEC)
-    store.close()
-    for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(params), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    opt_state = {"count": jax.numpy.zeros((), jax.numpy.int32), "mu": jax.numpy.ones(2)}
+    with CheckpointStore(tmp_path) as store:
+        store.save(1, params, opt_state, {"step": 1, "history": [1.5]})
+        assert store.latest_step() == 1
+        restored = store.restore_params(1, abstract_params(SPEC))
+        again, state, meta = store.restore(1, params, opt_state)
+    for a, b, c in zip(jax.tree.leaves(restored), jax.tree.leaves(again), jax.tree.leaves(params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(c))
+    assert meta == {"step": 1, "history": [1.5]}
+    assert jax.tree.map(np.asarray, state)["count"].dtype == np.int32

@@ -12,10 +12,9 @@ from stem_jax.gnn.batching import MAX_SCHEMA_TRIPLES, build_example
 from stem_jax.gnn.expand import SubgraphExpander, graph_set_unordered
 from stem_jax.gnn.guidance import select_top
 from stem_jax.gnn.infer import _top_order, predict, predict_top
-from stem_jax.gnn.model import ModelSpec
+from stem_jax.gnn.model import ModelSpec, init_params
 from stem_jax.gnn.multihop import graph_set
 from stem_jax.gnn.packing import REACH_TIERS, ReachShape, plan_reach_work, reach_index
-from stem_jax.gnn.train import init_params
 from stem_jax.kg.index import build_index
 from stem_jax.kg.subgraph import khop_subgraph
 

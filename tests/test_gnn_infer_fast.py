@@ -9,10 +9,9 @@ from hypothesis import strategies as st
 from stem_jax.gnn.batching import MAX_SCHEMA_TRIPLES, build_example
 from stem_jax.gnn.guidance import select_top
 from stem_jax.gnn.infer import predict, predict_top
-from stem_jax.gnn.model import ModelSpec
+from stem_jax.gnn.model import ModelSpec, init_params
 from stem_jax.gnn.multihop import graph_set, khop_many, sorted_unique
 from stem_jax.gnn.packing import BinShape, assemble, bin_shape, pack_bins
-from stem_jax.gnn.train import init_params
 from stem_jax.kg.index import build_index
 from stem_jax.kg.subgraph import khop_subgraph
 

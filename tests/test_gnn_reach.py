@@ -10,10 +10,9 @@ from hypothesis import strategies as st
 
 from stem_jax.gnn.batching import MAX_SCHEMA_TRIPLES, GraphExample
 from stem_jax.gnn.infer import predict, predict_top
-from stem_jax.gnn.model import ModelSpec
+from stem_jax.gnn.model import ModelSpec, init_params
 from stem_jax.gnn.multihop import GraphSet, node_distances
 from stem_jax.gnn.packing import assemble_reach, own_reach_shape, plan_reach_bins, reach_index, schema_means
-from stem_jax.gnn.train import init_params
 
 NUM_RELATIONS = 3
 D_PEM = 8

@@ -7,13 +7,13 @@ import jax
 import numpy as np
 import pytest
 
+from stem_jax.checkpoints import CheckpointStore
 from stem_jax.config import SubgraphConfig
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.encoder import HashingEncoder
-from stem_jax.gnn.checkpoint import CheckpointStore
+from stem_jax.gnn.checkpoint import load_checkpoint, params_fingerprint
 from stem_jax.gnn.data import ExampleFactory, question_examples
 from stem_jax.gnn.features import SchemaFeaturizer
-from stem_jax.gnn.infer import load_checkpoint, params_fingerprint
 from stem_jax.gnn.model import ModelSpec
 from stem_jax.gnn.train import StepData, TrainConfig, train
 from stem_jax.kg.embeddings import build_kg_embeddings

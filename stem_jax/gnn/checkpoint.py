@@ -1,67 +1,64 @@
-"""Orbax checkpoints of a Triple-GNN run: parameters, optimizer state and a JSON sidecar.
+"""A ``train-gnn`` run folder: ``model.json`` (architecture and data description) and orbax
+checkpoints under ``checkpoints/<step>/`` (written and read by :mod:`stem_jax.checkpoints`).
 
-One checkpoint per saved step under ``<run>/checkpoints/<step>/`` with three items: ``params``
-and ``opt_state`` (orbax StandardSave, restored against abstract trees so dtypes and structure
-come back exactly) and ``meta`` (JSON: the loss/recall history up to that step), so a resumed
-run continues from the last saved step with the same history and the same data order.
+:func:`load_checkpoint` is how inference gets a trained model: the spec, the parameters of the
+latest (or a chosen) step, restored onto this process's first local device, and the model file.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
 import jax
-import orbax.checkpoint as ocp
+import numpy as np
 
-from stem_jax.gnn.model import ModelSpec
+from stem_jax.checkpoints import CheckpointStore, abstract_on_local_device
+from stem_jax.errors import StemError
+from stem_jax.gnn.model import ModelSpec, init_params
+
+MODEL_FILE = "model.json"
+CHECKPOINTS = "checkpoints"
 
 
 def abstract_params(spec: ModelSpec) -> Any:
-    """Shape/dtype tree of a model's parameters (no allocation), placed on this process's first device.
-
-    The placement matters: without it orbax restores onto the devices named in the checkpoint, so a
-    checkpoint written on a CPU fails to load on a GPU machine ("Topology mismatch detected")."""
-    from stem_jax.gnn.train import init_params
-
-    here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    shapes = jax.eval_shape(lambda: init_params(spec, jax.random.key(0)))
-    return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=here), shapes)
+    """Shape/dtype tree of a model's parameters (no allocation), placed on this process's first device
+    (:func:`stem_jax.checkpoints.on_local_device` says why)."""
+    return abstract_on_local_device(lambda: init_params(spec, jax.random.key(0)))
 
 
-class CheckpointStore:
-    """A thin wrapper over ``ocp.CheckpointManager`` that keeps the last ``keep`` steps."""
+def params_fingerprint(params: Any) -> str:
+    """sha256 over every parameter's path, dtype, shape and bytes (first 16 hex digits)."""
+    digest = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        array = np.asarray(leaf)
+        digest.update(f"{jax.tree_util.keystr(path)}:{array.dtype}:{array.shape}".encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()[:16]
 
-    def __init__(self, folder: Path, keep: int = 2):
-        self.folder = Path(folder).absolute()
-        self.manager = ocp.CheckpointManager(
-            self.folder, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True)
-        )
 
-    def latest_step(self) -> int | None:
-        return self.manager.latest_step()
+def read_model_file(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / MODEL_FILE
+    if not path.is_file():
+        raise StemError(f"{run_dir}: not a Triple-GNN run folder (no {MODEL_FILE})\n"
+                        "  how to fix: pass the --out folder of `stem-jax train-gnn`")
+    return json.loads(path.read_text())
 
-    def save(self, step: int, params: Any, opt_state: Any, meta: dict[str, Any]) -> None:
-        self.manager.save(step, args=ocp.args.Composite(
-            params=ocp.args.StandardSave(params),
-            opt_state=ocp.args.StandardSave(opt_state),
-            meta=ocp.args.JsonSave(meta),
-        ), force=True)
-        self.manager.wait_until_finished()
 
-    def restore(self, step: int, params_like: Any, opt_state_like: Any) -> tuple[Any, Any, dict[str, Any]]:
-        shape = lambda tree: jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)  # noqa: E731
-        restored = self.manager.restore(step, args=ocp.args.Composite(
-            params=ocp.args.StandardRestore(shape(params_like)),
-            opt_state=ocp.args.StandardRestore(shape(opt_state_like)),
-            meta=ocp.args.JsonRestore(),
-        ))
-        return restored["params"], restored["opt_state"], restored["meta"]
-
-    def restore_params(self, step: int, spec: ModelSpec) -> Any:
-        restored = self.manager.restore(step, args=ocp.args.Composite(
-            params=ocp.args.StandardRestore(abstract_params(spec))))
-        return restored["params"]
-
-    def close(self) -> None:
-        self.manager.close()
+def load_checkpoint(path: Path, step: int | None = None) -> tuple[ModelSpec, Any, dict[str, Any]]:
+    """(spec, params, model-file contents) from a ``train-gnn`` run folder, latest step by default."""
+    run_dir = Path(path)
+    if run_dir.name == CHECKPOINTS:
+        run_dir = run_dir.parent
+    info = read_model_file(run_dir)
+    spec = ModelSpec(**info["spec"])
+    with CheckpointStore(run_dir / CHECKPOINTS) as store:
+        chosen = store.latest_step() if step is None else step
+        if chosen is None:
+            raise StemError(f"{run_dir}: no checkpoint saved yet\n"
+                            f"  how to fix: run `stem-jax train-gnn --out {run_dir}`")
+        params = store.restore_params(chosen, abstract_params(spec))
+    info = {**info, "step": chosen, "params_sha": params_fingerprint(params)}
+    return spec, params, info

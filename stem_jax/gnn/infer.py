@@ -1,9 +1,12 @@
-"""Batched, jitted Triple-GNN inference and checkpoint loading.
+"""Batched, jitted Triple-GNN inference.
 
-Examples are packed by size (:func:`stem_jax.gnn.batching.pack_by_size`), padded to power-of-two
-buckets and run through one compiled forward per bucket; each batch costs one host->device and
-one device->host transfer (all node probabilities of the batch), and per-graph top-K happens on
-the host (:func:`stem_jax.gnn.guidance.select_top`).
+Two ways in, one dispatch loop (:func:`dispatch`): :func:`predict` packs training-style examples
+by size (:func:`stem_jax.gnn.batching.pack_by_size`) into power-of-two buckets and returns every
+node's probability; :func:`predict_top` packs a :class:`~stem_jax.gnn.multihop.GraphSet` into
+few fixed-shape bins (:mod:`stem_jax.gnn.packing`) and keeps each graph's top entities. Each
+batch costs one host->device and one device->host transfer, and is dispatched before the previous
+one is read back, so host work overlaps device compute; per-graph top-K happens on the host.
+Trained parameters come from :func:`stem_jax.gnn.checkpoint.load_checkpoint`.
 """
 
 from __future__ import annotations
@@ -11,16 +14,16 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import json
-from collections.abc import Iterator, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
 
-from stem_jax.errors import StemError
 from stem_jax.gnn.batching import GraphExample, node_offsets, pack_by_size, pad_batch
+
+# re-exported for callers that load a checkpoint from here (stem_jax.engine); its home is gnn.checkpoint
+from stem_jax.gnn.checkpoint import load_checkpoint as load_checkpoint
 from stem_jax.gnn.model import ModelSpec, build_model, reach_logits
 from stem_jax.gnn.multihop import GraphSet
 from stem_jax.gnn.packing import (
@@ -41,8 +44,7 @@ from stem_jax.kg.subgraph import csr_ranges
 
 MAX_BATCH_EDGES = 1 << 17  # edges per inference batch (a larger graph gets a batch of its own)
 MAX_BATCH_GRAPHS = 64
-MODEL_FILE = "model.json"
-CHECKPOINTS = "checkpoints"
+IN_FLIGHT = 1  # batches dispatched ahead of the one being read back
 # float32 matmuls at full precision on every backend. XLA's GPU default is TF32 (10-bit mantissa):
 # measured on an H100, the reach and plain forwards then differed by up to 8e-3 in probability and
 # 27% of the rows ordered their top-64 differently; at "highest" 2.8e-6 and 1.5% (near-ties), as on
@@ -76,6 +78,29 @@ def forward_fn(spec: ModelSpec, edge_order: str = "receiver"):
     return _at_precision(forward)
 
 
+Key = TypeVar("Key")
+
+
+def dispatch(forward: Callable, params: Any, relation_emb: np.ndarray, batches: Iterable[tuple[Key, Any]],
+             ) -> Iterator[tuple[Key, np.ndarray]]:
+    """Run ``forward(params, batch, relation_emb)`` on every (key, batch) of ``batches`` and yield
+    (key, probabilities on the host) in order: the one dispatch loop of GNN inference.
+
+    Each batch is dispatched :data:`IN_FLIGHT` batches before it is read back, so the host work
+    between two reads (building the next batch, which ``batches`` may do lazily, and whatever the
+    caller does with a result) overlaps the device compute of the batches in flight."""
+    rel = jax.device_put(np.asarray(relation_emb, np.float32))
+    pending: collections.deque = collections.deque()
+    for key, batch in batches:
+        pending.append((key, forward(params, batch, rel)))
+        if len(pending) > IN_FLIGHT:
+            key, out = pending.popleft()
+            yield key, np.asarray(jax.device_get(out))
+    while pending:
+        key, out = pending.popleft()
+        yield key, np.asarray(jax.device_get(out))
+
+
 def predict(params: Any, spec: ModelSpec, examples: Sequence[GraphExample], relation_emb: np.ndarray, *,
             max_edges: int = MAX_BATCH_EDGES, max_graphs: int = MAX_BATCH_GRAPHS) -> list[np.ndarray]:
     """Node probabilities (float32 [n_node]) of every example, in input order."""
@@ -91,14 +116,14 @@ def iter_predict(params: Any, spec: ModelSpec, examples: Sequence[GraphExample],
                  max_edges: int = MAX_BATCH_EDGES, max_graphs: int = MAX_BATCH_GRAPHS,
                  ) -> Iterator[tuple[list[int], list[np.ndarray]]]:
     """Yield (example indices, their node probabilities) one packed batch at a time."""
-    forward = forward_fn(spec)
-    rel = jax.device_put(np.asarray(relation_emb, np.float32))
-    for members in pack_by_size(examples, max_edges, max_graphs):
-        chosen = [examples[i] for i in members]
-        graph = pad_batch(chosen)
-        probs = np.asarray(jax.device_get(forward(params, graph, rel)))
-        offsets = node_offsets(chosen)
-        yield members, [probs[offsets[j] : offsets[j + 1]] for j in range(len(chosen))]
+
+    def batches() -> Iterator[tuple[tuple[list[int], np.ndarray], Any]]:
+        for members in pack_by_size(examples, max_edges, max_graphs):
+            chosen = [examples[i] for i in members]
+            yield (members, node_offsets(chosen)), pad_batch(chosen)
+
+    for (members, offsets), probs in dispatch(forward_fn(spec), params, relation_emb, batches()):
+        yield members, [probs[offsets[j] : offsets[j + 1]] for j in range(len(members))]
 
 
 def top_of_batch(probs: np.ndarray, graph: np.ndarray, entities: np.ndarray, count: int, width: int,
@@ -148,7 +173,6 @@ def reach_forward_fn(layers: int):
 _REACH_SHAPES: dict[ModelSpec, set[ReachShape]] = {}
 
 METHODS = ("reach", "full")
-IN_FLIGHT = 1  # bins dispatched ahead of the one being read back
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,15 +230,14 @@ def predict_top(params: Any, spec: ModelSpec, graphs: GraphSet, relation_emb: np
 
 def run_inference(params: Any, spec: ModelSpec, plan: InferencePlan, relation_emb: np.ndarray, width: int,
                   ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """:func:`predict_top`'s device part. Each bin is dispatched before the previous one is read
-    back, so host assembly and top-K of one overlap the device compute of the other."""
+    """:func:`predict_top`'s device part: the bins of ``plan`` through :func:`dispatch`, so host
+    assembly and top-K of one bin overlap the device compute of the next."""
     graphs = plan.graphs
     count = len(graphs)
     ids = np.full((count, width), -1, np.int32)
     probs = np.zeros((count, width), np.float32)
     stats: dict[str, Any] = {"batches": 0, "shapes": set(), "real_nodes": int(graphs.n_node.sum()),
                              "real_edges": int(graphs.n_edge.sum()), "padded_nodes": 0, "padded_edges": 0}
-    rel = jax.device_put(np.asarray(relation_emb, np.float32))
     if plan.method == "reach":
         forward = reach_forward_fn(spec.layers)
 
@@ -226,71 +249,30 @@ def run_inference(params: Any, spec: ModelSpec, plan: InferencePlan, relation_em
         def build(members: np.ndarray, shape: Any) -> tuple[Any, np.ndarray | None]:
             return assemble(graphs, members, shape, plan.edge_order), None
 
-    pending: collections.deque = collections.deque()
-    for members, shape in plan.work:
-        batch, rows = build(members, shape)
-        pending.append((members, rows, forward(params, batch, rel)))
-        stats["batches"] += 1
-        stats["shapes"].add(tuple(int(x) for x in shape.as_array()) if plan.method == "reach"
-                            else (shape.nodes, shape.edges, shape.graphs))
-        stats["padded_nodes"] += shape.nodes
-        stats["padded_edges"] += shape.edges
-        if len(pending) > IN_FLIGHT:
-            _keep_top(graphs, *pending.popleft(), width, ids, probs)
-    while pending:
-        _keep_top(graphs, *pending.popleft(), width, ids, probs)
+    def batches() -> Iterator[tuple[tuple[np.ndarray, np.ndarray | None], Any]]:
+        for members, shape in plan.work:
+            batch, rows = build(members, shape)
+            stats["batches"] += 1
+            stats["shapes"].add(tuple(int(x) for x in shape.as_array()) if plan.method == "reach"
+                                else (shape.nodes, shape.edges, shape.graphs))
+            stats["padded_nodes"] += shape.nodes
+            stats["padded_edges"] += shape.edges
+            yield (members, rows), batch
+
+    for (members, rows), batch_probs in dispatch(forward, params, relation_emb, batches()):
+        _keep_top(graphs, members, rows, batch_probs, width, ids, probs)
     stats["shapes"] = sorted(stats["shapes"])
     return ids, probs, stats
 
 
-def _keep_top(graphs: GraphSet, members: np.ndarray, rows: np.ndarray | None, out: jax.Array, width: int,
-              ids: np.ndarray, probs: np.ndarray) -> None:
-    """Read one bin's probabilities back and write its graphs' top-``width`` rows of ``ids`` / ``probs``
+def _keep_top(graphs: GraphSet, members: np.ndarray, rows: np.ndarray | None, batch_probs: np.ndarray,
+              width: int, ids: np.ndarray, probs: np.ndarray) -> None:
+    """Write one bin's graphs' top-``width`` rows of ``ids`` / ``probs`` from its probabilities
     (``rows``: the batch row of each member node; None when they are the first rows in order)."""
     node_rows = csr_ranges(graphs.node_ptr, members)
-    batch_probs = np.asarray(jax.device_get(out))
     batch_probs = batch_probs[rows] if rows is not None else batch_probs[: len(node_rows)]
     graph = np.repeat(np.arange(len(members)), graphs.n_node[members])
     entities = graphs.entities[node_rows]
     g, rank, pos = top_of_batch(batch_probs, graph, entities, len(members), width)
     ids[members[g], rank] = entities[pos]
     probs[members[g], rank] = batch_probs[pos]
-
-
-def params_fingerprint(params: Any) -> str:
-    """sha256 over every parameter's path, dtype, shape and bytes (first 16 hex digits)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-        array = np.asarray(leaf)
-        digest.update(f"{jax.tree_util.keystr(path)}:{array.dtype}:{array.shape}".encode())
-        digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()[:16]
-
-
-def read_model_file(run_dir: Path) -> dict[str, Any]:
-    path = Path(run_dir) / MODEL_FILE
-    if not path.is_file():
-        raise StemError(f"{run_dir}: not a Triple-GNN run folder (no {MODEL_FILE})\n"
-                        "  how to fix: pass the --out folder of `stem-jax train-gnn`")
-    return json.loads(path.read_text())
-
-
-def load_checkpoint(path: Path, step: int | None = None) -> tuple[ModelSpec, Any, dict[str, Any]]:
-    """(spec, params, model-file contents) from a ``train-gnn`` run folder, latest step by default."""
-    from stem_jax.gnn.checkpoint import CheckpointStore
-
-    run_dir = Path(path)
-    if run_dir.name == CHECKPOINTS:
-        run_dir = run_dir.parent
-    info = read_model_file(run_dir)
-    spec = ModelSpec(**info["spec"])
-    store = CheckpointStore(run_dir / CHECKPOINTS)
-    chosen = store.latest_step() if step is None else step
-    if chosen is None:
-        raise StemError(f"{run_dir}: no checkpoint saved yet\n  how to fix: run `stem-jax train-gnn --out {run_dir}`")
-    params = store.restore_params(chosen, spec)
-    store.close()
-    info = {**info, "step": chosen, "params_sha": params_fingerprint(params)}
-    return spec, params, info

@@ -29,14 +29,18 @@ Computation, with d = d_gnn:
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from kernels import distmult_mean
 from stem_jax.config import GNNConfig
+from stem_jax.gnn.batching import MAX_SCHEMA_TRIPLES
 from stem_jax.jraph_compat import jraph
 
 PRESETS: dict[str, GNNConfig] = {
@@ -113,6 +117,31 @@ class TripleGNN(nn.Module):
 
 def build_model(spec: ModelSpec, edge_order: str = "receiver") -> TripleGNN:
     return TripleGNN(layers=spec.layers, d_gnn=spec.d_gnn, edge_order=edge_order)
+
+
+def init_params(spec: ModelSpec, key: jax.Array) -> Any:
+    """Parameters for ``spec`` (their shapes never depend on the graph size)."""
+    return _init_fn(spec)(key)
+
+
+@functools.lru_cache(maxsize=8)
+def _init_fn(spec: ModelSpec) -> Callable:
+    """Jitted ``key -> params`` of one architecture, cached: Flax init compiles slowly on CPU.
+
+    The dummy graph is numpy, not jax: a first call under a transformation (``jax.eval_shape`` in
+    :func:`~stem_jax.gnn.checkpoint.abstract_params`) would otherwise cache leaked tracers."""
+    graph = jraph.GraphsTuple(
+        nodes={"question": np.ones(2, np.float32), "label": np.zeros(2, np.float32), "graph": np.zeros(2, np.int32),
+               "valid": np.ones(2, bool)},
+        edges={"relation": np.zeros(2, np.int32)},
+        senders=np.asarray([0, 1], np.int32), receivers=np.asarray([0, 1], np.int32),
+        globals={"schema": np.zeros((1, MAX_SCHEMA_TRIPLES, 3 * spec.d_pem), np.float32),
+                 "schema_mask": np.ones((1, MAX_SCHEMA_TRIPLES), bool), "valid": np.ones(1, bool)},
+        n_node=np.asarray([2], np.int32), n_edge=np.asarray([2], np.int32),
+    )
+    relation_emb = np.zeros((spec.num_relations, spec.d_pem), np.float32)
+    model = build_model(spec)
+    return jax.jit(lambda key: model.init(key, graph, relation_emb))
 
 
 # --- reach-aware inference (same parameters, same probabilities, much less work) -------------

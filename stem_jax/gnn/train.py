@@ -28,14 +28,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from stem_jax.checkpoints import CheckpointStore
 from stem_jax.data.types import Question
 from stem_jax.errors import StemError
-from stem_jax.gnn.batching import MAX_SCHEMA_TRIPLES, GraphExample, pad_batch
-from stem_jax.gnn.checkpoint import CheckpointStore
+from stem_jax.gnn.batching import GraphExample, pad_batch
+from stem_jax.gnn.checkpoint import CHECKPOINTS, MODEL_FILE, params_fingerprint
 from stem_jax.gnn.data import ExampleFactory
 from stem_jax.gnn.guidance import guidance_size, select_top
-from stem_jax.gnn.infer import CHECKPOINTS, MODEL_FILE, params_fingerprint, predict
-from stem_jax.gnn.model import ModelSpec, TripleGNN, build_model, node_graph_index
+from stem_jax.gnn.infer import predict
+from stem_jax.gnn.model import ModelSpec, TripleGNN, build_model, init_params, node_graph_index
 from stem_jax.jraph_compat import jraph
 from stem_jax.plan.schema import SchemaGraph
 from stem_jax.progress import progress
@@ -59,31 +60,6 @@ class TrainConfig:
     ckpt_every: int = 50
     k_prime: int = 4  # K' for the validation recall
     seed: int = 0
-
-
-def init_params(spec: ModelSpec, key: jax.Array) -> Any:
-    """Parameters for ``spec`` (their shapes never depend on the graph size)."""
-    return _init_fn(spec)(key)
-
-
-@functools.lru_cache(maxsize=8)
-def _init_fn(spec: ModelSpec) -> Callable:
-    """Jitted ``key -> params`` of one architecture, cached: Flax init compiles slowly on CPU.
-
-    The dummy graph is numpy, not jax: a first call under a transformation (``jax.eval_shape`` in
-    :func:`~stem_jax.gnn.checkpoint.abstract_params`) would otherwise cache leaked tracers."""
-    graph = jraph.GraphsTuple(
-        nodes={"question": np.ones(2, np.float32), "label": np.zeros(2, np.float32), "graph": np.zeros(2, np.int32),
-               "valid": np.ones(2, bool)},
-        edges={"relation": np.zeros(2, np.int32)},
-        senders=np.asarray([0, 1], np.int32), receivers=np.asarray([0, 1], np.int32),
-        globals={"schema": np.zeros((1, MAX_SCHEMA_TRIPLES, 3 * spec.d_pem), np.float32),
-                 "schema_mask": np.ones((1, MAX_SCHEMA_TRIPLES), bool), "valid": np.ones(1, bool)},
-        n_node=np.asarray([2], np.int32), n_edge=np.asarray([2], np.int32),
-    )
-    relation_emb = np.zeros((spec.num_relations, spec.d_pem), np.float32)
-    model = build_model(spec)
-    return jax.jit(lambda key: model.init(key, graph, relation_emb))
 
 
 def bce_loss(logits: jax.Array, graph: jraph.GraphsTuple) -> tuple[jax.Array, jax.Array]:

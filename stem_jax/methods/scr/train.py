@@ -29,10 +29,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from stem_jax.checkpoints import CheckpointStore
 from stem_jax.config import ScrConfig
 from stem_jax.data.types import Question
 from stem_jax.errors import StemError
-from stem_jax.gnn.checkpoint import CheckpointStore
 from stem_jax.jraph_compat import jraph
 from stem_jax.kg.index import KGIndex
 from stem_jax.methods.scr.graph import NeighbourTable, build_neighbour_table, next_power_of_two
@@ -315,6 +315,8 @@ def train_scr(data: TrainData, config: ScrConfig, out_dir: Path, *, seed: int = 
 
 @functools.lru_cache(maxsize=4)
 def _abstract(spec: ScrSpec) -> Any:
+    """Shape/dtype tree of ``spec``'s parameters (``CheckpointStore.restore_params`` places it on a
+    local device, so a run trained on a CPU loads on a GPU machine)."""
     return jax.eval_shape(lambda: init_params(spec, jax.random.key(0)))
 
 
@@ -327,15 +329,11 @@ def load_run(folder: Path) -> tuple[ScrSpec, Any, dict[str, Any]]:
                         "  how to fix: train one with `stem-jax train-scr --dataset metaqa --out runs/scr-metaqa`")
     saved = json.loads(spec_path.read_text())
     spec = ScrSpec(**saved["spec"])
-    store = CheckpointStore(folder / CHECKPOINTS)
-    step = store.latest_step()
-    if step is None:
-        raise StemError(f"{folder} has no checkpoint yet\n  how to fix: let `stem-jax train-scr` run to its first "
-                        "checkpoint (every --scr.eval_every steps)")
-    import orbax.checkpoint as ocp
-
-    restored = store.manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(_abstract(spec))))
-    store.close()
-    params = restored["params"]
+    with CheckpointStore(folder / CHECKPOINTS) as store:
+        step = store.latest_step()
+        if step is None:
+            raise StemError(f"{folder} has no checkpoint yet\n  how to fix: let `stem-jax train-scr` run to its "
+                            "first checkpoint (every --scr.eval_every steps)")
+        params = store.restore_params(step, _abstract(spec))
     return spec, params, {"step": step, "params_sha": params_fingerprint(params), "folder": str(folder),
                           "config": saved.get("config"), "seed": int(saved.get("seed", 0))}
