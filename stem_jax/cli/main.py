@@ -13,9 +13,9 @@ from pathlib import Path
 from stem_jax.cli import commands, distributed, gnn, planning, sweep
 from stem_jax.cli.args import add_cache_flags, add_config_flags, add_dataset_flags, disable_abbreviations
 from stem_jax.cli.bench import add_bench_stages_parser
+from stem_jax.cli.scr import add_train_scr_parser
 from stem_jax.errors import StemError
 from stem_jax.methods import METHODS
-from stem_jax.methods.scr.cli import add_train_scr_parser
 
 
 def add_method_flags(parser: argparse.ArgumentParser) -> None:

@@ -4,7 +4,8 @@ Modules: :mod:`.graph` (capped neighbour lists, GNN edges), :mod:`.model` (relat
 3-6, and the question head over frozen MiniLM segments), :mod:`.search` (jitted batched beam
 search, eqs. 7 and 12-15, with plain references), :mod:`.supervision` (step targets from gold
 relation paths), :mod:`.train` (InfoNCE, eqs. 10-11; optax, orbax, resumable), :mod:`.method`
-(the :class:`~stem_jax.methods.base.RetrievalMethod`), :mod:`.cli` (``stem-jax train-scr``).
+(the :class:`~stem_jax.methods.base.RetrievalMethod`). ``stem-jax train-scr`` is
+:mod:`stem_jax.cli.scr`.
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ def add_train_scr_parser(sub, add_dataset_flags, add_cache_flags, add_config_fla
 def cmd_train_scr(args: argparse.Namespace) -> int:
     from stem_jax.cli.args import cache_root
     from stem_jax.cli.engine_args import embed, load
+    from stem_jax.data.splits import hash_split
     from stem_jax.methods.scr.train import prepare_data, train_scr
-    from stem_jax.plan.pattern import hash_split
 
     config = config_from_args(args)
     started = time.perf_counter()
