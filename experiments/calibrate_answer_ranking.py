@@ -1,7 +1,7 @@
 """Calibrate the answer ranking's beam gap and support cut on MetaQA dev (issue 8): trace once, re-rank many times.
 
 Every dev question is planned, anchored and traced once with the default engine; each question's runs are folded
-into a :class:`~stem_jax.answer.rank.QuestionAnswers` exactly as ``Evaluator.record`` does, and every
+into a :class:`~stem_jax.answer.rank.QuestionAnswers` exactly as ``StemPipeline.retrieval`` does, and every
 (``engine.beam_gap``, ``engine.answer_cut``) point of the grid is scored from those, per hop (Hit@1, Hit, F1).
 The tracer does not depend on either value, so one trace serves the whole grid.
 
@@ -34,30 +34,31 @@ def collect(limit: int | None, chunk: int, gnn: Path | None,
             ) -> tuple[list[tuple[int, list[str], QuestionAnswers, float]], dict, object]:
     engine = Engine.open("metaqa", planner="pattern", split="dev", limit=limit, log=print, guidance=gnn)
     method = engine.method("stem")
-    evaluator = method.evaluator
+    pipeline = method.pipeline
     folded: list[tuple[int, list[str], QuestionAnswers, float]] = []
-    original = evaluator.record
-
-    def record(question, runs, outputs, stage_ms):
-        answers = evaluator.fold_answers(question, runs, outputs)  # exactly what the engine ranks
-        # the widening the engine adds to engine.beam_gap for these runs (τ when they are guided)
-        widen = evaluator.ranking_gap(runs) - evaluator.engine.beam_gap
-        folded.append((question.hops, list(question.answers), answers, widen))
-        return original(question, runs, outputs, stage_ms)
-
-    evaluator.record = record
     questions = [q for q in engine.dataset.questions if q.answers]
     began = time.perf_counter()
     for start in range(0, len(questions), chunk):
-        method.retrieve(questions[start : start + chunk])
+        part = questions[start : start + chunk]
+        method.prepare(part)
+        runs = [run for q in part for run in method.runs[q.qid]]
+        outputs, _ = pipeline.trace(runs, method.hyper)  # what eval traces
+        cursor = 0
+        for question in part:
+            mine = method.runs[question.qid]
+            answers = pipeline.fold_answers(question, mine, outputs[cursor : cursor + len(mine)])  # what eval ranks
+            cursor += len(mine)
+            # the widening the engine adds to engine.beam_gap for these runs (τ when they are guided)
+            widen = pipeline.ranking_gap(mine, method.hyper) - pipeline.engine.beam_gap
+            folded.append((question.hops, list(question.answers), answers, widen))
         print(f"\r traced {min(start + chunk, len(questions))}/{len(questions)} questions "
               f"[{time.perf_counter() - began:.0f}s]", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     info = {"questions": len(questions), "trace_seconds": round(time.perf_counter() - began, 1),
-            "theta": float(evaluator.theta)}
+            "theta": float(method.hyper.theta)}
 
     def display(entity: int) -> str:
-        return evaluator.display(evaluator.index.entities[entity])
+        return pipeline.display(pipeline.index.entities[entity])
 
     return folded, info, display
 
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     text = (f"Command: `python experiments/calibrate_answer_ranking.py{flags}`"
             f" (MetaQA dev, pattern planner, default engine, guidance: {info['guidance']}; traced once in"
             f" {info['trace_seconds']} s, re-ranked per point; a guided run's gap is beam_gap + τ, see"
-            " Evaluator.ranking_gap)."
+            " StemPipeline.ranking_gap)."
             f"\n\nMachine: {meta}\n\n{table}\n\nBest by all-hop Hit@1 + F1: beam_gap={best['beam_gap']}, "
             f"answer_cut={best['answer_cut']}: {best['metrics']['all']}\n")
     name = "answer-ranking-calibration-metaqa-dev" + ("-gnn" if args.gnn_checkpoint else "") + (

@@ -25,7 +25,7 @@ from stem_jax import Engine, StemConfig
 from stem_jax.cli.gnn import subset
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.eval.bound import gold_path_bound
-from stem_jax.eval.runner import read_finished
+from stem_jax.eval.scoring import read_finished
 from stem_jax.plan.factory import PlannerSpec
 
 RETRIEVAL_STAGES = {"stem": ("anchor", "trace", "answer"), "safe": ("retrieval",), "scr": ("search",)}

@@ -29,13 +29,13 @@ from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import StemConfig, as_dict, default_cache_dir
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.encoder import get_encoder
-from stem_jax.eval.runner import Evaluator
 from stem_jax.gnn.infer import load_checkpoint
 from stem_jax.gnn.provider import GNNGuidance
 from stem_jax.gnn.recall import recall_by_hop
 from stem_jax.kg.embeddings import build_kg_embeddings, cache_folder
 from stem_jax.kg.index import build_index
 from stem_jax.kg.subgraph import khop_subgraph
+from stem_jax.methods.stem import StemPipeline as Evaluator
 from stem_jax.plan.oracle import OraclePlanner
 
 K_PRIMES = tuple(range(1, 9))

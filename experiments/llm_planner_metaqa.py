@@ -12,7 +12,7 @@ embedding cache (``stem-jax index --dataset metaqa``) and the pattern planner (`
 --dataset metaqa``).
 
 For each model, a ``python -m llama_cpp.server`` is started on a free local port (2 threads) and the
-LLM planner (stem_jax/plan/vllm.py) plans, through the OpenAI-compatible client
+LLM planner (stem_jax/plan/llm_planner.py) plans, through the OpenAI-compatible client
 (stem_jax/plan/openai_client.py, llama.cpp flavour: one prompt per request), the first ``--per-hop``
 MetaQA *test* questions of each hop and the 132 hand-written paraphrases
 (experiments/data/metaqa_paraphrases.tsv; ``--paraphrase-every k`` keeps every k-th). Prompts: the compact
@@ -91,9 +91,9 @@ def schema_from_json(d: dict):
 
 def run_llm(model: str, sets: dict, pool, index, grounder, args, work: Path) -> dict:
     """Plan every set with ``model`` (one server for all); cached per model under ``work``."""
+    from stem_jax.plan.llm_planner import VLLMPlanner
     from stem_jax.plan.local_llm import LlamaServer
     from stem_jax.plan.openai_client import OpenAIBackend
-    from stem_jax.plan.vllm import VLLMPlanner
 
     cache = work / f"llm-{model}{'' if args.grammar else '-free'}-b{args.beam}-r{args.retries}.json"
     if cache.exists():
@@ -180,14 +180,16 @@ def main() -> int:
 
     from stem_jax.config import EncoderConfig, StemConfig, as_dict, default_cache_dir
     from stem_jax.data.registry import DatasetSpec, load_dataset
+    from stem_jax.data.splits import hash_split
     from stem_jax.encoder import get_encoder
     from stem_jax.eval.plan_quality import PlanQuality, load_qtype_questions
     from stem_jax.kg.index import build_index, relation_text
     from stem_jax.plan.factory import training_questions
     from stem_jax.plan.hybrid import HybridPlanner
+    from stem_jax.plan.llm_planner import FewShotPool, RelationGrounder, examples_from_training
     from stem_jax.plan.oracle import OraclePlanner
-    from stem_jax.plan.pattern import PatternPlanner, hash_split, topic_names
-    from stem_jax.plan.vllm import FewShotPool, RelationGrounder, examples_from_training
+    from stem_jax.plan.pattern import PatternPlanner
+    from stem_jax.text import topic_names
 
     began = time.perf_counter()
     cache = default_cache_dir()
@@ -276,8 +278,9 @@ def main() -> int:
     if not args.skip_e2e:
         import shutil
 
-        from stem_jax.eval.runner import Evaluator, evaluate
         from stem_jax.kg.embeddings import build_kg_embeddings, cache_folder
+        from stem_jax.methods.stem import StemPipeline as Evaluator
+        from stem_jax.methods.stem import evaluate
 
         config = StemConfig()
         embeddings = build_kg_embeddings(index, encoder, cache_folder(cache, "metaqa", index, encoder),

@@ -65,7 +65,9 @@ def main() -> int:
     from stem_jax.eval.plan_quality import PlanQuality, load_qtype_questions, strategy_majority_baseline
     from stem_jax.kg.index import build_index
     from stem_jax.plan.oracle import OraclePlanner
-    from stem_jax.plan.pattern import PatternPlanner, mask_topics, template_of, topic_names, unique_texts
+    from stem_jax.plan.pattern import PatternPlanner
+    from stem_jax.plan.templates import template_of
+    from stem_jax.text import mask_topics, topic_names, unique_texts
 
     began = time.perf_counter()
     cache = default_cache_dir()
@@ -153,8 +155,9 @@ def main() -> int:
 
     # ---- 3. end to end --------------------------------------------------------------------------
     if not args.skip_e2e:
-        from stem_jax.eval.runner import Evaluator, evaluate
         from stem_jax.kg.embeddings import build_kg_embeddings, cache_folder
+        from stem_jax.methods.stem import StemPipeline as Evaluator
+        from stem_jax.methods.stem import evaluate
         from stem_jax.plan.base import SingleQuestionPlanner
         from stem_jax.plan.store import write_plan_store
 

@@ -89,7 +89,7 @@ def run_variant(split: str, variant: str, per_hop: int | None, seed: int,
     out = Path("runs") / tag
     if rescore:  # report from the finished run folder, without re-running anything
         from stem_jax.data.registry import DatasetSpec, load_dataset
-        from stem_jax.eval.runner import score_predictions
+        from stem_jax.eval.scoring import score_predictions
 
         questions = sample_per_hop(list(load_dataset(DatasetSpec(name="metaqa", split=split)).questions), per_hop, seed)
         return out, None, score_predictions(out / "predictions.jsonl", {q.qid for q in questions}), questions

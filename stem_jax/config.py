@@ -94,7 +94,7 @@ class EngineConfig:
     answer_cut: float = 0.5  # keep answers whose beam support >= this x the best answer's support
     beam_gap: float = 0.5  # a beam supports only entities within this of its best length-fair score (inf: off)
     strategy: str = "breadth"  # "breadth": trace every plan as Breadth (MetaQA dev evidence); "planner": its own
-    calibrated: bool = True  # use the encoder's dev-calibrated θ (stem_jax.eval.calibration) when one is stored
+    calibrated: bool = True  # use the encoder's dev-calibrated θ (stem_jax.methods.stem.settings) when one is stored
     guidance_admits: bool = False  # True (paper): τ counts in Breadth's θ test; False: θ tests T without τ
 
 

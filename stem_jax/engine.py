@@ -297,7 +297,7 @@ class Engine:
     def retrieve(self, questions: str | Question | Sequence[str | Question], *, method: str = "stem") -> list[Answer]:
         """Answer one question or a batch (strings or :class:`Question`) with ``method``."""
         from stem_jax.answer.chains import reasoning_chains
-        from stem_jax.methods.records import make_record
+        from stem_jax.eval.records import make_record
 
         items = [questions] if isinstance(questions, str | Question) else list(questions)
         parsed: list[tuple[Question, dict | None]] = [
@@ -334,14 +334,14 @@ class Engine:
         info: dict[str, Any] = {}
         if hasattr(self.encoder, "warm_up"):
             info["encoder_compiles"] = self.encoder.warm_up()
-        evaluator = getattr(self.method(method), "evaluator", None)
-        if evaluator is not None:
+        pipeline = getattr(self.method(method), "pipeline", None)
+        if pipeline is not None:
             if step_buckets is None:
                 templates = getattr(self.planner, "templates", None) if self.planner_spec.plans is None else None
                 step_buckets = sorted({len(t.triples) for t in templates}) if templates else (1, 2, 4)
             topics = max((len(q.topic_entities) for q in self.dataset.questions), default=1)
             runs = batch_questions * self.config.planner.beam * max(topics, 1)
-            info["tracer_shapes"] = evaluator.warm_up(step_buckets, runs)
+            info["tracer_shapes"] = pipeline.warm_up(step_buckets, runs)
             info["step_buckets"] = list(step_buckets)
             info["max_runs"] = runs
             if method == "stem" and self.guidance is not None:
@@ -363,8 +363,8 @@ class Engine:
         guidance = self.guidance
         count = min(len(questions), calls * batch_questions, max(max_questions, batch_questions))
         sample = questions[:: max(1, len(questions) // count)][:count]
-        plan, _ = stem._planner_fn(sample)
-        runs, _ = stem.evaluator.plan_all(sample, plan)
+        plan, _ = stem.planner_for(sample)
+        runs, _ = stem.pipeline.plan_all(sample, plan)
         forward = reach_forward_fn(guidance.spec.layers)
         before = forward._cache_size()
         cache_dir, guidance.cache_dir = guidance.cache_dir, None

@@ -1,6 +1,6 @@
 """Anchoring a run that names its topic's KG id skips the entity-table pass: same anchors and scores.
 
-:meth:`Evaluator._anchor` resolves EXACT runs on the host (:meth:`Evaluator._exact_anchor`) and sends
+:meth:`StemPipeline.anchor` resolves EXACT runs on the host (:meth:`StemPipeline.exact_anchor`) and sends
 only the rest through :func:`~stem_jax.trace.tracer.anchor_batch`; the device kernel over every run
 is the reference.
 """
@@ -13,9 +13,9 @@ import pytest
 from stem_jax.config import EncoderConfig, StemConfig
 from stem_jax.data.types import Dataset
 from stem_jax.encoder import HashingEncoder
-from stem_jax.eval.runner import Evaluator, Run
 from stem_jax.kg.embeddings import build_kg_embeddings
 from stem_jax.kg.index import build_index
+from stem_jax.methods.stem.pipeline import Run, StemPipeline
 from stem_jax.trace.tracer import EXACT, FOLDED
 
 
@@ -31,7 +31,7 @@ def evaluator(tmp_path_factory):
     embeddings = build_kg_embeddings(index, encoder, tmp_path_factory.mktemp("emb"), chunk_rows=64, progress=False)
     config = StemConfig(encoder=EncoderConfig(name="hashing"))
     config = dataclasses.replace(config, tracer=dataclasses.replace(config.tracer, lam=1.7, top_n=8))
-    return Evaluator(Dataset("fast", [], triples), index, embeddings, encoder, config)
+    return StemPipeline(Dataset("fast", [], triples), index, embeddings, encoder, config)
 
 
 def _random_runs(evaluator, rng, n):
@@ -62,12 +62,12 @@ def test_host_exact_anchor_matches_the_kernel(evaluator, seed):
     rng = np.random.default_rng(seed)
     runs, guidance = _random_runs(evaluator, rng, 37)
     timings = {"anchor": 0.0}
-    anchors, scores = evaluator._anchor(runs, guidance, timings)
+    anchors, scores = evaluator.anchor(runs, guidance, timings)
     ref_anchors, ref_scores = np.zeros(len(runs), np.int32), np.zeros(len(runs), np.float32)
-    evaluator._anchor_on_device(runs, guidance, ref_anchors, ref_scores, np.arange(len(runs)))
+    evaluator._anchor_on_device(runs, guidance, ref_anchors, ref_scores, np.arange(len(runs)), evaluator.hyper.lam)
     np.testing.assert_array_equal(anchors, ref_anchors)
     np.testing.assert_array_equal(scores, ref_scores)
-    host = [i for i, run in enumerate(runs) if evaluator._exact_anchor(run, guidance[i]) is not None]
+    host = [i for i, run in enumerate(runs) if evaluator.exact_anchor(run, guidance[i]) is not None]
     assert 0 < len(host) < len(runs)  # both paths were exercised
     assert timings["anchor"] > 0
 
@@ -76,6 +76,6 @@ def test_exact_anchor_boost_and_first_on_ties(evaluator):
     lam = np.float32(evaluator.config.tracer.lam)
     run = Run(0, None, 5, named=((5, EXACT), (9, EXACT), (11, FOLDED)))  # type: ignore[arg-type]
     none = np.full(4, -1, np.int32)
-    assert evaluator._exact_anchor(run, none) == (5, np.float32(1.0))  # tie: the first
-    assert evaluator._exact_anchor(run, np.array([9, 11, -1, -1], np.int32)) == (9, lam)  # λ lifts the second
-    assert evaluator._exact_anchor(Run(0, None, -1, named=((11, FOLDED),)), none) is None  # type: ignore[arg-type]
+    assert evaluator.exact_anchor(run, none) == (5, np.float32(1.0))  # tie: the first
+    assert evaluator.exact_anchor(run, np.array([9, 11, -1, -1], np.int32)) == (9, lam)  # λ lifts the second
+    assert evaluator.exact_anchor(Run(0, None, -1, named=((11, FOLDED),)), none) is None  # type: ignore[arg-type]

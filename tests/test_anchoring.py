@@ -13,9 +13,9 @@ import pytest
 from stem_jax.config import EncoderConfig, StemConfig
 from stem_jax.data.types import Dataset, Question
 from stem_jax.encoder import HashingEncoder
-from stem_jax.eval.runner import Evaluator, fold_name
 from stem_jax.kg.embeddings import build_kg_embeddings
 from stem_jax.kg.index import build_index
+from stem_jax.methods.stem.pipeline import StemPipeline, fold_name
 from stem_jax.plan.schema import SchemaGraph, SchemaTriple
 from stem_jax.trace.reference import anchor_reference
 
@@ -60,11 +60,11 @@ def _evaluate(twins, **engine):
     config = StemConfig(encoder=EncoderConfig(name="hashing"))
     config = dataclasses.replace(config, engine=dataclasses.replace(config.engine, batch_precision=8, batch_breadth=8,
                                                                     **engine))
-    evaluator = Evaluator(dataset, index, embeddings, encoder, config)
+    evaluator = StemPipeline(dataset, index, embeddings, encoder, config)
     runs, _ = evaluator.plan_all(dataset.questions, lambda q, _index: [schemas[q.qid]])
     evaluator.embed_texts([t for rs in runs for r in rs for t in r.plan.step_texts()], show_progress=False)
     flat = [r for rs in runs for r in rs]
-    outputs, _ = evaluator.trace_runs(flat)
+    outputs, _ = evaluator.trace(flat)
     records, cursor = {}, 0
     for question, rs in zip(dataset.questions, runs, strict=True):
         records[question.qid] = evaluator.record(question, rs, outputs[cursor : cursor + len(rs)], {})

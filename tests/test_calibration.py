@@ -5,7 +5,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from stem_jax.config import EngineConfig
-from stem_jax.eval.calibration import (
+from stem_jax.methods.stem.calibration import (
     CALIBRATION_FILE,
     SHIPPED,
     applies,

@@ -14,9 +14,9 @@ import pytest
 from stem_jax.config import EncoderConfig, StemConfig
 from stem_jax.data.types import Dataset, Question
 from stem_jax.encoder import HashingEncoder
-from stem_jax.eval.runner import Evaluator
 from stem_jax.kg.embeddings import build_kg_embeddings
 from stem_jax.kg.index import build_index
+from stem_jax.methods.stem.pipeline import StemPipeline
 from stem_jax.plan.schema import SchemaGraph, SchemaTriple
 from stem_jax.trace.reference import trace_reference
 from stem_jax.trace.tracer import TracerShapes, capacity_ladder
@@ -44,10 +44,10 @@ def _trace(hub, max_frontier):
     config = dataclasses.replace(config, engine=dataclasses.replace(
         config.engine, frontier=8, node_matches=8, window=16, batch_breadth=8, batch_precision=8,
         max_frontier=max_frontier))
-    evaluator = Evaluator(dataset, index, embeddings, encoder, config)
+    evaluator = StemPipeline(dataset, index, embeddings, encoder, config)
     runs, _ = evaluator.plan_all([QUESTION], lambda q, _i: [SCHEMA])
     evaluator.embed_texts(runs[0][0].plan.step_texts(), show_progress=False)
-    outputs, _ = evaluator.trace_runs(runs[0])
+    outputs, _ = evaluator.trace(runs[0])
     return evaluator, runs[0], outputs
 
 

@@ -10,7 +10,7 @@ from stem_jax import Engine, StemConfig
 from stem_jax.cli.main import main
 from stem_jax.config import apply_overrides
 from stem_jax.errors import StemError
-from stem_jax.eval.runner import read_finished
+from stem_jax.eval.scoring import read_finished
 
 FAST = {"encoder.name": "hashing", "engine.batch_precision": "32", "engine.batch_breadth": "8"}
 

@@ -24,7 +24,7 @@ def _outputs(engine, questions):
     method.forget([q.qid for q in questions])
     method.prepare(questions)
     runs = [run for q in questions for run in method.runs[q.qid]]
-    outputs, _ = method.evaluator.trace_runs(runs)
+    outputs, _ = method.pipeline.trace(runs)
     return runs, outputs
 
 
@@ -59,9 +59,9 @@ def test_small_padded_batch_matches_the_old_minimum(engine, monkeypatch):
 def test_schema_texts_appended_in_place_keep_their_rows(engine):
     method = engine.method("stem")
     evaluator = method.evaluator
-    method._embed(["first text here"], False)
+    method.embed(["first text here"], False)
     for i in range(40):  # enough appends to grow the buffer at least once
-        method._embed([f"schema text {i}", "first text here", f"schema text {i // 2}"], False)
+        method.embed([f"schema text {i}", "first text here", f"schema text {i // 2}"], False)
     texts = ["first text here"] + [f"schema text {i}" for i in range(40)]
     expected = engine.encoder.encode(texts).astype(np.float16).astype(np.float32)
     got = evaluator.text_emb[[evaluator.text_rows[t] for t in texts]]

@@ -9,9 +9,10 @@ import pytest
 from stem_jax.config import EncoderConfig, StemConfig
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.encoder import HashingEncoder
-from stem_jax.eval.runner import Evaluator, evaluate, read_finished
+from stem_jax.eval.scoring import read_finished
 from stem_jax.kg.embeddings import build_kg_embeddings
 from stem_jax.kg.index import build_index
+from stem_jax.methods.stem import StemPipeline, evaluate
 from stem_jax.plan.oracle import OraclePlanner
 from stem_jax.trace.reference import anchor_reference, trace_reference
 from stem_jax.trace.tracer import anchor_batch, trace_batch
@@ -34,7 +35,7 @@ def _evaluator(demo, **engine):
     config = StemConfig(encoder=EncoderConfig(name="hashing"))
     engine = {"batch_precision": 64, "batch_breadth": 16, **engine}
     config = dataclasses.replace(config, engine=dataclasses.replace(config.engine, **engine))
-    return Evaluator(dataset, index, embeddings, encoder, config)
+    return StemPipeline(dataset, index, embeddings, encoder, config)
 
 
 def test_whole_split_compiles_a_handful_of_times(demo, tmp_path):

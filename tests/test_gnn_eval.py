@@ -11,12 +11,13 @@ from stem_jax.config import EncoderConfig, StemConfig
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.encoder import HashingEncoder
 from stem_jax.errors import StemError
-from stem_jax.eval.ablation import GUIDANCE_ABLATIONS, with_bias
-from stem_jax.eval.runner import Evaluator, evaluate, read_finished
+from stem_jax.eval.scoring import read_finished
 from stem_jax.gnn.data import gold_entities
 from stem_jax.gnn.guidance import entity_mask, triple_mask
 from stem_jax.kg.embeddings import build_kg_embeddings
 from stem_jax.kg.index import build_index
+from stem_jax.methods.stem import StemPipeline, evaluate
+from stem_jax.methods.stem.ablation import GUIDANCE_ABLATIONS, row_hyper
 from stem_jax.plan.oracle import OraclePlanner
 from stem_jax.trace.reference import anchor_reference, trace_reference
 from stem_jax.trace.types import TraceOptions
@@ -50,7 +51,7 @@ def _evaluator(demo, provider, **engine):
     config = StemConfig(encoder=EncoderConfig(name="hashing"))
     engine = {"batch_precision": 64, "batch_breadth": 16, "frontier": 64, "node_matches": 64, **engine}
     config = dataclasses.replace(config, engine=dataclasses.replace(config.engine, **engine))
-    return Evaluator(dataset, index, embeddings, encoder, config, guidance=provider)
+    return StemPipeline(dataset, index, embeddings, encoder, config, guidance=provider)
 
 
 def test_guided_answers_match_the_reference_tracer(demo, tmp_path):
@@ -88,12 +89,12 @@ def test_guided_answers_match_the_reference_tracer(demo, tmp_path):
 
 def test_ablation_rows_only_change_lambda_and_tau(demo):
     evaluator = _evaluator(demo, GoldGuidance(demo[1]))
+    base = evaluator.hyper
     for _, _, lam, tau in GUIDANCE_ABLATIONS:
-        view = with_bias(evaluator, lam=lam, tau=tau)
-        assert view.config.tracer.lam == (evaluator.config.tracer.lam if lam is None else lam)
-        assert float(view.hyper.tau) == (evaluator.config.tracer.tau if tau is None else tau)
-        assert view.kg is evaluator.kg and view.guidance is evaluator.guidance
-    assert evaluator.config.tracer.lam == 1.5  # the original is untouched
+        row = row_hyper(base, lam, tau)
+        assert row.lam == (base.lam if lam is None else lam) and row.tau == (base.tau if tau is None else tau)
+        assert row.theta == evaluator.theta  # the effective θ, calibrated or not
+    assert evaluator.hyper == base and evaluator.config.tracer.lam == 1.5  # the pipeline is untouched
 
 
 def test_too_many_guidance_entities_is_a_clear_error(demo):
@@ -102,7 +103,7 @@ def test_too_many_guidance_entities_is_a_clear_error(demo):
     evaluator.guidance.attach(demo[0].questions[-1:], runs)
     assert len(runs[0][0].guidance) > 4
     with pytest.raises(StemError, match="engine.guidance"):
-        evaluator.trace_runs(runs[0])
+        evaluator.trace(runs[0])
 
 
 def test_eval_guidance_gnn_needs_a_checkpoint(capsys, tmp_path):

@@ -11,12 +11,13 @@ from stem_jax.config import EncoderConfig, StemConfig
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.encoder import HashingEncoder
 from stem_jax.errors import StemError
-from stem_jax.eval.ablation import with_bias
-from stem_jax.eval.runner import Evaluator, evaluate, read_finished
-from stem_jax.eval.sweep import GridPoint, make_grid, parse_values, plot_sweep, run_sweep
+from stem_jax.eval.scoring import read_finished
 from stem_jax.kg.embeddings import build_kg_embeddings
 from stem_jax.kg.index import build_index
-from stem_jax.methods.stem import StemMethod
+from stem_jax.methods.stem import StemMethod, StemPipeline, evaluate
+from stem_jax.methods.stem.ablation import GUIDANCE_ABLATIONS, run_guidance_ablation
+from stem_jax.methods.stem.calibration import calibration_path
+from stem_jax.methods.stem.sweep import GridPoint, make_grid, parse_values, plot_sweep, run_sweep
 from stem_jax.plan.oracle import OraclePlanner
 
 
@@ -27,6 +28,16 @@ class FakeGuidance:
     def __init__(self, index, k_prime=2):
         self.index, self.k_prime = index, k_prime
 
+    def neighbours(self, entities, limit=6):
+        """KG neighbours of ``entities`` (as a GNN marks the topic's surroundings): guided triples of
+        other relations, which τ may admit into Breadth or not (``engine.guidance_admits``)."""
+        index, found = self.index, []
+        for e in entities:
+            for t in np.asarray(index.csr_triples)[index.csr_offsets[e] : index.csr_offsets[e + 1]][:limit]:
+                h, _, tail = np.asarray(index.triples)[t]
+                found.append(int(tail if h == e else h))
+        return found
+
     def with_k_prime(self, k_prime):
         return FakeGuidance(self.index, k_prime)
 
@@ -36,7 +47,7 @@ class FakeGuidance:
             seed = int(hashlib.sha256(question.qid.encode()).hexdigest()[:8], 16)
             noise = np.random.default_rng(seed).choice(self.index.num_entities, 32, replace=False)
             known = [ids[e] for e in (*question.topic_entities, *question.answers) if e in ids]
-            base = list(dict.fromkeys([*known, *map(int, noise)]))
+            base = list(dict.fromkeys([*known, *self.neighbours(known[:1]), *map(int, noise)]))
             for run in runs:
                 run.guidance = np.asarray(base[: len(run.plan.schema.triples) * self.k_prime], np.int32)
         return {}
@@ -51,15 +62,17 @@ def demo(tmp_path_factory):
     return dataset, index, encoder, embeddings
 
 
-def _evaluator(demo, k_prime=2):
-    """Paper preset (cosine anchoring, so λ matters), small batches and a 2-level capacity ladder."""
+def _evaluator(demo, k_prime=2, *, preset="paper", guided=True, **tracer):
+    """A pipeline as ``stem-jax eval`` builds it from flags: ``--engine.preset`` (paper: cosine anchoring, so
+    λ matters), ``--tracer.*`` overrides, small batches and a 2-level capacity ladder."""
     dataset, index, encoder, embeddings = demo
     config = StemConfig(encoder=EncoderConfig(name="hashing"))
-    engine = dataclasses.replace(config.engine, preset="paper", batch_precision=32, batch_breadth=8, frontier=4,
+    engine = dataclasses.replace(config.engine, preset=preset, batch_precision=32, batch_breadth=8, frontier=4,
                                  node_matches=2, max_frontier=8, chunk_questions=24)
-    config = dataclasses.replace(config, engine=engine, tracer=dataclasses.replace(config.tracer, top_n=8),
+    config = dataclasses.replace(config, engine=engine, tracer=dataclasses.replace(config.tracer, top_n=8, **tracer),
                                  guidance=dataclasses.replace(config.guidance, k_prime=k_prime))
-    return Evaluator(dataset, index, embeddings, encoder, config, guidance=FakeGuidance(index, k_prime))
+    return StemPipeline(dataset, index, embeddings, encoder, config,
+                        guidance=FakeGuidance(index, k_prime) if guided else None)
 
 
 def _records(path):
@@ -76,13 +89,13 @@ def test_two_by_two_grid_equals_four_separate_evals_and_resumes(demo, tmp_path):
     questions = _two_hop(demo, 40)  # one steps bucket: few compilations
     planner = OraclePlanner().plan
     grid = [GridPoint(lam, tau, 0.6, 2) for lam in (1.0, 2.5) for tau in (0.0, 1.0)]
-    method = StemMethod.from_evaluator(_evaluator(demo), planner)
+    method = StemMethod.from_pipeline(_evaluator(demo), planner)
     sweep = run_sweep(method, questions, grid, tmp_path / "sweep", chunk_size=24, grid_batch=2, show_progress=False,
                       log=lambda _: None)  # two points vmapped at a time inside one scanned call
     assert sweep["compiled_calls_this_run"] == 2  # one vmapped call per chunk of questions, not one per point
     seen = set()
     for point, result in zip(grid, sweep["points"], strict=True):
-        alone = evaluate(with_bias(_evaluator(demo), lam=point.lam, tau=point.tau), questions, planner,
+        alone = evaluate(_evaluator(demo, lam=point.lam, tau=point.tau), questions, planner,
                          tmp_path / point.label, show_progress=False, log=lambda _: None)
         swept = _records(tmp_path / "sweep" / "points" / point.label / "predictions.jsonl")
         assert swept == _records(tmp_path / point.label / "predictions.jsonl")
@@ -96,7 +109,7 @@ def test_two_by_two_grid_equals_four_separate_evals_and_resumes(demo, tmp_path):
     first.write_text("\n".join(lines[:20]) + '\n{"id": "torn')
     (tmp_path / "sweep" / "points" / grid[3].label / "predictions.jsonl").unlink()
     before = {p.label: _records(tmp_path / "sweep" / "points" / p.label / "predictions.jsonl") for p in grid[1:3]}
-    again = run_sweep(StemMethod.from_evaluator(_evaluator(demo), planner), questions, grid, tmp_path / "sweep",
+    again = run_sweep(StemMethod.from_pipeline(_evaluator(demo), planner), questions, grid, tmp_path / "sweep",
                       chunk_size=24, show_progress=False, log=lambda _: None)
     assert [r["overall"] for r in again["points"]] == [r["overall"] for r in sweep["points"]]
     for p in grid[1:3]:
@@ -107,16 +120,64 @@ def test_k_prime_axis_equals_evals_with_that_k_prime(demo, tmp_path):
     questions = _two_hop(demo, 24)
     planner = OraclePlanner().plan
     grid = [GridPoint(2.5, 1.0, 0.6, k) for k in (1, 2, 3, 4)]  # 4 points: the 2x2 test's compiled shapes
-    sweep = run_sweep(StemMethod.from_evaluator(_evaluator(demo), planner), questions, grid, tmp_path / "s",
+    sweep = run_sweep(StemMethod.from_pipeline(_evaluator(demo), planner), questions, grid, tmp_path / "s",
                       chunk_size=24, grid_batch=None, show_progress=False, log=lambda _: None)  # all 4 vmapped
     for point, result in zip(grid, sweep["points"], strict=True):
-        alone = evaluate(with_bias(_evaluator(demo, k_prime=point.k_prime), lam=2.5, tau=1.0), questions, planner,
+        alone = evaluate(_evaluator(demo, k_prime=point.k_prime, lam=2.5, tau=1.0), questions, planner,
                          tmp_path / point.label, show_progress=False, log=lambda _: None)
         assert _records(tmp_path / "s" / "points" / point.label / "predictions.jsonl") == _records(
             tmp_path / point.label / "predictions.jsonl")
         assert result["overall"] == alone["overall"]
     paths = plot_sweep(sweep["points"], tmp_path)
     assert [p.name for p in paths] == ["sweep-k_prime.png"] and paths[0].stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def calibrated(demo, tmp_path_factory):
+    """The demo KG with its own embeddings folder holding a dev calibration of θ=0.3 for the default engine."""
+    dataset, index, encoder, _ = demo
+    embeddings = build_kg_embeddings(index, encoder, tmp_path_factory.mktemp("emb-calibrated"), chunk_rows=1024,
+                                     progress=False)
+    engine = StemConfig().engine
+    calibration_path(embeddings).write_text(json.dumps(
+        {"theta": 0.3, "engine": {"relation_bonus": engine.relation_bonus, "strategy": engine.strategy}}))
+    return dataset, index, encoder, embeddings
+
+
+@pytest.mark.parametrize("guided", [True, False], ids=["guided", "unguided"])
+def test_default_preset_sweep_points_equal_evals_at_calibrated_theta(calibrated, tmp_path, guided):
+    """Issue 20: under the default preset (exact anchoring, relation bonus, τ outside Breadth's θ test, beam
+    ranking whose gap τ widens) each point equals eval with that point's flags, θ the calibrated one."""
+    questions = [q for q in calibrated[0].questions if q.hops in (1, 2)][::6][:36]
+    planner = OraclePlanner().plan
+    base = _evaluator(calibrated, preset="default", guided=guided)
+    assert base.theta == 0.3 and base.settings.theta_source == "calibration"
+    grid = make_grid(base.config, lams=(1.5,), taus=(0.5, 2.0), default_theta=base.theta)
+    assert {p.theta for p in grid} == {0.3}
+    sweep = run_sweep(StemMethod.from_pipeline(base, planner), questions, grid, tmp_path / "sweep", chunk_size=24,
+                      show_progress=False, log=lambda _: None)
+    for point, result in zip(grid, sweep["points"], strict=True):
+        alone = _evaluator(calibrated, preset="default", guided=guided, lam=point.lam, tau=point.tau)
+        summary = evaluate(alone, questions, planner, tmp_path / point.label, show_progress=False, log=lambda _: None)
+        swept = _records(tmp_path / "sweep" / "points" / point.label / "predictions.jsonl")
+        assert swept == _records(tmp_path / point.label / "predictions.jsonl")
+        assert result["overall"] == summary["overall"]
+        assert {r["theta"] for r in swept.values()} == {0.3}
+
+
+def test_every_ablation_row_equals_eval_with_its_flags(calibrated, tmp_path):
+    """Issue 20: each ablate-guidance row traces at the calibrated θ and equals eval with its λ/τ flags."""
+    questions = [q for q in calibrated[0].questions if q.hops in (1, 2)][1::6][:24]
+    planner = OraclePlanner().plan
+    method = StemMethod.from_pipeline(_evaluator(calibrated, preset="default"), planner)
+    results = run_guidance_ablation(method, questions, tmp_path / "ablate", show_progress=False, log=lambda _: None)
+    for name, folder, lam, tau in GUIDANCE_ABLATIONS:
+        flags = {k: v for k, v in (("lam", lam), ("tau", tau)) if v is not None}
+        alone = evaluate(_evaluator(calibrated, preset="default", **flags), questions, planner, tmp_path / folder,
+                         show_progress=False, log=lambda _: None)
+        assert _records(tmp_path / "ablate" / folder / "predictions.jsonl") == _records(
+            tmp_path / folder / "predictions.jsonl"), name
+        assert results[name]["overall"] == alone["overall"] and results[name]["theta"] == 0.3
 
 
 def test_one_point_sweep_equals_eval_command(tmp_path):

@@ -63,7 +63,7 @@ class StageTimer:
     def __init__(self, engine: Any):
         self.engine = engine
         self.method = engine.method("stem")
-        self.evaluator = self.method.evaluator
+        self.pipeline = self.method.pipeline
         self.planner = engine.planner if engine.planner_spec.plans is None else None
         guidance = self.method.context.guidance
         if guidance is not None:
@@ -89,7 +89,7 @@ class StageTimer:
         def plan(question: Question, index: Any = None) -> list[Any]:
             return by_qid[question.qid]
 
-        plan.beams = by_qid  # the evaluator reads beam probabilities from here
+        plan.beams = by_qid  # the pipeline reads beam probabilities from here
         return plan
 
     def run(self, batch: Sequence[Question]) -> dict[str, float]:
@@ -98,21 +98,21 @@ class StageTimer:
         cpu = time.process_time()
         plan = self._plan(batch, times)
         began = time.perf_counter()
-        runs, _ = self.evaluator.plan_all(batch, plan)
-        self.method._embed([t for rs in runs for r in rs for t in r.plan.step_texts()], False)
+        runs, _ = self.pipeline.plan_all(batch, plan)
+        self.method.embed([t for rs in runs for r in rs for t in r.plan.step_texts()], False)
         times["schema_encoding"] = time.perf_counter() - began
         began = time.perf_counter()
         if self.method.context.guidance is not None:
             self.method.context.guidance.attach(batch, runs, show_progress=False)
         times["gnn"] = time.perf_counter() - began
         flat = [r for rs in runs for r in rs]
-        outputs, timings = self.evaluator.trace_runs(flat)
+        outputs, timings = self.pipeline.trace(flat, self.method.hyper)
         times["anchoring"] = timings["anchor"]
         times["tracing"] = timings["trace"]
         began = time.perf_counter()
         cursor = 0
         for question, rs in zip(batch, runs, strict=True):
-            self.evaluator.record(question, rs, outputs[cursor : cursor + len(rs)], {})
+            self.pipeline.record(question, rs, outputs[cursor : cursor + len(rs)], {}, self.method.hyper)
             cursor += len(rs)
         times["answers"] = time.perf_counter() - began
         times["total"] = sum(times[s] for s in STAGES)

@@ -1,13 +1,19 @@
 """`stem-jax bench trace`: the jit tracer against the reference tracer on the same runs.
 
-Both tracers get identical inputs (oracle plans, the cached MiniLM embeddings, the same
-anchors). Timings exclude compilation, which is reported on its own; the reference is timed
-over the same runs. Agreement is measured three ways: JAX vs level-order reference (must be
-exact up to float summation order), and level vs the literal sequential order.
+Both tracers get identical inputs (oracle plans, the cached MiniLM embeddings, the same anchors)
+and the same effective settings: the pipeline's traced λ, τ and (possibly calibrated) θ, its
+preset-resolved relation bonus and ``tau_admits``, each run's strategy as the pipeline traces it,
+and the capacities of the ladder level each run finished at. The JAX side is
+:meth:`StemPipeline.trace`, the call ``stem-jax eval`` makes. Timings exclude compilation, which
+is reported on its own; the reference is timed over the same runs. Agreement is measured for
+anchors (the reference anchoring with the run's named entities), answers and evidence (JAX vs
+level-order reference: exact up to float summation order), and level vs the literal sequential
+order.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import resource
 import time
 from typing import Any
@@ -15,7 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from stem_jax.eval.runner import Evaluator, Run
+from stem_jax.methods.stem.pipeline import Run, StemHyper, StemPipeline
 from stem_jax.trace.reference import anchor_reference, trace_reference
 from stem_jax.trace.tracer import anchor_batch, trace_batch
 from stem_jax.trace.types import TraceOptions
@@ -29,50 +35,68 @@ def _answers(nodes, slot) -> set[int]:
     return {int(n) for n in np.asarray(nodes[slot]) if n >= 0} if slot >= 0 else set()
 
 
-def bench_trace(evaluator: Evaluator, runs: list[Run], *, repeats: int = 3, reference_runs: int | None = None) -> dict[str, Any]:
-    """Time JAX vs reference tracing of ``runs`` and check that they agree."""
+def _guidance_masks(pipeline: StemPipeline, run: Run) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(entity mask [n], triple mask [m]) of a run's guidance graph (a triple is in it when both ends are)."""
+    if run.guidance is None or not len(run.guidance):
+        return None, None
+    entities = np.zeros(pipeline.index.num_entities, bool)
+    entities[np.asarray(run.guidance)] = True
+    triples = np.asarray(pipeline.index.triples)
+    return entities, entities[triples[:, 0]] & entities[triples[:, 2]]
+
+
+def bench_trace(pipeline: StemPipeline, runs: list[Run], *, repeats: int = 3, reference_runs: int | None = None,
+                hyper: StemHyper | None = None) -> dict[str, Any]:
+    """Time :meth:`StemPipeline.trace` vs the reference tracer on ``runs`` and check that they agree."""
+    hyper = pipeline.resolve(hyper)
     rss_before = _max_rss_mib()
     trace_batch.clear_cache()
     anchor_batch.clear_cache()
     began = time.perf_counter()
-    outputs, _ = evaluator.trace_runs(runs)  # first call: compiles
+    outputs, _ = pipeline.trace(runs, hyper)  # first call: compiles
     first_call = time.perf_counter() - began
     jax_times = []
     for _ in range(repeats):
         began = time.perf_counter()
-        outputs, timings = evaluator.trace_runs(runs)
+        outputs, timings = pipeline.trace(runs, hyper)
         jax_times.append(time.perf_counter() - began)
     jax_seconds = float(np.median(jax_times))
     compiles = {"trace_batch": trace_batch._cache_size(), "anchor_batch": anchor_batch._cache_size()}
     rss_after_jax = _max_rss_mib()
 
-    config = evaluator.config
-    triple_emb = np.asarray(evaluator.embeddings.triples.array, dtype=np.float32)
-    entity_emb = np.asarray(evaluator.embeddings.entities.array, dtype=np.float32)
-    shapes = evaluator.shapes[False]
-    level = TraceOptions(order="level", breadth_cap=shapes.node_matches, frontier_cap=shapes.frontier,
-                         relation_bonus=config.engine.relation_bonus)
-    sequential = TraceOptions(order="sequential", breadth_cap=shapes.node_matches,
-                              relation_bonus=config.engine.relation_bonus)
+    engine = pipeline.engine  # preset-resolved
+    tracer_config = dataclasses.replace(pipeline.config.tracer, lam=hyper.lam, tau=hyper.tau, theta=hyper.theta)
+    triple_emb = np.asarray(pipeline.embeddings.triples.array, dtype=np.float32)
+    entity_emb = np.asarray(pipeline.embeddings.entities.array, dtype=np.float32)
+    shapes_by_frontier = {shapes.frontier: shapes for shapes in pipeline.ladder}
     subset = runs[: reference_runs or len(runs)]
+    mention_rows = pipeline.mention_rows(subset)
     agree_jax = agree_seq = evidence_jax = 0
     ref_seconds = ref_anchor_seconds = 0.0
     agree_anchor = 0
     for i, run in enumerate(subset):
         out = outputs[i]
+        precision = pipeline.is_precision(run)
+        shapes = pipeline.shapes[True] if precision else shapes_by_frontier[int(out["capacity"])]
+        level = TraceOptions(order="level", breadth_cap=shapes.node_matches, frontier_cap=shapes.frontier,
+                             relation_bonus=engine.relation_bonus, tau_admits=engine.guidance_admits)
+        sequential = TraceOptions(order="sequential", breadth_cap=shapes.node_matches,
+                                  relation_bonus=engine.relation_bonus, tau_admits=engine.guidance_admits)
+        entity_guidance, triple_guidance = _guidance_masks(pipeline, run)
+        mention = entity_emb[run.anchor_entity] if run.anchor_entity >= 0 else mention_rows[run.mention]
         began = time.perf_counter()
-        ref_anchor = anchor_reference(entity_emb, entity_emb[run.anchor_entity], config.tracer.top_n,
-                                      config.tracer.lam, None)
+        ref_anchor = anchor_reference(entity_emb, mention, pipeline.config.tracer.top_n, hyper.lam, entity_guidance,
+                                      named=run.named[: pipeline.NAMED_WIDTH])
         ref_anchor_seconds += time.perf_counter() - began
         anchor, anchor_score = int(out["nodes"][0, 0]), float(out["scores"][0, 0])
         agree_anchor += ref_anchor[0] == anchor
-        step_emb = evaluator.text_emb[[evaluator.text_rows[t] for t in run.plan.step_texts()]]
-        kwargs = dict(strategy=run.plan.schema.strategy, anchor=anchor, anchor_score=anchor_score,
-                      triple_emb=triple_emb, step_emb=step_emb, config=config.tracer)
+        kwargs = dict(strategy="Precision" if precision else "Breadth", anchor=anchor, anchor_score=anchor_score,
+                      triple_emb=triple_emb, step_emb=pipeline.step_embeddings(run), config=tracer_config,
+                      triple_guidance=triple_guidance)
         began = time.perf_counter()
-        ref = trace_reference(evaluator.index, run.plan, options=level, **kwargs)
+        ref = trace_reference(pipeline.index, run.plan, options=level, **kwargs)
         ref_seconds += time.perf_counter() - began
-        seq = trace_reference(evaluator.index, run.plan, options=sequential, **kwargs)
+        seq = trace_reference(pipeline.index, run.plan, options=sequential, **kwargs)
         slot = run.plan.answer_slot
         jax_answers = _answers(out["nodes"], slot)
         agree_jax += jax_answers == set(ref.answers(slot))
@@ -105,4 +129,8 @@ def bench_trace(evaluator: Evaluator, runs: list[Run], *, repeats: int = 3, refe
         "max_rss_mib_end": _max_rss_mib(),
         "jax_devices": [str(d) for d in jax.devices()],
         "stage_seconds_last_jax_call": timings,
+        "hyper": hyper.as_dict(),
+        "theta_source": pipeline.settings.theta_source,
+        "relation_bonus": engine.relation_bonus,
+        "tau_admits": engine.guidance_admits,
     }

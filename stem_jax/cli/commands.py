@@ -99,7 +99,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """The embedded default end to end: generated KG, index, encoder cache, tracer, metrics."""
     import dataclasses
 
-    from stem_jax.eval.runner import Evaluator, evaluate
+    from stem_jax.methods.stem import StemPipeline, evaluate
     from stem_jax.plan.oracle import OraclePlanner
 
     config = config_from_args(args)
@@ -121,14 +121,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         variants["paper-literal"] = dataclasses.replace(config, engine=dataclasses.replace(config.engine, preset="paper"))
     results, thetas = {}, {}
     for name, variant in variants.items():
-        evaluator = Evaluator(dataset, index, embeddings, encoder, variant,
-                              cache_dir=cache_root(args) / dataset.name / "schema-texts")
+        pipeline = StemPipeline(dataset, index, embeddings, encoder, variant,
+                                cache_dir=cache_root(args) / dataset.name / "schema-texts")
         folder = out / name.replace(" ", "-")
         for stale in (folder / "predictions.jsonl",):  # the demo always recomputes: it is the smoke test
             stale.unlink(missing_ok=True)
-        results[name] = evaluate(evaluator, dataset.questions, OraclePlanner().plan, folder,
+        results[name] = evaluate(pipeline, dataset.questions, OraclePlanner().plan, folder,
                                  show_progress=not args.no_progress)
-        thetas[name] = evaluator.theta
+        thetas[name] = pipeline.theta
     print("\nGold-path upper bound (follow the gold relation path):\n")
     print(_upper_bound_table(upper))
     tables = []
@@ -233,7 +233,7 @@ def _compile_counts() -> dict[str, int]:
 def cmd_bench_trace(args: argparse.Namespace) -> int:
     """JAX tracer vs reference tracer on the same runs; writes experiments/results/bench-trace-*."""
     from stem_jax.bench.trace import bench_trace
-    from stem_jax.eval.runner import Evaluator
+    from stem_jax.methods.stem import StemPipeline
     from stem_jax.plan.oracle import OraclePlanner
 
     config = config_from_args(args)
@@ -242,12 +242,12 @@ def cmd_bench_trace(args: argparse.Namespace) -> int:
     encoder, embeddings, _ = embed(args, config, dataset, index)
     stride = max(1, len(dataset.questions) // args.num_questions)  # evenly spread over the hops
     questions = dataset.questions[::stride][: args.num_questions]
-    evaluator = Evaluator(dataset, index, embeddings, encoder, config,
-                          cache_dir=cache_root(args) / dataset.name / "schema-texts")
-    per_question, _ = evaluator.plan_all(questions, OraclePlanner().plan)
+    pipeline = StemPipeline(dataset, index, embeddings, encoder, config,
+                            cache_dir=cache_root(args) / dataset.name / "schema-texts")
+    per_question, _ = pipeline.plan_all(questions, OraclePlanner().plan)
     runs = [run for runs in per_question for run in runs]
-    evaluator.embed_texts([t for run in runs for t in run.plan.step_texts()], not args.no_progress)
-    result = bench_trace(evaluator, runs, repeats=args.repeats)
+    pipeline.embed_texts([t for run in runs for t in run.plan.step_texts()], not args.no_progress)
+    result = bench_trace(pipeline, runs, repeats=args.repeats)
     rows = [[k, round(v, 4) if isinstance(v, float) else v] for k, v in result.items() if not isinstance(v, (dict, list))]
     table = markdown_table(["measure", "value"], rows)
     print(table)
@@ -255,7 +255,7 @@ def cmd_bench_trace(args: argparse.Namespace) -> int:
     meta = run_metadata()
     payload = {"meta": meta, "command": "stem-jax " + " ".join(args.argv), "dataset": dataset.name,
                "split": args.split, "hops": list(args.hops), "questions": len(questions), "config": as_dict(config),
-               **result}
+               "effective": {**pipeline.settings.as_dict(), "hyper": pipeline.hyper.as_dict()}, **result}
     bonus = "-relation-bonus" if config.engine.relation_bonus else ""
     name = f"bench-trace-{dataset.name}-{'-'.join(map(str, args.hops))}hop-{len(questions)}q{bonus}-{meta['backend']}"
     out = Path("experiments/results") if args.record else (args.out or Path("runs/bench"))

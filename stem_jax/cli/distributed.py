@@ -119,7 +119,7 @@ def add_score_parser(sub) -> None:
 
 def cmd_score(args: argparse.Namespace) -> int:
     from stem_jax.cli.report import run_metadata, summary_table, write_report
-    from stem_jax.eval.runner import score_predictions
+    from stem_jax.eval.scoring import score_predictions
 
     started = time.perf_counter()
     path, info = merge_shards(args.out)

@@ -168,7 +168,7 @@ def add_ablate_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags,
     p = sub.add_parser(
         "ablate-guidance", help="full guidance vs without entity / triple / both biases (one command)",
         description="The paper's Table 7/12 analogue: evaluate a split four times (full guidance, λ=1, τ=0, both) "
-        "with one evaluator, one set of schema-text embeddings and one cached set of GNN outputs; prints Hit@1, F1 "
+        "with one STEM pipeline, one set of schema-text embeddings and one cached set of GNN outputs; prints Hit@1, F1 "
         "and coverage per hop for each row. Each row is resumable under --out/<row>/.")
     add_dataset_flags(p)
     add_cache_flags(p)
@@ -185,7 +185,7 @@ ABLATION_COLUMNS = (("hit_at_1", "Hit@1"), ("f1", "F1"), ("coverage", "Coverage"
 
 
 def ablation_table(results: dict[str, dict[str, Any]]) -> str:
-    from stem_jax.eval.ablation import GUIDANCE_ABLATIONS
+    from stem_jax.methods.stem.ablation import GUIDANCE_ABLATIONS
 
     groups = sorted({g for summary in results.values() for g in summary["groups"]}) + ["all"]
     order = {name: i for i, (name, *_) in enumerate(GUIDANCE_ABLATIONS)}
@@ -202,34 +202,33 @@ def ablation_table(results: dict[str, dict[str, Any]]) -> str:
 
 
 def cmd_ablate_guidance(args: argparse.Namespace) -> int:
-    from stem_jax.cli.engine_args import embed, load
-    from stem_jax.cli.planning import eval_planner
-    from stem_jax.eval.ablation import run_guidance_ablation
-    from stem_jax.eval.runner import Evaluator
+    from stem_jax.cli.engine_args import open_engine
+    from stem_jax.methods.stem.ablation import run_guidance_ablation
 
     config = config_from_args(args)
     started = time.perf_counter()
-    dataset, index = load(args, config)
+    engine = open_engine(args, config, force_guidance=True)
+    dataset = engine.dataset
     dataset.questions = subset(dataset.questions, args.subset)
     if args.subset is not None:
         print(f"stratified subset: {len(dataset.questions)} questions ({args.subset} per hop, lowest sha256(qid))")
-    encoder, embeddings, _ = embed(args, config, dataset, index)
-    planner, planner_info = eval_planner(args, config, dataset, index, encoder)
-    provider = guidance_provider(args, config, dataset, index, embeddings, encoder, force=True)
-    evaluator = Evaluator(dataset, index, embeddings, encoder, config,
-                          cache_dir=cache_root(args) / dataset.name / "schema-texts", guidance=provider)
+    method = engine.method("stem")
+    provider = method.context.guidance
+    planner_info = engine.planner_info
     out = args.out or Path("runs") / f"ablate-{dataset.name}-{args.split}"
-    results = run_guidance_ablation(evaluator, dataset.questions, planner, out, show_progress=not args.no_progress)
+    results = run_guidance_ablation(method, dataset.questions, out, fingerprint=engine.results_fingerprint("stem"),
+                                    show_progress=not args.no_progress)
     table = ablation_table(results)
-    t = config.tracer
-    title = (f"{dataset.name}/{args.split}, planner {args.planner}, guidance K=|T|·{config.guidance.k_prime}, "
-             f"λ={t.lam}, τ={t.tau}, θ={t.theta}, relation bonus {'on' if config.engine.relation_bonus else 'off'} "
-             "(percent)")
+    hyper, engine_settings = method.hyper, method.pipeline.engine
+    title = (f"{dataset.name}/{args.split}, planner {engine.planner_spec.label}, guidance K=|T|·{config.guidance.k_prime}, "
+             f"λ={hyper.lam}, τ={hyper.tau}, θ={hyper.theta:g} ({method.pipeline.settings.theta_source}), "
+             f"relation bonus {'on' if engine_settings.relation_bonus else 'off'} (percent)")
     print(f"\n{title}:\n\n{table}")
     wall = time.perf_counter() - started
     payload = {"meta": run_metadata(), "command": "stem-jax " + " ".join(getattr(args, "argv", [])),
                "dataset": dataset.name, "split": args.split, "subset_per_hop": args.subset,
                "questions": len(dataset.questions), "planner_info": planner_info, "config": as_dict(config),
+               "effective": method.effective(),
                "gnn": {"checkpoint": str(args.gnn_checkpoint), **{k: v for k, v in provider.info.items()}},
                "results": results, "wall_seconds": wall}
     paths = write_report(out, "ablation", payload, f"{title}\n\n{table}")

@@ -48,7 +48,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from stem_jax.cli.engine_args import open_engine
     from stem_jax.cli.gnn import subset
     from stem_jax.errors import StemError
-    from stem_jax.eval.sweep import make_grid, parse_values, plot_sweep, run_sweep, sweep_table
+    from stem_jax.methods.stem.sweep import make_grid, parse_values, plot_sweep, run_sweep, sweep_table
 
     config = config_from_args(args)
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -66,7 +66,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"stratified subset: {len(engine.dataset.questions)} questions ({args.subset} per hop, lowest sha256(qid))")
     out = args.out or Path("runs") / f"sweep-{engine.dataset.name}-{args.split}"
     method = engine.method("stem")
-    points = make_grid(config, **axes, default_theta=getattr(method.evaluator, "theta", None))
+    points = make_grid(config, **axes, default_theta=method.pipeline.theta)
     print(f"sweep: {len(points)} grid points x {len(engine.dataset.questions)} questions -> {out}")
     result = run_sweep(method, engine.dataset.questions, points, out, chunk_size=config.engine.chunk_questions,
                        points_per_call=args.points_per_call,

@@ -15,8 +15,8 @@ from typing import Any
 
 from stem_jax.data.types import Question
 from stem_jax.errors import StemError
+from stem_jax.eval.records import make_record
 from stem_jax.methods.base import RetrievalMethod
-from stem_jax.methods.records import make_record
 from stem_jax.progress import progress
 
 
@@ -47,7 +47,7 @@ def evaluate_method(
 
 def _evaluate_into(method: RetrievalMethod, questions: Sequence[Question], run: Any, *, chunk_size: int,
                    show_progress: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    from stem_jax.eval.runner import score_predictions
+    from stem_jax.eval.scoring import score_predictions
 
     predictions = run.predictions
     finished = run.finished()

@@ -39,7 +39,7 @@ FINGERPRINT = "fingerprint.json"
 LOCK = ".lock"
 QUESTIONS = "questions.json"
 # Options that only change how work is chunked, never a result: a rerun may change them and resume.
-NOT_RESULTS = frozenset({"config.engine.chunk_questions"})
+NOT_RESULTS = frozenset({"config.engine.chunk_questions", "extra.effective.engine.chunk_questions"})
 _MAX_KEYS_LISTED = 6
 
 Log = Callable[[str], None]
@@ -401,8 +401,15 @@ def engine_fingerprint(engine: Any, method: str) -> dict[str, Any]:
         planner=planner if method in ("stem", "safe") else None,
         kg=kg_fingerprint(engine.index), encoder=engine.encoder.name,
         data={"dataset": engine.dataset.name, "split": engine.dataset_spec.split},
-        extra={"guidance": guidance if method == "stem" else None, "method_options": options},
+        extra={"guidance": guidance if method == "stem" else None, "method_options": options,
+               "effective": _effective(engine.method(method))},
     )
+
+
+def _effective(method: Any) -> dict[str, Any] | None:
+    """The method's effective settings (STEM: preset-resolved engine, calibrated θ, traced λ/τ/θ)."""
+    effective = getattr(method, "effective", None)
+    return effective() if callable(effective) else None
 
 
 def method_fingerprint(method: Any) -> dict[str, Any]:
@@ -418,5 +425,6 @@ def method_fingerprint(method: Any) -> dict[str, Any]:
         config=context.config, method=method.name, planner=planner, kg=kg_fingerprint(context.index),
         encoder=getattr(context.encoder, "name", type(context.encoder).__name__),
         data={"dataset": context.dataset.name},
-        extra={"guidance": None if guidance is None else getattr(guidance, "info", type(guidance).__name__)},
+        extra={"guidance": None if guidance is None else getattr(guidance, "info", type(guidance).__name__),
+               "effective": _effective(method)},
     )

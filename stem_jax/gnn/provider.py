@@ -1,6 +1,6 @@
 """Guidance for the evaluator: GNN top-K entities per (question, schema graph), cached on disk.
 
-:class:`GNNGuidance` is what ``Evaluator(..., guidance=...)`` takes. ``attach`` looks up (or
+:class:`GNNGuidance` is what ``StemPipeline(..., guidance=...)`` takes. ``attach`` looks up (or
 computes, batched and jitted, then caches in TensorStore) the top ``width`` entities of every
 query, and gives each run the first K = |T|·K' of them as ``run.guidance``. Changing K', λ or τ
 reuses the cached rows; only a new checkpoint, KG, subgraph setting or question set recomputes.

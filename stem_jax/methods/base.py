@@ -4,7 +4,7 @@ A method is built once from a :class:`MethodContext` (the shared dataset, KG ind
 encoder, planner and config, all loaded by :class:`stem_jax.engine.Engine`) and then answers
 batches of questions with :meth:`RetrievalMethod.retrieve`. Everything a method returns is in KG
 ids; turning it into a ``predictions.jsonl`` record (display names, coverage against the gold
-path, per-stage milliseconds) is shared code (:func:`stem_jax.methods.records.make_record`), so
+path, per-stage milliseconds) is shared code (:func:`stem_jax.eval.records.make_record`), so
 every method's rows are scored identically.
 
 A new method is one folder ``stem_jax/methods/<name>/`` whose ``__init__`` exposes

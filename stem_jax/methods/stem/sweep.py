@@ -12,12 +12,14 @@ a leading ``jax.vmap`` axis of the existing jitted kernels, not a Python loop ov
   same compiled call instead (``lax.map``; see :func:`default_grid_batch`): a vmapped tracer runs
   its data-dependent compaction every block, which measured 4x slower than a loop on 2 cores.
 
-Every point's answers are ranked by :meth:`Evaluator.record` (the code ``stem-jax eval`` uses) and
+Every point's answers go through :meth:`StemPipeline.retrieval` at the point's own λ, τ and θ (the
+code ``stem-jax eval`` uses, τ included in the ranking gap) and the shared record builder, and are
 written to ``<out>/points/<label>/predictions.jsonl`` one chunk of questions at a time, so a
-killed sweep keeps every finished (point, chunk) and each point's metrics are exactly those of
-``stem-jax eval`` with that point's flags. Breadth runs that overflow climb the Evaluator's
-capacity ladder per point: a level re-traces the union of the points' overflowing runs and keeps,
-per point, only the rows that point needed (rows of a batch are independent).
+killed sweep keeps every finished (point, chunk) and each point's predictions are exactly those of
+``stem-jax eval`` with that point's flags. The grid kernels take the same static switches as the
+pipeline's tracer (``relation_bonus``, ``tau_admits``). Breadth runs that overflow climb the
+pipeline's capacity ladder per point: a level re-traces the union of the points' overflowing runs
+and keeps, per point, only the rows that point needed (rows of a batch are independent).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ import functools
 import itertools
 import json
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,10 @@ import numpy as np
 
 from stem_jax.data.types import Question
 from stem_jax.errors import StemError
+from stem_jax.eval.records import make_record
+from stem_jax.eval.run_folder import RunFolder, method_fingerprint
+from stem_jax.eval.scoring import score_predictions
+from stem_jax.methods.stem.pipeline import OUTPUT_FIELDS, Run, StemHyper, StemPipeline
 from stem_jax.progress import progress
 from stem_jax.trace.tracer import Hyper, TraceBatch, anchor_batch, trace_batch
 
@@ -52,6 +58,10 @@ class GridPoint:
     tau: float
     theta: float
     k_prime: int
+
+    def hyper(self) -> StemHyper:
+        """The point's traced hyper-parameters (K' is applied to the guidance rows, not traced)."""
+        return StemHyper(self.lam, self.tau, self.theta)
 
     @property
     def label(self) -> str:
@@ -82,7 +92,7 @@ def make_grid(config: Any, *, lams: Sequence[float] | None = None, taus: Sequenc
               thetas: Sequence[float] | None = None, k_primes: Sequence[int] | None = None,
               default_theta: float | None = None) -> list[GridPoint]:
     """The cartesian grid (λ slowest, K' fastest); an axis left as None keeps the config's value
-    (θ: ``default_theta`` when given, i.e. the Evaluator's θ, which may come from a dev calibration)."""
+    (θ: ``default_theta`` when given, i.e. the pipeline's effective θ, which may come from a dev calibration)."""
     t = config.tracer
     theta = t.theta if default_theta is None else default_theta
     axes = [lams or (t.lam,), taus or (t.tau,), thetas or (theta,), k_primes or (config.guidance.k_prime,)]
@@ -115,9 +125,9 @@ def default_grid_batch() -> int | None:
     return 1 if jax.default_backend() == "cpu" else None
 
 
-@functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus", "grid_batch"))
+@functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus", "tau_admits", "grid_batch"))
 def trace_grid_batch(kg: Any, batch: TraceBatch, hyper: Hyper, *, shapes: Any, precision: bool,
-                     relation_bonus: bool = False, grid_batch: int | None = None) -> Any:
+                     relation_bonus: bool = False, tau_admits: bool = True, grid_batch: int | None = None) -> Any:
     """:func:`trace_batch` for P grid points in one compiled call: ``batch.anchor``/``anchor_score``
     [P, B], ``batch.guidance`` [P, B, G], ``hyper`` fields [P]; the KG and the plan fields are shared.
 
@@ -126,7 +136,7 @@ def trace_grid_batch(kg: Any, batch: TraceBatch, hyper: Hyper, *, shapes: Any, p
     def one(xs):
         anchor, score, guidance, h = xs
         return trace_batch(kg, batch._replace(anchor=anchor, anchor_score=score, guidance=guidance), h,
-                           shapes=shapes, precision=precision, relation_bonus=relation_bonus)
+                           shapes=shapes, precision=precision, relation_bonus=relation_bonus, tau_admits=tau_admits)
 
     xs = (batch.anchor, batch.anchor_score, batch.guidance, hyper)
     if grid_batch is None or grid_batch >= batch.anchor.shape[0]:
@@ -137,77 +147,57 @@ def trace_grid_batch(kg: Any, batch: TraceBatch, hyper: Hyper, *, shapes: Any, p
 
 
 # ----- one chunk of runs, every grid point ---------------------------------------------------------
-def anchor_grid(evaluator: Any, runs: Sequence[Any], guidance: np.ndarray, lams: np.ndarray,
+def anchor_grid(pipeline: StemPipeline, runs: Sequence[Run], guidance: np.ndarray, lams: np.ndarray,
                 timings: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
     """Anchors [P, R] and anchor scores [P, R] of ``runs`` for P (guidance rows [P, R, G], λ [P]).
 
-    Mirrors :meth:`Evaluator._anchor` (mention embeddings, named entities) with a grid axis."""
-    ev = evaluator
-    size = ev.batch[True]
+    The inputs are the pipeline's own (:meth:`StemPipeline.anchor_inputs`); every run goes to the
+    device kernel, which the pipeline's host fast path for named ids equals bit for bit."""
+    size = pipeline.batch[True]
     n_points, width = guidance.shape[0], guidance.shape[2]
     anchors = np.zeros((n_points, len(runs)), np.int32)
     scores = np.zeros((n_points, len(runs)), np.float32)
     began = time.perf_counter()
-    unknown = sorted({r.mention for r in runs if r.anchor_entity < 0})
-    mention_rows = {}
-    if unknown:
-        mention_rows = dict(zip(unknown, np.asarray(ev.encoder.encode(unknown), dtype=np.float32), strict=True))
-    named_width = ev.NAMED_WIDTH
+    mention_rows = pipeline.mention_rows(runs)
     lam_device = jnp.asarray(lams, jnp.float32)
     for start in range(0, len(runs), size):
         part = runs[start : start + size]
-        ids = np.zeros(size, np.int64)
-        ids[: len(part)] = [max(r.anchor_entity, 0) for r in part]
-        mentions = np.array(ev.entity_emb[jnp.asarray(ids)], dtype=np.float32)
-        named = np.full((size, named_width), -1, np.int32)
-        level = np.zeros((size, named_width), np.int32)
-        for row, run in enumerate(part):
-            if run.anchor_entity < 0:
-                mentions[row] = mention_rows[run.mention]
-            for col, (entity, lvl) in enumerate(run.named[:named_width]):
-                named[row, col], level[row, col] = entity, lvl
+        mentions, named, level = pipeline.anchor_inputs(part, size, mention_rows)
         rows = np.full((n_points, size, width), -1, np.int32)
         rows[:, : len(part)] = guidance[:, start : start + len(part)]
-        a, s = jax.device_get(anchor_grid_batch(ev.entity_emb, jnp.asarray(mentions), jnp.asarray(rows), lam_device,
-                                                jnp.asarray(named), jnp.asarray(level), top_n=ev.config.tracer.top_n))
+        a, s = jax.device_get(anchor_grid_batch(pipeline.entity_emb, jnp.asarray(mentions), jnp.asarray(rows),
+                                                lam_device, jnp.asarray(named), jnp.asarray(level),
+                                                top_n=pipeline.config.tracer.top_n))
         anchors[:, start : start + len(part)] = a[:, : len(part)]
         scores[:, start : start + len(part)] = s[:, : len(part)]
     timings["anchor"] += time.perf_counter() - began
     return anchors, scores
 
 
-def trace_grid(evaluator: Any, runs: Sequence[Any], guidance: np.ndarray, lams: np.ndarray, taus: np.ndarray,
-               thetas: np.ndarray, *, grid_batch: int | None = None,
-               ) -> tuple[list[list[dict[str, np.ndarray]]], dict[str, float]]:
-    """:meth:`Evaluator.trace_runs` for P grid points at once: per point, per run host arrays.
+def trace_grid(pipeline: StemPipeline, runs: Sequence[Run], guidance: np.ndarray, hypers: Sequence[StemHyper], *,
+               grid_batch: int | None = None) -> tuple[list[list[dict[str, np.ndarray]]], dict[str, float]]:
+    """:meth:`StemPipeline.trace` for P grid points at once: per point, per run host arrays.
 
-    ``guidance`` int32 [P, R, G] (each point's guidance rows, from its K'), ``lams``/``taus``/
-    ``thetas`` [P]. Batching, strategy groups and the capacity ladder follow the Evaluator."""
-    from stem_jax.eval.runner import steps_bucket
-
-    ev = evaluator
+    ``guidance`` int32 [P, R, G] (each point's guidance rows, from its K'), ``hypers`` the points'
+    λ, τ, θ. Strategy groups, batch shapes and the capacity ladder are the pipeline's."""
     timings = {"anchor": 0.0, "trace": 0.0}
-    n_points = len(lams)
+    n_points = len(hypers)
     outputs: list[list[dict | None]] = [[None] * len(runs) for _ in range(n_points)]
     if not runs:
         return [[] for _ in range(n_points)], timings
-    anchors, anchor_scores = anchor_grid(ev, runs, guidance, lams, timings)
-    hyper = Hyper(jnp.asarray(taus, jnp.float32), jnp.asarray(thetas, jnp.float32))
-    groups: dict[tuple[bool, int], list[int]] = defaultdict(list)
-    for i, run in enumerate(runs):
-        groups[(ev._precision(run), steps_bucket(max(run.plan.num_steps, 1)))].append(i)
-    keys = ("nodes", "scores", "via", "parents", "overflow")
-    for (precision, bucket), members in sorted(groups.items()):
-        ladder = [ev.shapes[True]] if precision else ev.ladder
+    anchors, anchor_scores = anchor_grid(pipeline, runs, guidance, np.array([h.lam for h in hypers]), timings)
+    traced = Hyper(jnp.asarray([h.tau for h in hypers], jnp.float32), jnp.asarray([h.theta for h in hypers], jnp.float32))
+    for (precision, bucket), members in pipeline.groups(runs):
+        ladder = pipeline.ladder_for(precision)
         pending = [set(members) for _ in range(n_points)]  # per point: runs still to (re-)trace
         for level, shapes in enumerate(ladder):
-            size = max(ev.batch[precision] >> level, 4)
+            size = max(pipeline.batch[precision] >> level, 4)
             union = sorted(set().union(*pending))
             retry: list[set[int]] = [set() for _ in range(n_points)]
             for start in range(0, len(union), size):
                 chunk = union[start : start + size]
-                shared = ev._batch([runs[i] for i in chunk], anchors[0, chunk], anchor_scores[0, chunk], size, bucket,
-                                   guidance[0, chunk])
+                shared = pipeline.trace_batch([runs[i] for i in chunk], anchors[0, chunk], anchor_scores[0, chunk],
+                                              size, bucket, guidance[0, chunk])
                 anchor = np.full((n_points, size), -1, np.int32)
                 score = np.zeros((n_points, size), np.float32)
                 rows = np.full((n_points, size, guidance.shape[2]), -1, np.int32)
@@ -217,15 +207,16 @@ def trace_grid(evaluator: Any, runs: Sequence[Any], guidance: np.ndarray, lams: 
                 batch = shared._replace(anchor=jnp.asarray(anchor), anchor_score=jnp.asarray(score),
                                         guidance=jnp.asarray(rows))
                 began = time.perf_counter()
-                out = trace_grid_batch(ev.kg, batch, hyper, shapes=shapes, precision=precision,
-                                       relation_bonus=ev.engine.relation_bonus, grid_batch=grid_batch)
+                out = trace_grid_batch(pipeline.kg, batch, traced, shapes=shapes, precision=precision,
+                                       relation_bonus=pipeline.engine.relation_bonus,
+                                       tau_admits=pipeline.engine.guidance_admits, grid_batch=grid_batch)
                 host = jax.device_get(out)  # one device->host transfer for the whole grid
                 timings["trace"] += time.perf_counter() - began
                 for p in range(n_points):
                     for row, i in enumerate(chunk):
                         if i not in pending[p]:
                             continue
-                        result = {k: getattr(host, k)[p, row] for k in keys}
+                        result = {k: getattr(host, k)[p, row] for k in OUTPUT_FIELDS}
                         result["capacity"] = shapes.frontier
                         outputs[p][i] = result
                         if host.overflow[p, row] > 0:
@@ -240,14 +231,14 @@ def trace_grid(evaluator: Any, runs: Sequence[Any], guidance: np.ndarray, lams: 
 def guidance_rows_by_k(method: Any, questions: Sequence[Question], k_primes: Sequence[int],
                        show_progress: bool = False) -> dict[int, dict[str, np.ndarray]]:
     """Per K': per question, its runs' guidance rows (int32 [runs, G]) from the cached GNN rows."""
-    ev = method.evaluator
-    provider = ev.guidance
+    pipeline = method.pipeline
+    provider = pipeline.guidance
     runs_per_q = [method.runs[q.qid] for q in questions]
     result: dict[int, dict[str, np.ndarray]] = {}
     for k in sorted(set(k_primes)):
         if provider is not None:
             provider.with_k_prime(k).attach(list(questions), runs_per_q, show_progress=show_progress)
-        result[k] = {q.qid: ev._guidance_rows(runs) for q, runs in zip(questions, runs_per_q, strict=True)}
+        result[k] = {q.qid: pipeline.guidance_rows(runs) for q, runs in zip(questions, runs_per_q, strict=True)}
     if provider is not None:  # leave the runs as the method's own K' set them
         provider.attach(list(questions), runs_per_q, show_progress=False)
     return result
@@ -263,6 +254,9 @@ def point_fingerprint(base: dict[str, Any], point: GridPoint) -> dict[str, Any]:
     config = fingerprint.setdefault("config", {})
     config.setdefault("tracer", {}).update(lam=point.lam, tau=point.tau, theta=point.theta)
     config.setdefault("guidance", {})["k_prime"] = point.k_prime
+    effective = fingerprint.setdefault("extra", {}).get("effective")
+    if isinstance(effective, dict):  # what the point traces with, as its eval's fingerprint says
+        effective["hyper"] = point.hyper().as_dict()
     return fingerprint
 
 
@@ -273,19 +267,12 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
               log: Callable[[str], None] = print) -> dict[str, Any]:
     """Evaluate ``questions`` at every grid point into ``out_dir/points/<label>/`` (resumable).
 
-    ``method`` is STEM's :class:`~stem_jax.methods.stem.StemMethod` (its evaluator, planner and
+    ``method`` is STEM's :class:`~stem_jax.methods.stem.StemMethod` (its pipeline, planner and
     guidance). Each point folder is a locked, fingerprinted :class:`~stem_jax.eval.run_folder.RunFolder`
     (``fingerprint``: the run's, default the method's; the point's values replace λ, τ, θ, K').
     ``points_per_call`` caps the grid points of one compiled call (None: all; 1: the point-by-point
     loop, for comparison); ``grid_batch`` how many of them are vmapped together inside it (-1: the
     backend's default, :func:`default_grid_batch`). Returns per-point summaries and timings."""
-    from contextlib import ExitStack
-
-    from stem_jax.eval.run_folder import RunFolder, method_fingerprint
-    from stem_jax.eval.runner import score_predictions
-    from stem_jax.methods.base import Retrieval
-    from stem_jax.methods.records import make_record
-
     if not points:
         raise StemError("the sweep grid is empty")
     if not questions:
@@ -313,7 +300,7 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
         guidance_seconds = time.perf_counter() - began
         per_call = len(points) if points_per_call is None else max(1, points_per_call)
         grid_batch = default_grid_batch() if grid_batch == -1 else grid_batch
-        ev = method.evaluator
+        pipeline = method.pipeline
         timings = {"anchor": 0.0, "trace": 0.0, "answer": 0.0}
         calls = 0
         with progress(len(points) * len(questions), f"sweep {len(points)} points", "q", enabled=show_progress,
@@ -324,7 +311,7 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
                 if not todo:
                     continue
                 chunk_runs = [run for q in chunk for run in method.runs[q.qid]]
-                width = ev.shapes[True].guidance
+                width = pipeline.shapes[True].guidance
                 for first in range(0, len(todo), per_call):
                     part = todo[first : first + per_call]
                     grid = [points[p] for p in part]
@@ -332,8 +319,7 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
                     for j, point in enumerate(grid):
                         if chunk_runs:
                             guidance[j] = np.concatenate([rows_by_k[point.k_prime][q.qid] for q in chunk])
-                    outputs, spent = trace_grid(ev, chunk_runs, guidance, np.array([g.lam for g in grid]),
-                                                np.array([g.tau for g in grid]), np.array([g.theta for g in grid]),
+                    outputs, spent = trace_grid(pipeline, chunk_runs, guidance, [g.hyper() for g in grid],
                                                 grid_batch=grid_batch)
                     calls += 1
                     timings["anchor"] += spent["anchor"]
@@ -349,8 +335,7 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
                             cursor += len(mine)
                             if question.qid in finished[p]:
                                 continue
-                            record = ev.record(question, mine, outs, dict(share))
-                            retrieval = Retrieval(question.qid, answers=[], info={"record": record})
+                            retrieval = pipeline.retrieval(question, mine, outs, dict(share), points[p].hyper())
                             records.append(make_record(method.context, question, retrieval, method.name))
                             finished[p].add(question.qid)
                         folders[p].append(records)  # flushed and fsynced: a kill keeps it

@@ -1,10 +1,15 @@
-"""Batch evaluation: plan -> ground -> encode -> anchor -> trace -> answers -> predictions.jsonl.
+"""STEM's pipeline: plan -> ground -> encode -> anchor -> trace -> answers, for one dataset.
 
-Questions are processed in chunks; each finished chunk is appended to ``predictions.jsonl`` and
-flushed, so a killed run resumes after the last written question and, because every metric is
-computed from that file, ends with the same numbers as an uninterrupted run. Within a chunk,
-runs (question x plan x anchor) are grouped by (strategy, steps bucket) and traced in fixed-size
-padded batches, one device transfer per batch.
+:class:`StemPipeline` holds the device-side KG and the compiled tracers. It has one way to trace,
+:meth:`StemPipeline.trace` (``trace(runs, hyper=None)``: the traced hyper-parameters λ, τ, θ are an
+argument, never patched from outside), and one way to turn a question's traces into a
+:class:`~stem_jax.methods.base.Retrieval`, :meth:`StemPipeline.retrieval`. The STEM method, its
+sweep, calibration, guidance ablation and the benchmarks all call these two, so a sweep point, an
+ablation row and ``stem-jax eval`` with the same flags are the same computation.
+
+Within a call, runs (question x plan x anchor) are grouped by (strategy, steps bucket) and traced
+in fixed-size padded batches, one device transfer per batch; Breadth runs that overflow climb the
+capacity ladder.
 """
 
 from __future__ import annotations
@@ -21,17 +26,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from stem_jax.answer.rank import RANKINGS, QuestionAnswers, answer_depth
+from stem_jax.answer.rank import QuestionAnswers, answer_depth
 from stem_jax.config import StemConfig
 from stem_jax.data.types import Dataset, Question
 from stem_jax.encoder.base import TextEncoder
 from stem_jax.encoder.cache import open_or_build, texts_fingerprint
 from stem_jax.errors import StemError
-from stem_jax.eval.metrics import MetricAccumulator, coverage_rate, rog_question_metrics, strict_metrics
+from stem_jax.eval.records import make_record
 from stem_jax.eval.sharding import local_sharding
 from stem_jax.kg.embeddings import KGEmbeddings
 from stem_jax.kg.index import KGIndex
-from stem_jax.plan.oracle import gold_path_triples
+from stem_jax.methods.base import MethodContext, Retrieval
+from stem_jax.methods.stem.settings import EffectiveSettings, effective_settings
 from stem_jax.plan.schema import GroundedPlan, SchemaGraph, ground, match_anchor
 from stem_jax.trace.tracer import (
     EXACT,
@@ -44,7 +50,7 @@ from stem_jax.trace.tracer import (
 )
 
 STEP_BUCKETS = (1, 2, 4, 8, 16)
-MAX_EVIDENCE_LISTED = 256
+OUTPUT_FIELDS = ("nodes", "scores", "via", "parents", "overflow")
 
 Planner = Callable[[Question, KGIndex], list[SchemaGraph]]
 
@@ -61,41 +67,32 @@ class Run:
     named: tuple[tuple[int, int], ...] = ()  # (KG id, level) the question names: EXACT id, FOLDED name twins
 
 
+@dataclasses.dataclass(frozen=True)
+class StemHyper:
+    """The traced hyper-parameters of one STEM configuration: λ (anchoring), τ and θ (tracing).
+
+    They change no shape, so every value reuses the compiled tracers; τ also widens the answer
+    ranking's beam gap on guided runs (:meth:`StemPipeline.ranking_gap`)."""
+
+    lam: float
+    tau: float
+    theta: float
+
+    def traced(self) -> Hyper:
+        return Hyper(jnp.float32(self.tau), jnp.float32(self.theta))
+
+    def replace(self, **changes: float) -> StemHyper:
+        return dataclasses.replace(self, **{k: float(v) for k, v in changes.items()})
+
+    def as_dict(self) -> dict[str, float]:
+        return {"lam": self.lam, "tau": self.tau, "theta": self.theta}
+
+
 def steps_bucket(n_steps: int) -> int:
     for bucket in STEP_BUCKETS:
         if n_steps <= bucket:
             return bucket
     raise ValueError(f"schema graph with {n_steps} steps exceeds the largest bucket {STEP_BUCKETS[-1]}")
-
-
-def read_finished(path: Path) -> dict[str, dict]:
-    """Records already written; a torn last line (killed mid-write) or a corrupt line anywhere is reported
-    with its line number, cut out and redone (:func:`stem_jax.eval.run_folder.clean_predictions`)."""
-    from stem_jax.eval.run_folder import clean_predictions
-
-    return clean_predictions(path)
-
-
-PAPER_ENGINE = {"relation_bonus": False, "exact_anchor": False, "exclude_topic": False, "rank": "max",
-                "answer_cut": 0.0, "strategy": "planner", "calibrated": False,
-                "guidance_admits": True}
-PRESETS = ("default", "paper")
-STRATEGY_MODES = ("planner", "breadth")
-
-
-def effective_engine(config: StemConfig):
-    """The engine settings a run uses: ``engine.preset=paper`` restores the paper-literal behaviour
-    (no relation bonus, cosine-only anchoring, topic kept, best-score ranking, no answer cut)."""
-    engine = config.engine
-    if engine.preset not in PRESETS:
-        raise StemError(f"--engine.preset={engine.preset!r}: use one of {', '.join(PRESETS)}")
-    if engine.rank not in RANKINGS:
-        raise StemError(f"--engine.rank={engine.rank!r}: use one of {', '.join(RANKINGS)}")
-    if engine.strategy not in STRATEGY_MODES:
-        raise StemError(f"--engine.strategy={engine.strategy!r}: use one of {', '.join(STRATEGY_MODES)}")
-    if engine.preset == "paper":
-        engine = dataclasses.replace(engine, **PAPER_ENGINE)
-    return engine
 
 
 def fold_name(name: str) -> str:
@@ -104,8 +101,11 @@ def fold_name(name: str) -> str:
     return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold().strip()
 
 
-class Evaluator:
-    """Holds the device-side KG and compiled tracers for one dataset; evaluates questions."""
+class StemPipeline:
+    """The device-side KG and compiled tracers of one dataset; plans, traces and answers questions."""
+
+    NAMED_WIDTH = 4  # named anchor candidates per run on device
+    MIN_BATCH = 4  # a question's beam (B=4) fills it; 8 padded rows made batch-1 tracing ~1.5x slower
 
     def __init__(self, dataset: Dataset, index: KGIndex, embeddings: KGEmbeddings, encoder: TextEncoder,
                  config: StemConfig, *, cache_dir: Path | None = None, guidance: Any = None):
@@ -117,7 +117,12 @@ class Evaluator:
         self.embeddings = embeddings
         self.encoder = encoder
         self.config = config
-        self.engine = effective_engine(config)
+        self.context = MethodContext(dataset, index, embeddings, encoder, config, guidance=guidance)
+        self.settings: EffectiveSettings = effective_settings(config, embeddings)
+        self.engine = self.settings.engine
+        self.theta = self.settings.theta
+        self.calibration = self.settings.calibration
+        self.hyper = StemHyper(float(config.tracer.lam), float(config.tracer.tau), float(self.theta))
         self.cache_dir = cache_dir
         self.names = dataset.entity_names or {}
         self.kg = KGArrays.from_index(index, embeddings.triples.array)
@@ -139,8 +144,6 @@ class Evaluator:
         self.capacity_runs: dict[int, int] = defaultdict(int)  # final frontier bucket -> Breadth runs
         self.batch = {True: self.sharding.round_up(engine.batch_precision),
                       False: self.sharding.round_up(engine.batch_breadth)}
-        self.theta = self._theta(config)
-        self.hyper = Hyper(jnp.float32(config.tracer.tau), jnp.float32(self.theta))
         self.text_rows: dict[str, int] = {}
         self.text_emb: np.ndarray | None = None
         self._folded: dict[str, list[int]] | None = None
@@ -148,21 +151,8 @@ class Evaluator:
     def display(self, entity: str) -> str:
         return self.names.get(entity, entity)
 
-    def _theta(self, config: StemConfig) -> float:
-        """θ: the encoder's dev calibration (stem_jax.eval.calibration) when one was stored for these engine
-        settings and ``--tracer.theta`` is left at the paper default; otherwise ``tracer.theta``."""
-        from stem_jax.config import TracerConfig
-        from stem_jax.eval.calibration import applies, load_calibration
-
-        self.calibration = None
-        if (self.engine.preset == "paper" or not self.engine.calibrated
-                or config.tracer.theta != TracerConfig().theta):
-            return config.tracer.theta
-        calibration = load_calibration(self.embeddings)
-        if not applies(calibration, self.engine):
-            return config.tracer.theta
-        self.calibration = calibration
-        return float(calibration["theta"])
+    def resolve(self, hyper: StemHyper | None) -> StemHyper:
+        return self.hyper if hyper is None else hyper
 
     # ----- planning and text embeddings -------------------------------------------------------
     def plan_all(self, questions: Sequence[Question], planner: Planner) -> tuple[list[list[Run]], dict[str, int]]:
@@ -217,8 +207,6 @@ class Evaluator:
         twins = self._folded.get(fold_name(self.display(topic)), [])
         return -1, tuple((i, FOLDED) for i in twins[: self.NAMED_WIDTH - 1])
 
-    NAMED_WIDTH = 4  # named anchor candidates per run on device
-
     def embed_texts(self, texts: Sequence[str], show_progress: bool) -> None:
         """Embed schema-triple texts once; cached on disk (resumable) when a cache dir is set."""
         unique = sorted(set(texts))
@@ -232,43 +220,59 @@ class Evaluator:
         self.text_rows = {t: i for i, t in enumerate(unique)}
         self.text_emb = np.asarray(matrix, dtype=np.float32)
 
+    def step_embeddings(self, run: Run) -> np.ndarray:
+        """float32 [steps, d]: the embeddings of ``run``'s schema-triple texts."""
+        return self.text_emb[[self.text_rows[t] for t in run.plan.step_texts()]]
+
     # ----- tracing ----------------------------------------------------------------------------
-    def _precision(self, run: Run) -> bool:
+    def is_precision(self, run: Run) -> bool:
+        """Whether ``run`` traces with Precision (the plan says so and ``engine.strategy=planner``)."""
         return run.plan.schema.strategy == "Precision" and self.engine.strategy == "planner"
 
-    def trace_runs(self, runs: Sequence[Run]) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
-        """Anchor and trace ``runs``; returns per-run host arrays and stage seconds.
+    def groups(self, runs: Sequence[Run]) -> list[tuple[tuple[bool, int], list[int]]]:
+        """Run indices grouped by (Precision?, steps bucket), in the order they are traced."""
+        groups: dict[tuple[bool, int], list[int]] = defaultdict(list)
+        for i, run in enumerate(runs):
+            groups[(self.is_precision(run), steps_bucket(max(run.plan.num_steps, 1)))].append(i)
+        return sorted(groups.items())
+
+    def ladder_for(self, precision: bool) -> list[TracerShapes]:
+        return [self.shapes[True]] if precision else self.ladder
+
+    def trace(self, runs: Sequence[Run], hyper: StemHyper | None = None,
+              ) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
+        """Anchor and trace ``runs`` at ``hyper`` (default: the configured λ, τ and effective θ);
+        returns per-run host arrays and stage seconds.
 
         Breadth runs whose capacities overflowed are traced again one capacity bucket up, until
         they fit or the largest bucket (``engine.max_frontier``) is reached; each output's
         ``capacity`` says which frontier bucket it came from.
         """
+        hyper = self.resolve(hyper)
+        traced = hyper.traced()
         timings = {"anchor": 0.0, "trace": 0.0}
         outputs: list[dict[str, np.ndarray] | None] = [None] * len(runs)
         if not runs:
             return [], timings
-        guidance = self._guidance_rows(runs)
-        anchors, anchor_scores = self._anchor(runs, guidance, timings)
-        groups: dict[tuple[bool, int], list[int]] = defaultdict(list)
-        for i, run in enumerate(runs):
-            groups[(self._precision(run), steps_bucket(max(run.plan.num_steps, 1)))].append(i)
-        for (precision, bucket), members in sorted(groups.items()):
-            ladder = [self.shapes[True]] if precision else self.ladder
+        guidance = self.guidance_rows(runs)
+        anchors, anchor_scores = self.anchor(runs, guidance, timings, lam=hyper.lam)
+        for (precision, bucket), members in self.groups(runs):
+            ladder = self.ladder_for(precision)
             for level, shapes in enumerate(ladder):
                 size = self._fit(max(self.batch[precision] >> level, 4), len(members))
                 retry = []
                 for start in range(0, len(members), size):
                     chunk = members[start : start + size]
-                    batch = self._batch([runs[i] for i in chunk], anchors[chunk], anchor_scores[chunk], size, bucket,
-                                        guidance[chunk])
+                    batch = self.trace_batch([runs[i] for i in chunk], anchors[chunk], anchor_scores[chunk], size,
+                                             bucket, guidance[chunk])
                     began = time.perf_counter()
-                    out = self.sharding.trace(self.kg, batch, self.hyper, shapes=shapes, precision=precision,
+                    out = self.sharding.trace(self.kg, batch, traced, shapes=shapes, precision=precision,
                                               relation_bonus=self.engine.relation_bonus,
                                               tau_admits=self.engine.guidance_admits)
                     host = jax.device_get(out)  # the batch's single device->host transfer
                     timings["trace"] += time.perf_counter() - began
                     for row, i in enumerate(chunk):
-                        outputs[i] = {k: getattr(host, k)[row] for k in ("nodes", "scores", "via", "parents", "overflow")}
+                        outputs[i] = {k: getattr(host, k)[row] for k in OUTPUT_FIELDS}
                         outputs[i]["capacity"] = shapes.frontier
                         if host.overflow[row] > 0:
                             retry.append(i)
@@ -287,27 +291,25 @@ class Evaluator:
         """Compile every tracer a call of at most ``max_runs`` runs can reach, so warm calls never compile.
 
         For each (strategy in use, steps bucket) that is every capacity-ladder level (overflowing
-        Breadth runs escalate one level per retry) at every padded batch size :meth:`trace_runs`
+        Breadth runs escalate one level per retry) at every padded batch size :meth:`trace`
         can pick there (:meth:`_fit` of 1..``max_runs`` runs). Traces all-padding batches (no
         anchor: nothing to expand), which costs only the compile. Returns the number of tracer
         shapes visited (a shape compiled before is not compiled again)."""
         modes = [False] if self.engine.strategy == "breadth" else [True, False]
         visited = 0
+        traced = self.hyper.traced()
         for precision in modes:
-            ladder = [self.shapes[True]] if precision else self.ladder
             for bucket in sorted({steps_bucket(max(b, 1)) for b in step_buckets}):
-                for level, shapes in enumerate(ladder):
+                for level, shapes in enumerate(self.ladder_for(precision)):
                     capacity = max(self.batch[precision] >> level, 4)
                     for size in sorted({self._fit(capacity, n) for n in range(1, max_runs + 1)}):
                         empty = np.zeros(0, np.int32)
-                        batch = self._batch([], empty, empty.astype(np.float32), size, bucket)
+                        batch = self.trace_batch([], empty, empty.astype(np.float32), size, bucket)
                         jax.block_until_ready(self.sharding.trace(
-                            self.kg, batch, self.hyper, shapes=shapes, precision=precision,
+                            self.kg, batch, traced, shapes=shapes, precision=precision,
                             relation_bonus=self.engine.relation_bonus, tau_admits=self.engine.guidance_admits))
                         visited += 1
         return visited
-
-    MIN_BATCH = 4  # a question's beam (B=4) fills it; 8 padded rows made batch-1 tracing ~1.5x slower
 
     def _fit(self, capacity: int, n: int) -> int:
         """Padded batch size for ``n`` runs: the configured ``capacity``, or the next power of two
@@ -317,7 +319,7 @@ class Evaluator:
         small = max(self.MIN_BATCH, 1 << max(n - 1, 0).bit_length())
         return self.sharding.round_up(min(capacity, small))
 
-    def _guidance_rows(self, runs: Sequence[Run]) -> np.ndarray:
+    def guidance_rows(self, runs: Sequence[Run]) -> np.ndarray:
         """int32 [len(runs), G]: each run's guidance entity ids, -1 padded."""
         width = self.shapes[True].guidance
         rows = np.full((len(runs), width), -1, np.int32)
@@ -330,13 +332,11 @@ class Evaluator:
             rows[i, : len(run.guidance)] = run.guidance
         return rows
 
-    def _anchor(self, runs: Sequence[Run] | list[int], guidance_rows: np.ndarray, timings: dict[str, float]):
-        """Anchor every run (eqs. 8-11, 15); named topic entities first (see :func:`anchor_batch`).
-
-        Accepts runs, or (older callers) a list of KG ids, anchored from their own embeddings."""
-        if runs and not isinstance(runs[0], Run):
-            runs = [Run(0, None, int(e), named=((int(e), EXACT),) if self.engine.exact_anchor else ())  # type: ignore[arg-type]
-                    for e in runs]
+    def anchor(self, runs: Sequence[Run], guidance_rows: np.ndarray, timings: dict[str, float], *,
+               lam: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Anchor every run (eqs. 8-11, 15) at λ=``lam`` (default: the configured λ); named topic
+        entities first (see :func:`~stem_jax.trace.tracer.anchor_batch`)."""
+        lam = self.hyper.lam if lam is None else lam
         anchors = np.zeros(len(runs), np.int32)
         scores = np.zeros(len(runs), np.float32)
         began = time.perf_counter()
@@ -345,17 +345,18 @@ class Evaluator:
         # needs no pass over the entity table; only the rest go to the device.
         rest = []
         for i, run in enumerate(runs):
-            exact = self._exact_anchor(run, guidance_rows[i])
+            exact = self.exact_anchor(run, guidance_rows[i], lam)
             if exact is None:
                 rest.append(i)
             else:
                 anchors[i], scores[i] = exact
         if rest:
-            self._anchor_on_device([runs[i] for i in rest], guidance_rows[rest], anchors, scores, np.asarray(rest))
+            self._anchor_on_device([runs[i] for i in rest], guidance_rows[rest], anchors, scores, np.asarray(rest), lam)
         timings["anchor"] += time.perf_counter() - began
         return anchors, scores
 
-    def _exact_anchor(self, run: Run, guidance_row: np.ndarray) -> tuple[int, np.float32] | None:
+    def exact_anchor(self, run: Run, guidance_row: np.ndarray, lam: float | None = None,
+                     ) -> tuple[int, np.float32] | None:
         """(anchor, score) of a run that names its topic's KG id (level ``EXACT``), else None.
 
         The host form of :func:`~stem_jax.trace.tracer.anchor_batch` for that case: among the
@@ -365,45 +366,55 @@ class Evaluator:
         exact = [entity for entity, level in named if level == EXACT and entity >= 0]
         if not exact:
             return None
-        lam = np.float32(self.config.tracer.lam)
+        lam32 = np.float32(self.hyper.lam if lam is None else lam)
         guided = set(guidance_row[guidance_row >= 0].tolist())
-        boosted = [np.float32(1.0) * (lam if entity in guided else np.float32(1.0)) for entity in exact]
+        boosted = [np.float32(1.0) * (lam32 if entity in guided else np.float32(1.0)) for entity in exact]
         best = int(np.argmax(boosted))
         return exact[best], boosted[best]
 
+    def mention_rows(self, runs: Sequence[Run]) -> dict[str, np.ndarray]:
+        """Encoder embeddings of the mentions of runs whose topic is known only by name (eq. 8)."""
+        unknown = sorted({r.mention for r in runs if r.anchor_entity < 0})
+        if not unknown:
+            return {}
+        return dict(zip(unknown, np.asarray(self.encoder.encode(unknown), dtype=np.float32), strict=True))
+
+    def anchor_inputs(self, part: Sequence[Run], size: int, mention_rows: dict[str, np.ndarray],
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Padded anchoring inputs of ``part``: mention vectors [size, d], named ids and levels [size, W]."""
+        ids = np.zeros(size, np.int64)
+        ids[: len(part)] = [max(r.anchor_entity, 0) for r in part]
+        mentions = np.array(self.entity_emb[jnp.asarray(ids)], dtype=np.float32)  # writable copy
+        named = np.full((size, self.NAMED_WIDTH), -1, np.int32)
+        level = np.zeros((size, self.NAMED_WIDTH), np.int32)
+        for row, run in enumerate(part):
+            if run.anchor_entity < 0:
+                mentions[row] = mention_rows[run.mention]
+            for col, (entity, lvl) in enumerate(run.named[: self.NAMED_WIDTH]):
+                named[row, col], level[row, col] = entity, lvl
+        return mentions, named, level
+
     def _anchor_on_device(self, runs: Sequence[Run], guidance_rows: np.ndarray, anchors: np.ndarray,
-                          scores: np.ndarray, where: np.ndarray) -> None:
+                          scores: np.ndarray, where: np.ndarray, lam: float) -> None:
         """:func:`~stem_jax.trace.tracer.anchor_batch` over ``runs`` in padded batches; results are
         written to ``anchors[where]`` / ``scores[where]``."""
         size = self._fit(self.batch[True], len(runs))
         guidance_width = guidance_rows.shape[1]
-        unknown = sorted({r.mention for r in runs if r.anchor_entity < 0})
-        mention_rows = {}
-        if unknown:  # topics known only by name: the encoder embeds the mention text (eq. 8)
-            matrix = np.asarray(self.encoder.encode(unknown), dtype=np.float32)
-            mention_rows = dict(zip(unknown, matrix, strict=True))
+        mention_rows = self.mention_rows(runs)
         for start in range(0, len(runs), size):
             part = runs[start : start + size]
-            ids = np.zeros(size, np.int64)
-            ids[: len(part)] = [max(r.anchor_entity, 0) for r in part]
-            mentions = np.array(self.entity_emb[jnp.asarray(ids)], dtype=np.float32)  # writable copy
-            named = np.full((size, self.NAMED_WIDTH), -1, np.int32)
-            level = np.zeros((size, self.NAMED_WIDTH), np.int32)
-            for row, run in enumerate(part):
-                if run.anchor_entity < 0:
-                    mentions[row] = mention_rows[run.mention]
-                for col, (entity, lvl) in enumerate(run.named[: self.NAMED_WIDTH]):
-                    named[row, col], level[row, col] = entity, lvl
+            mentions, named, level = self.anchor_inputs(part, size, mention_rows)
             guidance = np.full((size, guidance_width), -1, np.int32)
             guidance[: len(part)] = guidance_rows[start : start + len(part)]
             a, s = jax.device_get(self.sharding.anchor(self.entity_emb, jnp.asarray(mentions), guidance,
-                                                       jnp.float32(self.config.tracer.lam), jnp.asarray(named),
+                                                       jnp.float32(lam), jnp.asarray(named),
                                                        jnp.asarray(level), top_n=self.config.tracer.top_n))
             anchors[where[start : start + len(part)]] = a[: len(part)]
             scores[where[start : start + len(part)]] = s[: len(part)]
 
-    def _batch(self, runs: Sequence[Run], anchors, anchor_scores, size: int, bucket: int,
-               guidance_rows: np.ndarray | None = None) -> TraceBatch:
+    def trace_batch(self, runs: Sequence[Run], anchors, anchor_scores, size: int, bucket: int,
+                    guidance_rows: np.ndarray | None = None) -> TraceBatch:
+        """One padded :class:`~stem_jax.trace.tracer.TraceBatch` of ``runs`` (host arrays)."""
         dim = self.kg.triple_emb.shape[-1]  # schema and KG triples share the encoder's space
         steps = np.full((size, bucket, 3), -1, np.int32)
         mask = np.zeros((size, bucket), bool)
@@ -414,7 +425,7 @@ class Evaluator:
             n = run.plan.num_steps
             steps[row, :n] = run.plan.steps
             mask[row, :n] = True
-            step_emb[row, :n] = self.text_emb[[self.text_rows[t] for t in run.plan.step_texts()]]
+            step_emb[row, :n] = self.step_embeddings(run)
             anchor[row] = anchors[row]
             anchor_score[row] = anchor_scores[row]
         guidance = np.full((size, self.shapes[True].guidance), -1, np.int32)
@@ -423,13 +434,13 @@ class Evaluator:
         # Host arrays: the jitted tracer takes them in one transfer (six jnp.asarray calls cost ~0.6 ms).
         return TraceBatch(steps, mask, step_emb, anchor, anchor_score, guidance)
 
-    # ----- records ----------------------------------------------------------------------------
-    def ranking_gap(self, runs: Sequence[Run]) -> float:
+    # ----- answers ----------------------------------------------------------------------------
+    def ranking_gap(self, runs: Sequence[Run], hyper: StemHyper | None = None) -> float:
         """``engine.beam_gap`` widened by τ when the runs carry guidance: the gap is there to catch bindings
         of the wrong relation, and a guided triple's +τ must not push the unguided right answers out of it
         (1-hop guidance marks only |T|·K' = 4 entities; MetaQA test F1 95.4 -> 93.0 with the plain gap)."""
         guided = any(run.guidance is not None and len(run.guidance) for run in runs)
-        return self.engine.beam_gap + (float(self.config.tracer.tau) if guided else 0.0)
+        return self.engine.beam_gap + (float(self.resolve(hyper).tau) if guided else 0.0)
 
     def fold_answers(self, question: Question, runs: Sequence[Run], outputs: Sequence[dict]) -> QuestionAnswers:
         """One question's traced runs folded into its answers (topic entities excluded when configured)."""
@@ -442,75 +453,28 @@ class Evaluator:
                             depth=answer_depth(run.plan.steps, run.plan.answer_slot), exclude=exclude)
         return answers
 
-    def record(self, question: Question, runs: Sequence[Run], outputs: Sequence[dict], stage_ms: dict[str, float]) -> dict:
+    def retrieval(self, question: Question, runs: Sequence[Run], outputs: Sequence[dict],
+                  stage_ms: dict[str, float] | None = None, hyper: StemHyper | None = None) -> Retrieval:
+        """One question's traces as a :class:`~stem_jax.methods.base.Retrieval`: ranked answers and
+        evidence in KG ids (the shared record), STEM's extras (plans, strategies, θ) in ``info``."""
+        hyper = self.resolve(hyper)
         engine = self.engine
         answers = self.fold_answers(question, runs, outputs)
-        ranked = answers.ranked(engine.rank, engine.answer_cut, self.ranking_gap(runs))
-        evidence = self.index.triple_strings(sorted(answers.evidence))
-        gold = gold_path_triples(question, self.index)
-        display_evidence = [(self.display(h), r, self.display(t)) for h, r, t in evidence]
-        return {
-            "id": question.qid,
-            "question": question.text,
-            "hops": question.hops,
-            "prediction": [self.display(self.index.entities[e]) for e, _ in ranked],
-            "scores": [round(float(s), 6) for _, s in ranked],
-            "ground_truth": [self.display(a) for a in question.answers],
+        ranked = answers.ranked(engine.rank, engine.answer_cut, self.ranking_gap(runs, hyper))
+        info = {
             "strategies": sorted({r.plan.schema.strategy for r in runs}),
             "plans": [r.plan.schema.describe() for r in runs],
-            "evidence": [list(t) for t in display_evidence[:MAX_EVIDENCE_LISTED]],
-            "evidence_count": len(evidence),
-            "coverage": coverage_rate(gold, evidence, undirected=False) if gold else None,
-            "gold_path_triples": len(gold),
-            "overflow": answers.overflow,
             "capacity": max((int(o.get("capacity", 0)) for o in outputs), default=0),
-            "theta": round(float(self.theta), 6),  # effective θ (calibrated or --tracer.theta)
+            "theta": round(float(hyper.theta), 6),  # effective θ (calibrated, --tracer.theta or a grid point's)
             "runs": len(runs),
-            "ms": {k: round(v, 3) for k, v in stage_ms.items()},
         }
+        return Retrieval(question.qid, answers=[(int(e), float(s)) for e, s in ranked],
+                         evidence=sorted(answers.evidence), stage_ms=dict(stage_ms or {}), info=info,
+                         overflow=int(answers.overflow))
 
+    def record(self, question: Question, runs: Sequence[Run], outputs: Sequence[dict],
+               stage_ms: dict[str, float] | None = None, hyper: StemHyper | None = None) -> dict[str, Any]:
+        """The ``predictions.jsonl`` record of :meth:`retrieval` (the shared record builder)."""
+        from_retrieval = self.retrieval(question, runs, outputs, stage_ms, hyper)
+        return make_record(self.context, question, from_retrieval, "stem")
 
-def evaluate(
-    evaluator: Evaluator,
-    questions: Sequence[Question],
-    planner: Planner,
-    out_dir: Path,
-    *,
-    show_progress: bool = True,
-    log: Callable[[str], None] = print,
-) -> dict[str, Any]:
-    """Evaluate ``questions`` with STEM into ``out_dir`` (resumable), then score predictions.jsonl.
-
-    Kept for callers that hold an :class:`Evaluator` (ablations); :class:`stem_jax.engine.Engine`
-    and the CLI go through :func:`stem_jax.eval.loop.evaluate_method` for every method."""
-    from stem_jax.eval.loop import evaluate_method
-    from stem_jax.methods.stem import StemMethod
-
-    method = StemMethod.from_evaluator(evaluator, planner)
-    return evaluate_method(method, questions, out_dir, chunk_size=evaluator.config.engine.chunk_questions,
-                           show_progress=show_progress, log=log)
-
-
-def score_predictions(path: Path, qids: set[str] | None = None) -> dict[str, Any]:
-    """Metrics per hop from predictions.jsonl alone, so a resumed run scores like a fresh one."""
-    acc = MetricAccumulator(group_name="hops")
-    overflow = defaultdict(int)
-    for record in read_finished(path).values():
-        if qids is not None and record["id"] not in qids:
-            continue
-        group = f"{record['hops']}-hop" if record.get("hops") is not None else "all"
-        if not record["ground_truth"]:
-            acc.skip("no gold answers", group=group)
-            continue
-        metrics = dict(strict_metrics(record["prediction"], record["ground_truth"]))
-        rog = rog_question_metrics(record["prediction"], record["ground_truth"])
-        metrics["rog_hit"] = rog["rog_hit"]
-        metrics["rog_f1"] = rog["rog_f1"]
-        if record.get("coverage") is not None:
-            metrics["coverage"] = record["coverage"]
-        metrics["overflow_questions"] = float(record["overflow"] > 0)
-        acc.add(metrics, group=group)
-        overflow[group] += record["overflow"]
-    summary = acc.summary()
-    summary["overflow_total"] = dict(overflow)
-    return summary

@@ -2,13 +2,16 @@
 
 The paper's θ = 0.6 was chosen for Qwen3-Embedding; cosines of another encoder live on another
 scale (with MiniLM a placeholder schema triple scores about 0.3 against the right KG triple). The
-sweep traces one dev sample for every θ of a grid with a single :class:`Evaluator` (θ is a traced
-hyper-parameter: no recompilation, planning and encoding done once), scores each θ with the strict
-set metrics, and keeps the best mean F1 over hops (ties: Hit, then the θ closest to the paper's).
+sweep traces one dev sample for every θ of a grid through one
+:class:`~stem_jax.methods.stem.pipeline.StemPipeline` (``trace(runs, hyper)`` with the grid's θ:
+no recompilation, planning and encoding done once) and answers it with the pipeline's own
+``record``, scores each θ with the strict set metrics, and keeps the best mean F1 over hops (ties:
+Hit, then the θ closest to the paper's). ``stem-jax calibrate`` runs it.
 
 The result is stored as ``calibration.json`` beside the KG embeddings of that encoder, with the
 engine settings it was measured under; the evaluator uses it when those settings match and the
-user left ``--tracer.theta`` at the paper default (``--engine.calibrated=false`` turns it off).
+user left ``--tracer.theta`` at the paper default (``--engine.calibrated=false`` turns it off);
+:mod:`stem_jax.methods.stem.settings` decides that, in one place.
 """
 
 from __future__ import annotations
@@ -21,13 +24,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
 from stem_jax.atomic import write_json_atomic
 from stem_jax.data.types import Question
 from stem_jax.eval.metrics import strict_metrics
-from stem_jax.trace.tracer import Hyper
 
 CALIBRATION_FILE = "calibration.json"
 DEFAULT_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -41,7 +42,7 @@ def calibration_path(embeddings: Any) -> Path:
 
 # Calibrations measured by this project, shipped so a fresh clone runs with the same defaults: keyed by
 # (KG folder, encoder folder) of the embedding cache, i.e. the KG's fingerprint and the encoder's weights.
-# MetaQA-partial KB + all-MiniLM-L6-v2: `python -m stem_jax.eval.calibration --split dev` (150 dev questions
+# MetaQA-partial KB + all-MiniLM-L6-v2: `stem-jax calibrate --dataset metaqa --split dev` (150 dev questions
 # per hop); the full sweep is experiments/results/calibration-metaqa-minilm-dev.json. A calibration.json in
 # the cache folder (written by that command) takes precedence.
 SHIPPED: dict[tuple[str, str], dict[str, Any]] = {
@@ -74,39 +75,37 @@ def applies(calibration: dict[str, Any] | None, engine: Any) -> bool:
     return all(settings.get(k) == getattr(engine, k) for k in MATCHED_SETTINGS)
 
 
-def sweep_theta(evaluator: Any, questions: Sequence[Question], planner: Callable, grid: Sequence[float] = DEFAULT_GRID,
+def sweep_theta(pipeline: Any, questions: Sequence[Question], planner: Callable, grid: Sequence[float] = DEFAULT_GRID,
                 log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Mean Hit/Hit@1/F1 per hop of ``questions`` for every θ of ``grid`` (one plan/encode, one trace per θ)."""
-    runs, _ = evaluator.plan_all(questions, planner)
+    """Mean Hit/Hit@1/F1 per hop of ``questions`` for every θ of ``grid`` (one plan/encode, one trace per θ)
+    through ``pipeline`` (a :class:`~stem_jax.methods.stem.pipeline.StemPipeline`): each θ is
+    ``pipeline.trace(runs, hyper)`` and ``pipeline.record(..., hyper=hyper)`` with the pipeline's λ and τ."""
+    runs, _ = pipeline.plan_all(questions, planner)
     texts = [t for rs in runs for r in rs for t in r.plan.step_texts()]
-    if evaluator.text_emb is None or set(texts) - set(evaluator.text_rows):
-        evaluator.embed_texts(texts, show_progress=False)
+    if pipeline.text_emb is None or set(texts) - set(pipeline.text_rows):
+        pipeline.embed_texts(texts, show_progress=False)
     flat = [r for rs in runs for r in rs]
-    saved = evaluator.hyper
     rows = []
-    try:
-        for theta in grid:
-            began = time.perf_counter()
-            evaluator.hyper = Hyper(jnp.float32(evaluator.config.tracer.tau), jnp.float32(theta))
-            outputs, _ = evaluator.trace_runs(flat)
-            per_hop: dict[str, list[dict[str, float]]] = defaultdict(list)
-            cursor = 0
-            for question, rs in zip(questions, runs, strict=True):
-                record = evaluator.record(question, rs, outputs[cursor : cursor + len(rs)], {})
-                cursor += len(rs)
-                if question.answers:
-                    per_hop[f"{question.hops}-hop"].append(strict_metrics(record["prediction"], record["ground_truth"]))
-            row = {"theta": float(theta), "seconds": time.perf_counter() - began, "hops": {}}
-            for hop, metrics in sorted(per_hop.items()):
-                row["hops"][hop] = {k: float(np.mean([m[k] for m in metrics])) for k in ("hit", "hit_at_1", "f1")}
-                row["hops"][hop]["n"] = len(metrics)
-            row["mean_f1"] = float(np.mean([h["f1"] for h in row["hops"].values()]))
-            row["mean_hit"] = float(np.mean([h["hit"] for h in row["hops"].values()]))
-            log(f"θ={theta:.2f}: mean F1 {100 * row['mean_f1']:.2f}, mean Hit {100 * row['mean_hit']:.2f} "
-                f"({row['seconds']:.0f}s)")
-            rows.append(row)
-    finally:
-        evaluator.hyper = saved
+    for theta in grid:
+        began = time.perf_counter()
+        hyper = pipeline.hyper.replace(theta=theta)
+        outputs, _ = pipeline.trace(flat, hyper)
+        per_hop: dict[str, list[dict[str, float]]] = defaultdict(list)
+        cursor = 0
+        for question, rs in zip(questions, runs, strict=True):
+            record = pipeline.record(question, rs, outputs[cursor : cursor + len(rs)], hyper=hyper)
+            cursor += len(rs)
+            if question.answers:
+                per_hop[f"{question.hops}-hop"].append(strict_metrics(record["prediction"], record["ground_truth"]))
+        row = {"theta": float(theta), "seconds": time.perf_counter() - began, "hops": {}}
+        for hop, metrics in sorted(per_hop.items()):
+            row["hops"][hop] = {k: float(np.mean([m[k] for m in metrics])) for k in ("hit", "hit_at_1", "f1")}
+            row["hops"][hop]["n"] = len(metrics)
+        row["mean_f1"] = float(np.mean([h["f1"] for h in row["hops"].values()]))
+        row["mean_hit"] = float(np.mean([h["hit"] for h in row["hops"].values()]))
+        log(f"θ={theta:.2f}: mean F1 {100 * row['mean_f1']:.2f}, mean Hit {100 * row['mean_hit']:.2f} "
+            f"({row['seconds']:.0f}s)")
+        rows.append(row)
     return rows
 
 
@@ -139,9 +138,9 @@ def choose_theta(rows: Sequence[dict[str, Any]], paper_theta: float = 0.6) -> fl
     return float(best["theta"])
 
 
-def save_calibration(embeddings: Any, evaluator: Any, rows: Sequence[dict[str, Any]], *, split: str,
+def save_calibration(embeddings: Any, pipeline: Any, rows: Sequence[dict[str, Any]], *, split: str,
                      questions: int) -> Path:
-    engine = evaluator.engine
+    engine = pipeline.engine
     payload = {
         "theta": choose_theta(rows),
         "encoder": getattr(embeddings.triples, "encoder_name", None),
@@ -149,48 +148,9 @@ def save_calibration(embeddings: Any, evaluator: Any, rows: Sequence[dict[str, A
         "questions": questions,
         "engine": {k: getattr(engine, k) for k in MATCHED_SETTINGS},
         "engine_all": dataclasses.asdict(engine),
-        "tau": evaluator.config.tracer.tau,
+        "tau": pipeline.config.tracer.tau,
         "sweep": list(rows),
     }
     path = calibration_path(embeddings)
     write_json_atomic(path, payload)
     return path
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m stem_jax.eval.calibration --dataset metaqa --split dev --limit 300 --planner pattern``."""
-    import argparse
-
-    from stem_jax.config import StemConfig
-    from stem_jax.engine import Engine
-    from stem_jax.plan.factory import planned
-
-    parser = argparse.ArgumentParser(description="Calibrate θ for the configured encoder on a dev split.")
-    parser.add_argument("--dataset", default="metaqa")
-    parser.add_argument("--split", default="dev")
-    parser.add_argument("--limit", type=int, default=300, help="questions per hop")
-    parser.add_argument("--planner", default="pattern")
-    parser.add_argument("--grid", type=float, nargs="+", default=list(DEFAULT_GRID))
-    parser.add_argument("--json", type=Path, help="also write the sweep here")
-    parser.add_argument("--no-save", action="store_true", help="print the sweep, do not store the calibration")
-    args = parser.parse_args(argv)
-    if args.split == "test":
-        raise SystemExit("calibrate on a dev/validation split, never on test")
-    engine = Engine.open(args.dataset, config=StemConfig(), planner=args.planner, split=args.split, limit=args.limit,
-                         log=print)
-    evaluator = engine.method("stem").evaluator
-    questions = engine.dataset.questions
-    plan, _, _ = planned(engine.planner, list(questions), log=print)
-    rows = sweep_theta(evaluator, questions, plan, args.grid)
-    if args.json:
-        args.json.write_text(json.dumps({"split": args.split, "limit": args.limit, "sweep": rows}, indent=2) + "\n")
-    if args.no_save:
-        print(f"best θ = {choose_theta(rows)} (not stored)")
-        return 0
-    path = save_calibration(engine.embeddings, evaluator, rows, split=args.split, questions=len(questions))
-    print(f"θ = {choose_theta(rows)} written to {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,45 @@
+"""Scoring a run folder's ``predictions.jsonl``: metrics per hop from the file alone.
+
+Every method's metrics come from this file (never from memory), so a resumed run scores exactly
+like an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from stem_jax.eval.metrics import MetricAccumulator, rog_question_metrics, strict_metrics
+from stem_jax.eval.run_folder import clean_predictions
+
+
+def read_finished(path: Path) -> dict[str, dict]:
+    """Records already written; a torn last line (killed mid-write) or a corrupt line anywhere is reported
+    with its line number, cut out and redone (:func:`stem_jax.eval.run_folder.clean_predictions`)."""
+    return clean_predictions(path)
+
+
+def score_predictions(path: Path, qids: set[str] | None = None) -> dict[str, Any]:
+    """Metrics per hop from predictions.jsonl alone, so a resumed run scores like a fresh one."""
+    acc = MetricAccumulator(group_name="hops")
+    overflow = defaultdict(int)
+    for record in read_finished(path).values():
+        if qids is not None and record["id"] not in qids:
+            continue
+        group = f"{record['hops']}-hop" if record.get("hops") is not None else "all"
+        if not record["ground_truth"]:
+            acc.skip("no gold answers", group=group)
+            continue
+        metrics = dict(strict_metrics(record["prediction"], record["ground_truth"]))
+        rog = rog_question_metrics(record["prediction"], record["ground_truth"])
+        metrics["rog_hit"] = rog["rog_hit"]
+        metrics["rog_f1"] = rog["rog_f1"]
+        if record.get("coverage") is not None:
+            metrics["coverage"] = record["coverage"]
+        metrics["overflow_questions"] = float(record["overflow"] > 0)
+        acc.add(metrics, group=group)
+        overflow[group] += record["overflow"]
+    summary = acc.summary()
+    summary["overflow_total"] = dict(overflow)
+    return summary

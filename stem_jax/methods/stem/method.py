@@ -1,0 +1,185 @@
+"""STEM as a :class:`~stem_jax.methods.base.RetrievalMethod`: plan, ground, encode, guide, anchor, trace.
+
+A thin adapter over :class:`~stem_jax.methods.stem.pipeline.StemPipeline`, which holds the
+device-side KG and the compiled tracers. :meth:`StemMethod.prepare` plans every question of a split
+once (so the schema-text cache key is stable across resumed runs), embeds the schema triples and
+attaches the guidance graph; :meth:`StemMethod.retrieve` traces a chunk through
+:meth:`StemPipeline.trace` and answers it with :meth:`StemPipeline.retrieval`, both at the method's
+``hyper`` (default: the configured λ, τ and effective θ). Questions that were not prepared
+(``stem-jax ask``) are prepared on the fly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stem_jax.config import as_dict
+from stem_jax.data.types import Question
+from stem_jax.eval.loop import evaluate_method
+from stem_jax.methods.base import MethodContext, Retrieval
+from stem_jax.methods.stem.pipeline import Planner, Run, StemHyper, StemPipeline
+from stem_jax.plan.factory import planned
+
+
+class StemMethod:
+    name = "stem"
+
+    def __init__(self, context: MethodContext, *, pipeline: StemPipeline | None = None,
+                 hyper: StemHyper | None = None):
+        """``pipeline``: reuse an existing :class:`StemPipeline` (its device arrays, compiled tracers and
+        caches) instead of building one from ``context``; ``hyper``: trace at these λ, τ, θ instead of
+        the pipeline's own (an ablation row, a calibration point)."""
+        self.context = context
+        self.pipeline = pipeline or StemPipeline(
+            context.dataset, context.index, context.embeddings, context.encoder, context.config,
+            cache_dir=None if context.cache_dir is None else context.cache_dir / "schema-texts",
+            guidance=context.guidance)
+        self.hyper = self.pipeline.hyper if hyper is None else hyper
+        self.runs: dict[str, list[Run]] = {}
+        self.stage_seconds: dict[str, float] = defaultdict(float)
+        self.prepared_questions = 0
+        self.prepared_ms: dict[str, float] = {}
+        self.skipped: dict[str, int] = defaultdict(int)
+        self.planner_fn = context.options.get("planner_fn")  # per-question planner (plan store), if any
+        self._text_buffer: np.ndarray | None = None
+
+    @property
+    def evaluator(self) -> StemPipeline:
+        """The pipeline (its former name, kept for experiment scripts)."""
+        return self.pipeline
+
+    @classmethod
+    def from_pipeline(cls, pipeline: StemPipeline, planner_fn: Any, *, hyper: StemHyper | None = None) -> StemMethod:
+        """Wrap an existing pipeline and a per-question planner (ablations, sweeps, experiments)."""
+        context = MethodContext(pipeline.dataset, pipeline.index, pipeline.embeddings, pipeline.encoder,
+                                pipeline.config, guidance=pipeline.guidance, options={"planner_fn": planner_fn})
+        return cls(context, pipeline=pipeline, hyper=hyper)
+
+    def with_hyper(self, hyper: StemHyper) -> StemMethod:
+        """The same method (pipeline, prepared plans and guidance shared) tracing at ``hyper``."""
+        other = StemMethod(self.context, pipeline=self.pipeline, hyper=hyper)
+        other.runs = self.runs
+        other.planner_fn = self.planner_fn
+        return other
+
+    def effective(self) -> dict[str, Any]:
+        """What this method traces with: the effective engine and θ source, and the traced λ, τ, θ."""
+        return {**self.pipeline.settings.as_dict(), "hyper": self.hyper.as_dict()}
+
+    def fingerprint(self) -> dict[str, Any]:
+        config = self.context.config
+        info = {"method": self.name, "tracer": as_dict(config.tracer), "engine": as_dict(config.engine),
+                "planner": as_dict(config.planner), "subgraph": as_dict(config.subgraph),
+                "guidance": None, "effective": self.effective()}
+        if self.context.guidance is not None:
+            info["guidance"] = {"k_prime": config.guidance.k_prime,
+                                "params_sha": getattr(self.context.guidance, "info", {}).get("params_sha")}
+        return info
+
+    def planner_for(self, questions: Sequence[Question]) -> tuple[Planner, dict[str, Any]]:
+        """The per-question planner for ``questions`` (a plan store's, or the context planner run once)."""
+        if self.planner_fn is not None:
+            return self.planner_fn, {}
+        log = self.context.options.get("log")
+        plan, _, info = planned(self.context.planner, list(questions), log=log if len(questions) > 1 else None)
+        return plan, info
+
+    def prepare(self, questions: Sequence[Question], *, show_progress: bool = False) -> dict[str, Any]:
+        todo = [q for q in questions if q.qid not in self.runs]
+        if not todo:
+            return {}
+        began = time.perf_counter()
+        plan, plan_info = self.planner_for(todo)
+        runs, skipped = self.pipeline.plan_all(todo, plan)
+        plan_seconds = time.perf_counter() - began
+        for reason, n in skipped.items():
+            self.skipped[reason] += n
+        began = time.perf_counter()
+        self.embed([t for rs in runs for run in rs for t in run.plan.step_texts()], show_progress)
+        encode_seconds = time.perf_counter() - began
+        stats: dict[str, Any] = {"planning": plan_info, "plan_skips": dict(skipped)}
+        began = time.perf_counter()
+        if self.context.guidance is not None:
+            stats["guidance"] = self.context.guidance.attach(todo, runs, show_progress=show_progress)
+        gnn_seconds = time.perf_counter() - began
+        for question, rs in zip(todo, runs, strict=True):
+            self.runs[question.qid] = rs
+        per_question = 1000.0 / max(len(todo), 1)
+        self.prepared_ms = {"plan": plan_seconds * per_question, "encode": encode_seconds * per_question}
+        if self.context.guidance is not None:
+            self.prepared_ms["gnn"] = gnn_seconds * per_question
+        self.stage_seconds["plan"] += plan_seconds
+        self.stage_seconds["encode"] += encode_seconds
+        self.stage_seconds["gnn"] += gnn_seconds
+        self.prepared_questions += len(todo)
+        return stats
+
+    def embed(self, texts: list[str], show_progress: bool) -> None:
+        """The first call embeds through the resumable disk cache (a whole split); later calls (``ask``,
+        ``retrieve`` of new questions) append only unseen texts in memory."""
+        pipeline = self.pipeline
+        if pipeline.text_emb is None:
+            pipeline.embed_texts(texts, show_progress)
+            self._text_buffer = None
+            return
+        known = pipeline.text_rows
+        new = sorted({t for t in texts if t not in known})  # not set(known): that copies every row per call
+        if not new:
+            return
+        matrix = np.asarray(pipeline.encoder.encode(new), dtype=np.float16).astype(np.float32)
+        start = len(known)
+        # Rows are appended into a buffer that doubles when full, so a long-lived engine (``ask``, a
+        # server) does not copy the whole table for every question; text_emb is a view of its rows.
+        buffer = self._text_buffer
+        if buffer is None or pipeline.text_emb.base is not buffer or len(buffer) < start + len(new):
+            grown = np.empty((max(2 * (start + len(new)), 1024), matrix.shape[1]), np.float32)
+            grown[:start] = pipeline.text_emb[:start]
+            buffer = self._text_buffer = grown
+        buffer[start : start + len(new)] = matrix
+        known.update({t: start + i for i, t in enumerate(new)})
+        pipeline.text_emb = buffer[: start + len(new)]
+
+    def forget(self, qids: Sequence[str]) -> None:
+        """Drop prepared plans, so the next :meth:`retrieve` plans these questions afresh (and times it)."""
+        for qid in qids:
+            self.runs.pop(qid, None)
+
+    def retrieve(self, questions: Sequence[Question]) -> list[Retrieval]:
+        self.prepare([q for q in questions if q.qid not in self.runs])
+        chunk_runs = [run for q in questions for run in self.runs[q.qid]]
+        outputs, timings = self.pipeline.trace(chunk_runs, self.hyper)
+        n = max(len(questions), 1)
+        stage_ms = dict(self.prepared_ms)
+        stage_ms.update({"anchor": 1000 * timings["anchor"] / n, "trace": 1000 * timings["trace"] / n})
+        began = time.perf_counter()
+        results, cursor = [], 0
+        for question in questions:
+            mine = self.runs[question.qid]
+            outs = outputs[cursor : cursor + len(mine)]
+            cursor += len(mine)
+            results.append(self.pipeline.retrieval(question, mine, outs, stage_ms, self.hyper))
+        answer_ms = 1000 * (time.perf_counter() - began) / n
+        for retrieval in results:
+            retrieval.stage_ms["answer"] = answer_ms
+        self.stage_seconds["anchor"] += timings["anchor"]
+        self.stage_seconds["trace"] += timings["trace"]
+        self.stage_seconds["answer"] += answer_ms * n / 1000
+        return results
+
+
+def evaluate(pipeline: StemPipeline, questions: Sequence[Question], planner: Planner, out_dir: Path, *,
+             hyper: StemHyper | None = None, show_progress: bool = True,
+             log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Evaluate ``questions`` with STEM on ``pipeline`` into ``out_dir`` (resumable), then score it.
+
+    For callers that hold a pipeline (experiments, ablations, tests); :class:`stem_jax.engine.Engine`
+    and the CLI go through :func:`stem_jax.eval.loop.evaluate_method` with the same method class."""
+    method = StemMethod.from_pipeline(pipeline, planner, hyper=hyper)
+    return evaluate_method(method, questions, out_dir, chunk_size=pipeline.config.engine.chunk_questions,
+                           show_progress=show_progress, log=log)
