@@ -59,3 +59,24 @@ def test_cut_sweep_from_support_scores():
     rows = {r["cut"]: r["hops"]["1-hop"] for r in sweep_cut(records, grid=(0.0, 0.5))}
     assert rows[0.0]["hit"] == rows[0.5]["hit"] == 1.0
     assert rows[0.5]["f1"] == 1.0 > rows[0.0]["f1"]
+
+
+def test_calibrate_command_stores_theta_that_eval_then_uses(tmp_path: Path, capsys):
+    """`stem-jax calibrate` (was `python -m stem_jax.eval.calibration`) refuses test, stores the chosen θ, and a
+    later eval of the same engine settings traces at it."""
+    import json
+
+    from stem_jax.cli.main import main
+
+    common = ["--dataset", "demo", "--encoder.name=hashing", "--cache-dir", str(tmp_path / "cache"), "--no-progress",
+              "--planner", "oracle", "--hops", "1"]
+    assert main(["calibrate", *common, "--split", "test"]) == 2
+    assert "never on test" in capsys.readouterr().err
+    assert main(["calibrate", *common, "--limit", "12", "--grid", "0.2", "0.9", "--json", str(tmp_path / "s.json")]) == 0
+    stored = list((tmp_path / "cache").rglob("calibration.json"))
+    assert len(stored) == 1
+    theta = json.loads(stored[0].read_text())["theta"]
+    assert theta in (0.2, 0.9) and len(json.loads((tmp_path / "s.json").read_text())["sweep"]) == 2
+    assert main(["eval", *common, "--split", "test", "--limit", "3", "--out", str(tmp_path / "run")]) == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert {r["theta"] for r in records} == {theta}

@@ -13,6 +13,7 @@ from pathlib import Path
 from stem_jax.cli import commands, distributed, gnn, planning, sweep
 from stem_jax.cli.args import add_cache_flags, add_config_flags, add_dataset_flags, disable_abbreviations
 from stem_jax.cli.bench import add_bench_stages_parser
+from stem_jax.cli.calibrate import add_calibrate_parser
 from stem_jax.cli.scr import add_train_scr_parser
 from stem_jax.errors import StemError
 from stem_jax.methods import METHODS
@@ -39,6 +40,7 @@ EXAMPLES = """examples:
   stem-jax ablate-guidance --dataset metaqa --gnn-checkpoint runs/gnn-metaqa  # Table 7/12 rows
   stem-jax ask "what films did [Tom Hanks] star in" --dataset metaqa   # one question, loaded engine
   stem-jax eval --dataset metaqa --method safe     # a peer method on the same data (stem, safe, scr)
+  stem-jax calibrate --dataset metaqa --split dev # choose θ on dev, store it beside the embeddings
   stem-jax config --tracer.lam=1.2                # show every option and its value
 """
 
@@ -113,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_scr_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
     gnn.add_ablate_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags, planning.add_planner_flags)
     sweep.add_sweep_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
+    add_calibrate_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags, planning.add_planner_flags)
     distributed.add_score_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmarks (tables + JSON under experiments/results/)")

@@ -16,6 +16,8 @@ from typing import Any
 from stem_jax.data.types import Question
 from stem_jax.errors import StemError
 from stem_jax.eval.records import make_record
+from stem_jax.eval.run_folder import RunFolder, method_fingerprint
+from stem_jax.eval.scoring import score_predictions
 from stem_jax.methods.base import RetrievalMethod
 from stem_jax.progress import progress
 
@@ -35,8 +37,6 @@ def evaluate_method(
 
     ``out_dir`` is a locked :class:`~stem_jax.eval.run_folder.RunFolder` for ``fingerprint`` (default:
     the method's own settings): a folder holding another run's results is refused unless ``overwrite``."""
-    from stem_jax.eval.run_folder import RunFolder, method_fingerprint
-
     if not questions:
         raise StemError("no questions to evaluate: the selection is empty\n"
                         "  how to fix: check --hops, --limit, --split and the question file")
@@ -47,8 +47,6 @@ def evaluate_method(
 
 def _evaluate_into(method: RetrievalMethod, questions: Sequence[Question], run: Any, *, chunk_size: int,
                    show_progress: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    from stem_jax.eval.scoring import score_predictions
-
     predictions = run.predictions
     finished = run.finished()
     wanted = {q.qid for q in questions}
@@ -76,6 +74,9 @@ def _evaluate_into(method: RetrievalMethod, questions: Sequence[Question], run: 
     summary = score_predictions(predictions, wanted)
     summary.update({k: v for k, v in prepared.items() if v is not None})
     summary["method"] = method.name
+    effective = getattr(method, "effective", None)
+    if callable(effective):  # the settings the records were traced with (preset-resolved, calibrated θ)
+        summary["effective"] = effective()
     summary["prepare_seconds"] = prepare_seconds
     summary["stage_ms_total_this_run"] = dict(stage_totals)
     return summary
