@@ -145,24 +145,27 @@ def calibrated(demo, tmp_path_factory):
 
 
 @pytest.mark.parametrize("guided", [True, False], ids=["guided", "unguided"])
-def test_default_preset_sweep_points_equal_evals_at_calibrated_theta(calibrated, tmp_path, guided):
-    """Issue 20: under the default preset (exact anchoring, relation bonus, τ outside Breadth's θ test, beam
-    ranking whose gap τ widens) each point equals eval with that point's flags, θ the calibrated one."""
+@pytest.mark.parametrize("preset", ["default", "paper"])
+def test_sweep_points_equal_evals_with_their_flags(calibrated, tmp_path, guided, preset):
+    """Issue 20: each point equals eval with that point's flags, under the default preset (exact anchoring,
+    relation bonus, τ outside Breadth's θ test, beam ranking whose gap τ widens; θ the dev calibration) and
+    under the paper preset (θ the configured one), with and without guidance."""
     questions = [q for q in calibrated[0].questions if q.hops in (1, 2)][::6][:36]
     planner = OraclePlanner().plan
-    base = _evaluator(calibrated, preset="default", guided=guided)
-    assert base.theta == 0.3 and base.settings.theta_source == "calibration"
+    base = _evaluator(calibrated, preset=preset, guided=guided)
+    theta = 0.3 if preset == "default" else 0.6
+    assert base.theta == theta and base.settings.theta_source == ("calibration" if preset == "default" else "config")
     grid = make_grid(base.config, lams=(1.5,), taus=(0.5, 2.0), default_theta=base.theta)
-    assert {p.theta for p in grid} == {0.3}
+    assert {p.theta for p in grid} == {theta}
     sweep = run_sweep(StemMethod.from_pipeline(base, planner), questions, grid, tmp_path / "sweep", chunk_size=24,
                       show_progress=False, log=lambda _: None)
     for point, result in zip(grid, sweep["points"], strict=True):
-        alone = _evaluator(calibrated, preset="default", guided=guided, lam=point.lam, tau=point.tau)
+        alone = _evaluator(calibrated, preset=preset, guided=guided, lam=point.lam, tau=point.tau)
         summary = evaluate(alone, questions, planner, tmp_path / point.label, show_progress=False, log=lambda _: None)
         swept = _records(tmp_path / "sweep" / "points" / point.label / "predictions.jsonl")
         assert swept == _records(tmp_path / point.label / "predictions.jsonl")
         assert result["overall"] == summary["overall"]
-        assert {r["theta"] for r in swept.values()} == {0.3}
+        assert {r["theta"] for r in swept.values()} == {theta}
 
 
 def test_every_ablation_row_equals_eval_with_its_flags(calibrated, tmp_path):
