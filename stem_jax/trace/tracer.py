@@ -8,7 +8,7 @@ read in fixed blocks of ``window`` edges (``lax.while_loop``), so the work follo
 number of incident triples: a hub with thousands of triples costs a few more blocks for the
 batch, instead of padding every node, or every run, to the largest degree. Each edge is scored
 (eq. 12-13: cosine to the schema triple + τ if both endpoints are guidance entities), masked by
-the run's used-triple bitmap and
+the run's used triples and
 
 * Precision: folded into a running per-pair argmax of S + T (segment max, earliest edge on ties,
   strictly above -1 as Algorithm 2 starts from ``max_score = -1``);
@@ -19,6 +19,12 @@ The step's candidates are then ranked per run by cumulative score (ties: parent 
 rank within the parent, exactly as the reference orders them) and the best ``frontier`` become
 the child slot's bindings. Whatever a capacity drops is counted in ``overflow``. Shapes depend
 only on (strategy, steps bucket, batch size), so a whole split compiles a handful of times.
+
+Used triples (CONTRADICT, level order): a run's used triples are exactly the triples that bound
+its earlier slots, i.e. its ``via`` rows, at most F per step. Each step sorts them per run
+(int32 [B, S·F], padded with int32 max) and tests an edge by binary search in its run's row, so
+the structure is bounded by the static shapes (it cannot overflow) and neither memory nor time
+depends on the KG's size m: no [B x m] bitmap is zeroed or scattered per call.
 """
 
 from __future__ import annotations
@@ -108,6 +114,38 @@ def _rank_within(sorted_keys: jax.Array) -> jax.Array:
     return jnp.arange(sorted_keys.shape[0]) - first
 
 
+def _sorted_rows(rows: jax.Array) -> jax.Array:
+    """int32 [B, C] rows of ids (-1 = empty) as ascending rows for ``_row_contains``: empty entries become
+    int32 max, which sorts last and matches no id, and C is rounded up to a power of two."""
+    width = rows.shape[1]
+    padded = 1 << max(width - 1, 0).bit_length()
+    rows = jnp.pad(jnp.where(rows >= 0, rows, BIG), ((0, 0), (0, padded - width)), constant_values=BIG)
+    return jnp.sort(rows, axis=-1)
+
+
+def _sorted_used(via: jax.Array) -> jax.Array:
+    """Each run's used triples, sorted: int32 [B, C >= S·F] from ``via`` [B, S+1, F] (slot 0 binds no triple).
+
+    A triple bound twice in a step is listed twice."""
+    return _sorted_rows(via[:, 1:].reshape(via.shape[0], -1))
+
+
+def _row_contains(rows: jax.Array, row: jax.Array, value: jax.Array) -> jax.Array:
+    """Whether ``value[i]`` occurs in ``rows[row[i]]``: branch-free binary search in sorted rows.
+
+    ``rows`` int32 [B, C] with C a power of two, each row ascending. log2(C) + 1 gathers per query
+    from this small table, whatever the KG's size.
+    """
+    width = rows.shape[1]
+    flat = rows.reshape(-1)
+    pos = row * width  # the last entry of the row below ``value`` is before pos + step, or pos stays
+    step = width // 2
+    while step:
+        pos = jnp.where(flat[pos + step - 1] < value, pos + step, pos)
+        step //= 2
+    return flat[pos] == value
+
+
 class _Edges(NamedTuple):
     pair: jax.Array
     run: jax.Array
@@ -121,18 +159,21 @@ class _Edges(NamedTuple):
 def _score_block(kg, hyper, relation_bonus, block, cum, pair_nodes, runs_of_pair, used, queries, relation, guidance, window):
     """Score edges [block*W, (block+1)*W) of the step's global edge list."""
     n_pairs = pair_nodes.shape[0]
-    m = kg.triples.shape[0]
     pos = block * window + jnp.arange(window, dtype=jnp.int32)
     valid = pos < cum[-1]
     pair = jnp.clip(jnp.searchsorted(cum, pos, side="right") - 1, 0, n_pairs - 1).astype(jnp.int32)
     node = jnp.where(valid, pair_nodes[pair], 0)
     triple = kg.csr_triples[jnp.where(valid, kg.csr_offsets[node] + pos - cum[pair], 0)]
     run = runs_of_pair[pair]
-    valid &= ~used[run * m + triple]
+    rows, any_used = used
+    valid &= ~jax.lax.cond(any_used, lambda: _row_contains(rows, run, triple), lambda: jnp.zeros(window, bool))
     ends = kg.triples[triple]
     dots = jnp.einsum("wd,wd->w", kg.triple_emb[triple].astype(jnp.float32), queries[run])
-    run_guidance = guidance[run]
-    in_guidance = _in_guidance(ends[:, 0], run_guidance) & _in_guidance(ends[:, 2], run_guidance)
+    guidance_rows, any_guidance = guidance
+    in_guidance = jax.lax.cond(
+        any_guidance,
+        lambda: _row_contains(guidance_rows, run, ends[:, 0]) & _row_contains(guidance_rows, run, ends[:, 2]),
+        lambda: jnp.zeros(window, bool))
     guided = jnp.where(in_guidance, hyper.tau, 0.0)
     t_score = dots + guided
     same_relation = (ends[:, 1] == relation[run]) & (relation[run] >= 0)
@@ -192,12 +233,19 @@ def _precision_candidates(kg, hyper, relation_bonus, cum, pair_nodes, pair_base,
     return ranked, found.astype(jnp.int32)
 
 
-def _compact(buffer, count, pair_base, frontier, k, n_runs) -> tuple[tuple, jax.Array, _Ranked]:
+def _compact(buffer, count, pair_base, frontier, k, n_runs) -> tuple[tuple, jax.Array, _Ranked, tuple]:
     """Cut the candidate buffer to what can still be selected: each run's best F of each node's best K.
 
     Exact mid-stream: later edges can only push an entry further down its node's and its run's
     order, never up, so an entry outside either cap now stays outside. Entries are packed to the
     front in their final order.
+
+    Also returns the admission bars that follow from that: per pair, the T-Score of its K-th best
+    edge so far (-inf while it has fewer), which a later edge of the pair must beat strictly (a
+    later edge has a higher triple id, so it loses ties); per run, the total of its F-th best
+    candidate among the node survivors, which a later edge must at least reach (it may win a tie
+    on parent position). Neither bar ever falls: a survivor is only displaced by a better edge of
+    its own node, which has a higher total.
     """
     pair, t_score, triple = buffer
     capacity = pair.shape[0]
@@ -217,37 +265,52 @@ def _compact(buffer, count, pair_base, frontier, k, n_runs) -> tuple[tuple, jax.
         jnp.full(capacity, NEG_INF, jnp.float32).at[slot].set(ranked.t_score, mode="drop"),
         jnp.full(capacity, -1, jnp.int32).at[slot].set(ranked.triple, mode="drop"),
     )
-    return packed, ranked.keep.sum().astype(jnp.int32), ranked
+    node_bar = jnp.full(n_pairs, NEG_INF, jnp.float32).at[
+        jnp.where((pair_key < n_pairs) & (node_rank == k - 1), pair_key, n_pairs)].set(t_score, mode="drop")
+    run_bar = jnp.full(n_runs, NEG_INF, jnp.float32).at[
+        jnp.where((ranked.run < n_runs) & (ranked.run_rank == frontier - 1), ranked.run, n_runs)].set(
+        ranked.total, mode="drop")
+    return packed, ranked.keep.sum().astype(jnp.int32), ranked, (node_bar, run_bar)
 
 
 def _breadth_candidates(kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, used, queries, relation,
                         guidance, window, frontier, node_matches, tau_admits=True):
-    """Per pair: edges with T >= θ, best ``node_matches`` per node (ties: lower triple id)."""
+    """Per pair: edges with T >= θ, best ``node_matches`` per node (ties: lower triple id).
+
+    Qualifying edges are counted (for ``overflow``) but enter the buffer only past the bars of the
+    last compaction (see ``_compact``), so on a hub the buffer fills, and is sorted, a few times
+    instead of once per block."""
     n_pairs = pair_nodes.shape[0]
     n_runs = n_pairs // frontier
     capacity = n_runs * frontier + window
 
+    def compact(b, c, bars):
+        packed, kept, _, new_bars = _compact(b, c, pair_base, frontier, node_matches, n_runs)
+        return packed, kept, new_bars
+
     def body(carry):
-        block, buffer, count, qualified = carry
-        buffer, count = jax.lax.cond(count + window > capacity,
-                                     lambda b, c: _compact(b, c, pair_base, frontier, node_matches, n_runs)[:2],
-                                     lambda b, c: (b, c), buffer, count)
+        block, buffer, count, qualified, bars = carry
+        buffer, count, bars = jax.lax.cond(count + window > capacity, compact, lambda b, c, bars: (b, c, bars),
+                                           buffer, count, bars)
         e = _score_block(kg, hyper, relation_bonus, block, cum, pair_nodes, runs_of_pair, used, queries, relation,
                          guidance, window)
         ok = e.valid & ((e.t_score if tau_admits else e.t_score - e.guided) >= hyper.theta)
         if relation_bonus:
             ok |= e.valid & e.same_relation
-        slot = jnp.where(ok, count + jnp.cumsum(ok) - 1, capacity)
-        buffer = tuple(a.at[slot].set(v, mode="drop") for a, v in zip(buffer, (e.pair, e.t_score, e.triple), strict=True))
         qualified = qualified + jax.ops.segment_sum(ok.astype(jnp.int32), e.pair, num_segments=n_pairs)
-        return block + 1, buffer, count + ok.sum().astype(jnp.int32), qualified
+        node_bar, run_bar = bars
+        enter = ok & (e.t_score > node_bar[e.pair]) & (pair_base[e.pair] + e.t_score >= run_bar[e.run])
+        slot = jnp.where(enter, count + jnp.cumsum(enter) - 1, capacity)
+        buffer = tuple(a.at[slot].set(v, mode="drop") for a, v in zip(buffer, (e.pair, e.t_score, e.triple), strict=True))
+        return block + 1, buffer, count + enter.sum().astype(jnp.int32), qualified, bars
 
     blocks = (cum[-1] + window - 1) // window
     empty = (jnp.full(capacity, n_pairs, jnp.int32), jnp.full(capacity, NEG_INF, jnp.float32),
              jnp.full(capacity, -1, jnp.int32))
-    init = (jnp.int32(0), empty, jnp.int32(0), jnp.zeros(n_pairs, jnp.int32))
-    _, buffer, count, qualified = jax.lax.while_loop(lambda c: c[0] < blocks, body, init)
-    _, _, ranked = _compact(buffer, count, pair_base, frontier, node_matches, n_runs)
+    bars = (jnp.full(n_pairs, NEG_INF, jnp.float32), jnp.full(n_runs, NEG_INF, jnp.float32))
+    init = (jnp.int32(0), empty, jnp.int32(0), jnp.zeros(n_pairs, jnp.int32), bars)
+    _, buffer, count, qualified, _ = jax.lax.while_loop(lambda c: c[0] < blocks, body, init)
+    _, _, ranked, _ = _compact(buffer, count, pair_base, frontier, node_matches, n_runs)
     return ranked, qualified
 
 
@@ -261,7 +324,6 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
     n_runs, n_steps = batch.steps.shape[:2]
     f = shapes.frontier
     k = 1 if precision else shapes.node_matches
-    m = kg.triples.shape[0]
     runs = jnp.arange(n_runs)
     runs_of_pair = jnp.repeat(runs, f).astype(jnp.int32)
 
@@ -270,10 +332,12 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
     scores = scores.at[:, 0, 0].set(jnp.where(batch.anchor >= 0, batch.anchor_score, NEG_INF))
     via = jnp.full((n_runs, n_steps + 1, f), -1, jnp.int32)
     parents = jnp.full((n_runs, n_steps + 1, f), -1, jnp.int32)
-    used = jnp.zeros(n_runs * m, bool)
+    # guidance entities as sorted rows (membership by binary search); a batch without any skips the test
+    guidance = (_sorted_rows(batch.guidance), jnp.any(batch.guidance >= 0))
 
     def step_fn(carry, s):
-        nodes, scores, via, parents, used, overflow = carry
+        nodes, scores, via, parents, overflow = carry
+        used = (_sorted_used(via), jnp.any(via[:, 1:] >= 0))  # triples kept at earlier steps (level order)
         step = batch.steps[:, s]
         active = batch.step_mask[:, s]
         parent_slot = jnp.clip(step[:, 0], 0, n_steps)
@@ -282,7 +346,7 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
         degree = jnp.where(pair_nodes >= 0, kg.degree[jnp.maximum(pair_nodes, 0)], 0)
         cum = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(degree).astype(jnp.int32)])
         args = (kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, used, batch.step_emb[:, s],
-                step[:, 2], batch.guidance, shapes.window)
+                step[:, 2], guidance, shapes.window)
         if precision:
             ranked, qualified = _precision_candidates(*args, f)
         else:
@@ -300,16 +364,15 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
         scores = scores.at[target_run, child_slot, rank].set(total, mode="drop")
         via = via.at[target_run, child_slot, rank].set(triple, mode="drop")
         parents = parents.at[target_run, child_slot, rank].set((pair % f).astype(jnp.int32), mode="drop")
-        used = used.at[jnp.where(keep, run * m + safe_triple, n_runs * m)].set(True, mode="drop")
         # What the caps dropped, from counts alone (the buffer forgets early what cannot be selected):
         # matches beyond K per node, then beyond F per run among the per-node survivors.
         node_excess = jax.ops.segment_sum(jnp.maximum(qualified - k, 0), runs_of_pair, num_segments=n_runs)
         survivors = jax.ops.segment_sum(jnp.minimum(qualified, k), runs_of_pair, num_segments=n_runs)
         overflow = overflow + node_excess + jnp.maximum(survivors - f, 0)
-        return (nodes, scores, via, parents, used, overflow), None
+        return (nodes, scores, via, parents, overflow), None
 
-    init = (nodes, scores, via, parents, used, jnp.zeros(n_runs, jnp.int32))
-    (nodes, scores, via, parents, _, overflow), _ = jax.lax.scan(step_fn, init, jnp.arange(n_steps))
+    init = (nodes, scores, via, parents, jnp.zeros(n_runs, jnp.int32))
+    (nodes, scores, via, parents, overflow), _ = jax.lax.scan(step_fn, init, jnp.arange(n_steps))
     return TraceOutput(nodes, scores, via, parents, overflow)
 
 
