@@ -192,4 +192,4 @@ def load_metaqa(
         sources = ", ".join(str(qa) for qa, _ in files) or f"{root}/<hop>-hop/vanilla/qa_{split}.txt"
         reasons = "; ".join(skips.lines()) or "the file has no question lines"
         raise DataError(f"no usable questions in {sources}", fix=f"see why: {reasons}")
-    return Dataset(name="metaqa", questions=questions, triples=triples, skips=skips)
+    return Dataset(name="metaqa", questions=questions, triples=triples, skips=skips, excludes_topic=True)

@@ -13,9 +13,12 @@ from stem_jax.data.files import load_files
 from stem_jax.data.metaqa import load_metaqa
 from stem_jax.data.rog import load_rog
 from stem_jax.data.types import Dataset
+from stem_jax.data.wc2014 import load_wc2014
 from stem_jax.errors import DataError
 
-DATASETS = ("demo", "metaqa", "fb15k-237", "rog", "files")
+DATASETS = ("demo", "metaqa", "fb15k-237", "rog", "files", "wc2014", "wc2014-p1", "wc2014-p2", "wc2014-c")
+# WorldCup2014: every file, or one (they share one KB, hence one index, embedding cache and calibration)
+WC2014_SUBSETS = {"wc2014": ("P1", "P2", "C"), "wc2014-p1": ("P1",), "wc2014-p2": ("P2",), "wc2014-c": ("C",)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +78,10 @@ def load_dataset(spec: DatasetSpec) -> Dataset:
             folder=spec.data_dir, triples=spec.triples, questions=spec.questions, entity_names=spec.entity_names,
             relation_names=spec.relation_names, delimiter=spec.delimiter, split=spec.split, strict=spec.strict,
         )
+    elif spec.name in WC2014_SUBSETS:
+        dataset = load_wc2014(_data_root(spec, "wc2014"), split=spec.split, subsets=WC2014_SUBSETS[spec.name],
+                              seed=spec.seed, strict=spec.strict)
+        dataset.questions = [q for q in dataset.questions if q.hops in spec.hops]
     else:
         raise DataError(f"unknown dataset {spec.name!r}", fix=f"choose one of {', '.join(DATASETS)}")
     if spec.limit is not None:

@@ -38,6 +38,9 @@ class Question:
       gold_path: the gold relation path from the (first) topic entity, when known.
       graph: the question's own subgraph (RoG data), else ``None`` (one global KG).
       source: ``file:line`` the record came from, for error messages.
+      constraints: for a question with several topic entities (WorldCup2014's conjunctive ``WC-C``):
+        one ``(topic entity, relation path)`` per constraint, every path ending at the answer; the
+        answers are the entities all of them reach. ``None`` for single-path questions.
     """
 
     qid: str
@@ -49,6 +52,7 @@ class Question:
     gold_path: tuple[PathStep, ...] | None = None
     graph: tuple[Triple, ...] | None = None
     source: str = ""
+    constraints: tuple[tuple[str, tuple[PathStep, ...]], ...] | None = None
 
 
 @dataclasses.dataclass
@@ -91,6 +95,9 @@ class Dataset:
     triples: list[Triple]
     skips: SkipReport = dataclasses.field(default_factory=SkipReport)
     entity_names: dict[str, str] | None = None  # id -> readable name, where ids are opaque (FB15k mids)
+    # The data's own convention: its answers never include the question's entity, and its gold paths
+    # never pass through it (MetaQA). The data's bound follows it; other KGs walk their paths as written.
+    excludes_topic: bool = False
 
     def splits_by_hops(self) -> dict[int | None, list[Question]]:
         groups: dict[int | None, list[Question]] = {}

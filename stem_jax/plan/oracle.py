@@ -188,6 +188,41 @@ def schema_from_path(topic: str, path: Sequence[PathStep], strategy: Strategy = 
     return SchemaGraph(triples=tuple(triples), answer=previous, strategy=strategy)
 
 
+def schema_from_constraints(constraints: Sequence[tuple[str, Sequence[PathStep]]],
+                            strategy: Strategy = "Precision") -> SchemaGraph:
+    """One tree for a question with several topic entities: a chain from each topic, all ending at one answer.
+
+    The first constraint is written as :func:`schema_from_path` writes a path; every other one is a
+    chain from its topic whose intermediate nodes are new placeholders and whose last step meets the
+    first chain's answer node. ``[("Club_X", [plays_in_club_inverse]), ("Forward", [plays_position_inverse])]``
+    becomes ``(Club_X, plays_in_club_inverse, [ENT1]), (Forward, plays_position_inverse, [ENT1])``.
+
+    Raises:
+      StemError: no constraint, or one with an empty path.
+    """
+    if not constraints:
+        raise StemError("cannot build a schema graph without constraints")
+    first_topic, first_path = constraints[0]
+    schema = schema_from_path(first_topic, first_path, strategy)
+    triples = list(schema.triples)
+    answer = schema.answer
+    counter = len(first_path)
+    for topic, path in constraints[1:]:
+        if not path:
+            raise StemError(f"cannot build a schema graph for {topic!r} from an empty relation path")
+        previous = topic
+        for i, step in enumerate(path):
+            if i == len(path) - 1:
+                current = answer
+            else:
+                counter += 1
+                current = f"[ENT{counter}]"
+            head, tail = (previous, current) if step.forward else (current, previous)
+            triples.append(SchemaTriple(head, step.relation, tail))
+            previous = current
+    return SchemaGraph(triples=tuple(triples), answer=answer, strategy=strategy)
+
+
 # ---------------------------------------------------------------------------------------------
 # RoG: shortest relation paths in the question's graph
 # ---------------------------------------------------------------------------------------------
@@ -257,7 +292,8 @@ def shortest_relation_paths(
 class GoldPaths:
     """A question's gold relation paths, each from a topic entity, or why there are none.
 
-    ``source`` says where they came from: ``"gold_path"``, ``"qtype"`` or ``"shortest"`` (RoG).
+    ``source`` says where they came from: ``"gold_path"``, ``"qtype"``, ``"shortest"`` (RoG) or
+    ``"constraints"`` (one path per topic entity, all meeting at the answer: a conjunctive question).
     """
 
     paths: tuple[tuple[str, RelationPath], ...]
@@ -274,6 +310,8 @@ def gold_paths(question: Question, *, max_hops: int = 4, max_paths: int = 8) -> 
     if not question.topic_entities:
         return GoldPaths((), reason="question has no topic entity")
     topic = question.topic_entities[0]
+    if question.constraints:
+        return GoldPaths(tuple((t, tuple(p)) for t, p in question.constraints), source="constraints")
     if question.gold_path:
         return GoldPaths(((topic, tuple(question.gold_path)),), source="gold_path")
     if question.graph is not None:
@@ -313,6 +351,8 @@ class OraclePlanner:
         del index  # same signature as the other planners; the gold paths never need the KG
         found = gold_paths(question, max_hops=self.max_hops, max_paths=self.max_paths)
         strategy = strategy_for(question.answers)
+        if found.source == "constraints":
+            return [schema_from_constraints(found.paths, strategy)]
         return [schema_from_path(topic, path, strategy) for topic, path in found.paths]
 
 

@@ -127,6 +127,14 @@ class GroundedPlan:
     the anchor and slot ``s + 1`` is the child bound by step ``s``; ``-1`` marks a relation
     absent from the KG. ``answer_slot`` is the slot of the answer node, or -1 when the
     answer is unreachable from the anchor.
+
+    ``forward`` [S] says each step's orientation: True when the parent node is the schema triple's
+    head (the step walks the relation head -> tail), False when it is the tail; a direction-aware
+    tracer (``engine.direction=directed``) matches KG triples of that orientation only.
+    ``constants`` lists (slot, KG entity id) of the question entities other than the anchor that the
+    schema names (a conjunctive question's second topic): a binding of such a slot counts only when
+    it is that entity (:func:`stem_jax.trace.types.prune_unreached`); the id is -1 for constants that
+    are not question entities known to the KG, and such a slot is not checked.
     """
 
     schema: SchemaGraph
@@ -134,26 +142,46 @@ class GroundedPlan:
     steps: np.ndarray
     step_edges: tuple[int, ...]
     answer_slot: int
+    forward: tuple[bool, ...] | None = None
+    constants: tuple[tuple[int, int], ...] = ()
 
     @property
     def num_steps(self) -> int:
         return int(self.steps.shape[0])
 
+    def orientation(self) -> np.ndarray:
+        """bool [S]: True where step ``s`` walks its relation head -> tail (all True when unknown)."""
+        if self.forward is None:
+            return np.ones(self.num_steps, bool)
+        return np.asarray(self.forward, bool).reshape(self.num_steps)
+
     def step_texts(self) -> list[str]:
         return [self.schema.triples[e].text() for e in self.step_edges]
 
 
-def ground(schema: SchemaGraph, anchor: str, index: KGIndex) -> GroundedPlan:
+def ground(schema: SchemaGraph, anchor: str, index: KGIndex, entity_of: dict[str, int] | None = None) -> GroundedPlan:
+    """``schema`` traced from ``anchor``: DFS steps, their orientation and the constants to check.
+
+    ``entity_of`` maps schema constants to KG ids: the question's other topic entities, by the name
+    the schema uses. Other constants (a value a planner wrote) are listed with -1: not checked."""
     order = schema.dfs_order(anchor)
     slot = {anchor: 0}
     rows = []
+    forward = []
     for s, step in enumerate(order):
         slot[step.child] = s + 1
-        rows.append((slot[step.parent], s + 1, index.relation_ids.get(schema.triples[step.edge].relation, -1)))
+        triple = schema.triples[step.edge]
+        rows.append((slot[step.parent], s + 1, index.relation_ids.get(triple.relation, -1)))
+        forward.append(triple.head == step.parent)
     steps = np.asarray(rows, dtype=np.int32).reshape(-1, 3)
+    entity_of = entity_of or {}
+    constants = tuple(
+        (slot[node], int(entity_of.get(node, -1)))
+        for node in schema.constants() if node != anchor and node in slot
+    )
     return GroundedPlan(
         schema=schema, anchor=anchor, steps=steps, step_edges=tuple(s.edge for s in order),
-        answer_slot=slot.get(schema.answer, -1),
+        answer_slot=slot.get(schema.answer, -1), forward=tuple(forward), constants=constants,
     )
 
 

@@ -11,6 +11,10 @@ being fast. Two orders of the used-triple list (``final_list`` / CONTRADICT) are
   ordered by cumulative score (ties: parent order, then rank within the parent) and truncated to
   ``frontier_cap``; the triples of dropped branches are neither evidence nor used.
 
+Under ``used="run"`` that list is the run's (Algorithm 2); ``"branch"`` bars only the triples on a
+binding's own path from the anchor, ``"step"`` bars nothing. ``direction="directed"`` keeps only
+KG triples in the schema step's orientation (:class:`~stem_jax.trace.types.TraceOptions`).
+
 Scores are float32 with the same operation order as the JAX tracer, so on inputs whose dot
 products are exact in float32 both tracers agree bit for bit.
 """
@@ -24,7 +28,7 @@ import numpy as np
 from stem_jax.config import TracerConfig
 from stem_jax.kg.index import KGIndex
 from stem_jax.plan.schema import GroundedPlan
-from stem_jax.trace.types import TraceOptions, TraceResult, stable_order
+from stem_jax.trace.types import DIRECTIONS, USED_RULES, TraceOptions, TraceResult, stable_order
 
 F32 = np.float32
 
@@ -56,8 +60,10 @@ def anchor_reference(
 
 
 class _Scorer:
-    def __init__(self, index, triple_emb, step_emb, steps, config, options, triple_guidance):
+    def __init__(self, index, triple_emb, step_emb, steps, config, options, triple_guidance, forward):
         self.index = index
+        self.forward = forward
+        self.directed = options.direction == "directed"
         self.triple_emb = triple_emb.astype(F32, copy=False)
         self.step_emb = step_emb.astype(F32, copy=False)
         self.steps = steps
@@ -82,14 +88,24 @@ class _Scorer:
             score = F32(score - self.tau)  # the JAX tracer subtracts the same float32 τ
         return bool(score >= self.theta) or (self.options.relation_bonus and self._same_relation(t, s))
 
-    def other_end(self, t: int, node: int) -> int:
+    def other_end(self, t: int, node: int, s: int) -> int:
         h, _, tail = self.index.triples[t]
+        if self.directed:  # the step's orientation decides (a self-loop leads back to node either way)
+            return int(tail) if self.forward[s] else int(h)
         return int(tail) if int(h) == node else int(h)
+
+    def incident(self, node: int, s: int) -> list[int]:
+        """GET_N(e*): the triples at ``node``; directed, only those with ``node`` at the step's own end."""
+        found = self.index.incident(node).tolist()
+        if not self.directed:
+            return found
+        column = 0 if self.forward[s] else 2
+        return [t for t in found if int(self.index.triples[t, column]) == node]
 
     def breadth_matches(self, node: int, s: int, used) -> tuple[list[tuple[int, np.float32]], int]:
         """Qualifying (triple, T) of ``node`` for step ``s``, best first (ties: triple id), capped."""
         found = []
-        for t in self.index.incident(node).tolist():
+        for t in self.incident(node, s):
             if t in used:
                 continue
             score = self.t_score(t, s)
@@ -104,7 +120,7 @@ class _Scorer:
     def precision_match(self, node: int, s: int, base: np.float32, used) -> tuple[int, np.float32] | None:
         """Algorithm 2 STEP_PRECISION: first triple maximising S + T, if that beats -1."""
         best, max_score = None, F32(-1.0)
-        for t in self.index.incident(node).tolist():
+        for t in self.incident(node, s):
             if t in used:
                 continue
             score = F32(base + self.t_score(t, s))
@@ -132,7 +148,11 @@ def trace_reference(
     [m, d] the KG triples'. ``triple_guidance`` [m] bool marks guidance-graph triples (τ bonus).
     """
     steps = plan.steps
-    scorer = _Scorer(index, triple_emb, step_emb, steps, config, options, triple_guidance)
+    if options.direction not in DIRECTIONS:
+        raise ValueError(f"unknown direction {options.direction!r}: use one of {', '.join(DIRECTIONS)}")
+    if options.used not in USED_RULES:
+        raise ValueError(f"unknown used-triple rule {options.used!r}: use one of {', '.join(USED_RULES)}")
+    scorer = _Scorer(index, triple_emb, step_emb, steps, config, options, triple_guidance, plan.orientation())
     n_slots = plan.num_steps + 1
     result = TraceResult(
         anchor=anchor, anchor_score=float(anchor_score),
@@ -144,28 +164,40 @@ def trace_reference(
     if options.order == "level":
         _trace_level(scorer, steps, strategy, options, result)
     elif options.order == "sequential":
-        _trace_sequential(scorer, steps, strategy, result)
+        _trace_sequential(scorer, steps, strategy, options.used, result)
     else:
         raise ValueError(f"unknown trace order {options.order!r}: use 'level' or 'sequential'")
     return result
 
 
+def _branch_triples(result: TraceResult, parent_of: dict[int, int], slot: int, index: int) -> set[int]:
+    """The triples on the path from the anchor to binding ``index`` of ``slot``."""
+    found = set()
+    while slot > 0:
+        found.add(result.via[slot][index])
+        slot, index = parent_of[slot], result.parents[slot][index]
+    return found
+
+
 def _trace_level(scorer: _Scorer, steps: np.ndarray, strategy: str, options: TraceOptions, result: TraceResult) -> None:
     used: set[int] = set()
+    parent_of = {int(c): int(p) for p, c, _ in steps.tolist()}
     for s, (parent, child, _) in enumerate(steps.tolist()):
         found = []  # (node, score, triple, parent index) in parent order, then rank within parent
         for p_index, (node, base) in enumerate(zip(result.nodes[parent], result.scores[parent], strict=True)):
             base = F32(base)
+            barred = (used if options.used == "run" else
+                      _branch_triples(result, parent_of, parent, p_index) if options.used == "branch" else set())
             if strategy == "Precision":
-                match = scorer.precision_match(node, s, base, used)
+                match = scorer.precision_match(node, s, base, barred)
                 if match is not None:
                     t, total = match
-                    found.append((scorer.other_end(t, node), total, t, p_index))
+                    found.append((scorer.other_end(t, node, s), total, t, p_index))
             else:
-                matches, dropped = scorer.breadth_matches(node, s, used)
+                matches, dropped = scorer.breadth_matches(node, s, barred)
                 result.overflow += dropped
                 for t, score in matches:
-                    found.append((scorer.other_end(t, node), F32(base + score), t, p_index))
+                    found.append((scorer.other_end(t, node, s), F32(base + score), t, p_index))
         order = stable_order(np.asarray([f[1] for f in found], dtype=F32)) if found else []
         kept = [found[i] for i in order]
         if options.frontier_cap and len(kept) > options.frontier_cap:
@@ -179,8 +211,8 @@ def _trace_level(scorer: _Scorer, steps: np.ndarray, strategy: str, options: Tra
         used.update(t for _, _, t, _ in kept)
 
 
-def _trace_sequential(scorer: _Scorer, steps: np.ndarray, strategy: str, result: TraceResult) -> None:
-    used: set[int] = set()  # final_list
+def _trace_sequential(scorer: _Scorer, steps: np.ndarray, strategy: str, rule: str, result: TraceResult) -> None:
+    used: set[int] = set()  # final_list (rule "run"); "branch" passes each branch's own list down
     children: dict[int, list[int]] = {}
     for s, (parent, _, _) in enumerate(steps.tolist()):
         children.setdefault(parent, []).append(s)
@@ -192,25 +224,28 @@ def _trace_sequential(scorer: _Scorer, steps: np.ndarray, strategy: str, result:
         result.parents[slot].append(p_index)
         return len(result.nodes[slot]) - 1
 
-    def match(slot: int, node: int, base: np.float32, b_index: int) -> None:  # Algorithm 1 MATCH
+    def match(slot: int, node: int, base: np.float32, b_index: int, branch: frozenset[int]) -> None:  # MATCH
         for s in children.get(slot, []):
             child = int(steps[s, 1])
+            barred = used if rule == "run" else branch if rule == "branch" else frozenset()
             if strategy == "Precision":  # Algorithm 2 STEP_PRECISION
-                found = scorer.precision_match(node, s, base, used)
+                found = scorer.precision_match(node, s, base, barred)
                 if found is None:
                     continue
                 t, total = found
-                used.add(t)
-                next_node = scorer.other_end(t, node)
-                match(child, next_node, total, bind(child, next_node, total, t, b_index))
+                if rule == "run":
+                    used.add(t)
+                next_node = scorer.other_end(t, node, s)
+                match(child, next_node, total, bind(child, next_node, total, t, b_index), branch | {t})
             else:  # Algorithm 2 STEP_BREADTH: mark every candidate used, then recurse in KG order
-                matches, dropped = scorer.breadth_matches(node, s, used)
+                matches, dropped = scorer.breadth_matches(node, s, barred)
                 result.overflow += dropped
                 matches.sort(key=lambda ts: ts[0])
-                used.update(t for t, _ in matches)
+                if rule == "run":
+                    used.update(t for t, _ in matches)
                 for t, score in matches:
                     total = F32(base + score)
-                    next_node = scorer.other_end(t, node)
-                    match(child, next_node, total, bind(child, next_node, total, t, b_index))
+                    next_node = scorer.other_end(t, node, s)
+                    match(child, next_node, total, bind(child, next_node, total, t, b_index), branch | {t})
 
-    match(0, result.nodes[0][0], F32(result.scores[0][0]), 0)
+    match(0, result.nodes[0][0], F32(result.scores[0][0]), 0, frozenset())

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
+
+DIRECTIONS = ("undirected", "directed")
+USED_RULES = ("run", "branch", "step")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,6 +27,15 @@ class TraceOptions:
       order: ``"level"`` updates the used-triple list once per schema step for all branches (what
         the vectorised tracer does); ``"sequential"`` follows Algorithms 1-2 literally, updating it
         after every selection in depth-first order.
+      direction: ``"undirected"`` (the paper's GET_N: every incident triple, either orientation) or
+        ``"directed"``: a step matches only KG triples in its schema triple's orientation (the
+        parent's KG node is the head of a step that leaves the schema head, the tail otherwise);
+        a self-loop has both.
+      used: the used-triple rule (CONTRADICT). ``"run"``: a triple selected anywhere in the run is
+        never selected again (Algorithm 2's ``final_list``); ``"branch"``: only the triples on a
+        binding's own path from the anchor are barred, so sibling branches may share a triple and
+        a walk may come back along a paired inverse triple; ``"step"``: nothing is barred (a
+        self-loop or a triple may serve several steps).
     """
 
     relation_bonus: bool = False
@@ -30,6 +43,8 @@ class TraceOptions:
     breadth_cap: int = 0
     frontier_cap: int = 0
     order: str = "level"
+    direction: str = "undirected"
+    used: str = "run"
 
 
 @dataclasses.dataclass
@@ -70,3 +85,52 @@ def rank_answers(answer_scores: dict[int, float]) -> list[tuple[int, float]]:
 def stable_order(scores: np.ndarray) -> np.ndarray:
     """Indices sorting ``scores`` descending, ties kept in input order (as lax.top_k does)."""
     return np.argsort(-np.asarray(scores, dtype=np.float32), kind="stable")
+
+
+def prune_unreached(nodes: np.ndarray, via: np.ndarray, parents: np.ndarray, steps: np.ndarray,
+                    constants: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Bindings of one traced run ([slots, F] arrays, -1 where empty) with unreached constants pruned.
+
+    A schema with several question entities is traced from one anchor; each other question entity
+    is a constant slot (``constants``: (slot, KG id), id -1 = not checked). A binding of a constant
+    slot holds only when it is that entity. A binding of any slot holds when, for every child slot
+    whose subtree has a checked constant, some binding of that child with it as parent holds; a
+    binding is kept when it holds and its parent binding is kept. Pruned bindings (and their
+    triples) become -1, so they are neither answers nor evidence. Without checked constants the
+    arrays are returned unchanged.
+    """
+    checked = {int(slot): int(entity) for slot, entity in constants if entity >= 0}
+    if not checked:
+        return nodes, via
+    steps = np.asarray(steps).reshape(-1, 3)
+    parent_of = {int(child): int(parent) for parent, child, _ in steps.tolist()}
+    children: dict[int, list[int]] = {}
+    for child, parent in parent_of.items():
+        children.setdefault(parent, []).append(child)
+    constrained: set[int] = set()
+    for slot in checked:  # every slot on the way from a checked constant up to the anchor
+        while slot not in constrained:
+            constrained.add(slot)
+            if slot not in parent_of:
+                break
+            slot = parent_of[slot]
+    n_slots, width = nodes.shape
+    holds = nodes >= 0
+    for slot in range(n_slots - 1, -1, -1):
+        if slot in checked:
+            holds[slot] &= nodes[slot] == checked[slot]
+        for child in children.get(slot, []):
+            if child not in constrained:
+                continue
+            reached = np.zeros(width, bool)
+            good = holds[child] & (parents[child] >= 0)
+            reached[parents[child][good]] = True
+            holds[slot] &= reached
+    kept = np.zeros_like(holds)
+    kept[0] = holds[0]
+    for slot in range(1, n_slots):
+        if slot not in parent_of:
+            continue
+        up = parents[slot]
+        kept[slot] = holds[slot] & (up >= 0) & kept[parent_of[slot]][np.clip(up, 0, width - 1)]
+    return np.where(kept, nodes, -1), np.where(kept, via, -1)
