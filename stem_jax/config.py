@@ -116,6 +116,9 @@ class ScrConfig:
     train_batch: int = 32  # questions per training batch (all their reasoning steps)
     eval_every: int = 50  # validation loss/accuracy every N steps (also the checkpoint interval)
     min_hops: int = 1  # search: no stop before this many hops (a topic answer is dropped anyway); 0 = paper
+    answer_cut: float = 0.0  # search: keep answers with at least this share of the best answer's probability (0: all)
+    relation_aware: bool = False  # scr+rel: a candidate's feature includes its linking relation (not the paper)
+    patience: int = 0  # early stopping: end after this many validations without a better one (0: off)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,7 +253,8 @@ _INT_MIN = {  # integer fields and their smallest allowed value
     "engine.frontier": 1, "engine.node_matches": 1, "engine.window": 1, "engine.guidance": 1,
     "engine.batch_precision": 1, "engine.batch_breadth": 1, "engine.chunk_questions": 1, "engine.max_frontier": 1,
     "scr.layers": 1, "scr.dim": 1, "scr.head_layers": 0, "scr.beam": 1, "scr.max_steps": 1, "scr.neighbours": 1,
-    "scr.batch_questions": 1, "scr.steps": 0, "scr.train_batch": 1, "scr.eval_every": 1, "scr.min_hops": 0, "seed": 0,
+    "scr.batch_questions": 1, "scr.steps": 0, "scr.train_batch": 1, "scr.eval_every": 1, "scr.min_hops": 0, "scr.patience": 0,
+    "seed": 0,
     "safe.k_schema": 1, "safe.delta": 0, "safe.k_qg": 1, "safe.k_ent": 1, "safe.k_rel": 1, "safe.k_typ": 1,
     "safe.k_retrieval": 1, "safe.beams": 1, "safe.min_support": 0,
 }
@@ -275,6 +279,7 @@ _FLOAT_RANGE = {  # float fields: (low, high, low inclusive, high inclusive, why
     "scr.tau": (0.0, math.inf, False, False, "a temperature"),
     "scr.threshold": (0.0, 1.0, True, True, "a probability"),
     "scr.lr": (0.0, math.inf, False, False, "a learning rate"),
+    "scr.answer_cut": (0.0, 1.0, True, True, "a share of the best answer's probability"),
     "safe.containment": (0.0, 1.0, True, True, "a share"),
     "safe.min_confidence": (0.0, 1.0, True, True, "a share"),
     "safe.min_share": (0.0, 1.0, True, True, "a share"),

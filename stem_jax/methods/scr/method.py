@@ -11,7 +11,10 @@ counts the topic as an answer, and the other methods drop it too); with ``scr.mi
 0 is the paper) a beam may not stop on the topic at all, so it spends no beam slot or probability on a path
 that answers nothing (+1.8 / +4.0 / +2.2 Hit on a 1000-per-hop MetaQA test sample, F1 unchanged within
 ±2; experiments/results/scr-metaqa-test-minhops*). Evidence is the union of the
-kept paths' triples; ``chains`` are the paths, readable.
+kept paths' triples; ``chains`` are the paths, readable. ``scr.answer_cut`` keeps answers with at least that share
+of the best answer's probability (0 = every path end, the paper; choose it on dev with
+experiments/scr_metaqa.py --split dev). A run trained with ``scr.relation_aware`` is the ``scr+rel`` variant
+(records and tables name it so).
 """
 
 from __future__ import annotations
@@ -53,7 +56,10 @@ class ScrMethod:
             raise StemError(f"{self.folder} was trained on a KG with {self.spec.num_relations} relations, this one has "
                             f"{index.num_relations}\n  how to fix: use a run trained on this dataset")
         # The hub sample must be the one the model was trained with.
-        self.neighbours = build_neighbour_table(index, self.spec.neighbours, self.info["seed"])
+        self.neighbours = build_neighbour_table(index, self.spec.neighbours, self.info["seed"],
+                                                per_edge=self.spec.relation_aware)
+        if self.spec.relation_aware:  # a clearly labelled variant: its own name in records and tables
+            self.name = "scr+rel"
         entity_text = np.asarray(context.embeddings.entities.array, np.float32)
         relation_text = jnp.asarray(np.asarray(context.embeddings.relations.array, np.float32))
         self.model = ScrModel(self.spec)
@@ -67,6 +73,7 @@ class ScrMethod:
         self.beam, self.threshold = config.beam, config.threshold
         self.max_steps = min(config.max_steps, self.spec.max_steps)
         self.min_hops = config.min_hops
+        self.answer_cut = config.answer_cut
         self.batch = max(1, config.batch_questions)
 
     def fingerprint(self) -> dict[str, Any]:
@@ -74,7 +81,7 @@ class ScrMethod:
         return {"method": self.name, "checkpoint": str(self.folder), "step": self.info["step"],
                 "params_sha": self.info["params_sha"], "spec": self.spec.as_dict(),
                 "search": {"beam": config.beam, "threshold": config.threshold, "max_steps": self.max_steps,
-                           "min_hops": config.min_hops},
+                           "min_hops": config.min_hops, "answer_cut": config.answer_cut},
                 "exclude_topic": self.context.config.engine.exclude_topic}
 
     def prepare(self, questions: Sequence[Question], *, show_progress: bool = False) -> dict[str, Any]:
@@ -121,6 +128,8 @@ class ScrMethod:
         answers = aggregate_answers(hypotheses)
         if self.context.config.engine.exclude_topic:
             answers = [(e, p) for e, p in answers if e != topic]
+        if answers and self.answer_cut > 0:
+            answers = [(e, p) for e, p in answers if p >= self.answer_cut * answers[0][1]]
         evidence = sorted({t for h in hypotheses for t in h.triples})
         return Retrieval(question.qid, answers, evidence=evidence, chains=[self._chain(h) for h in hypotheses],
                          stage_ms={"search": ms},

@@ -47,6 +47,7 @@ class ScrSpec:
     max_steps: int
     tau: float
     neighbours: int
+    relation_aware: bool = False  # scr+rel: a candidate's feature adds the relation that links it (not the paper)
 
     @property
     def context_length(self) -> int:
@@ -121,6 +122,23 @@ class QuestionHead(nn.Module):
         return out.reshape(*batch, self.dim)
 
 
+class CandidateRelation(nn.Module):
+    """scr+rel only: a learned projection of the linking relation's text plus its direction, added to a
+    candidate's GNN feature; slot 0 (relation -1, the stop option) gets a learned stop vector instead."""
+
+    dim: int
+
+    @nn.compact
+    def __call__(self, relation_text: jax.Array, cand_relations: jax.Array) -> jax.Array:
+        num_relations = relation_text.shape[0]
+        projected = nn.Dense(self.dim, name="project")(relation_text.astype(jnp.float32))  # [R, d]
+        direction = self.param("direction", nn.initializers.normal(0.02), (2, self.dim))
+        stop = self.param("stop", nn.initializers.normal(0.02), (self.dim,))
+        rel = jnp.maximum(cand_relations, 0)
+        term = projected[rel % num_relations] + direction[(rel >= num_relations).astype(jnp.int32)]
+        return jnp.where((cand_relations >= 0)[..., None], term, stop)
+
+
 class ScrModel(nn.Module):
     """Both parts; :meth:`entities` runs the GNN, :meth:`questions` the head (see the module docstring)."""
 
@@ -129,6 +147,8 @@ class ScrModel(nn.Module):
     def setup(self) -> None:
         self.gnn = RelationalGAT(self.spec.layers, self.spec.dim)
         self.head = QuestionHead(self.spec.dim, self.spec.head_layers)
+        if self.spec.relation_aware:
+            self.relation_term = CandidateRelation(self.spec.dim)
 
     def entities(self, graph: jraph.GraphsTuple, relation_text: jax.Array) -> jax.Array:
         return self.gnn(graph, relation_text)
@@ -136,9 +156,20 @@ class ScrModel(nn.Module):
     def questions(self, segments: jax.Array, seg_type: jax.Array, mask: jax.Array) -> jax.Array:
         return self.head(segments, seg_type, mask)
 
+    def candidates(self, features: jax.Array, relation_text: jax.Array, cand_entities: jax.Array,
+                   cand_relations: jax.Array) -> jax.Array:
+        """Candidate features [..., C, d]: the GNN feature h_e (the paper, eq. 7); with ``relation_aware``
+        (scr+rel) plus :class:`CandidateRelation`'s term for the linking relation."""
+        h = features[jnp.maximum(cand_entities, 0)]
+        if not self.spec.relation_aware:
+            return h
+        return h + self.relation_term(relation_text, cand_relations)
+
     def __call__(self, graph: jraph.GraphsTuple, relation_text: jax.Array, segments: jax.Array,
                  seg_type: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
-        return self.entities(graph, relation_text), self.questions(segments, seg_type, mask)
+        features = self.entities(graph, relation_text)
+        zeros = jnp.zeros((1, 1), jnp.int32)
+        return self.candidates(features, relation_text, zeros, zeros), self.questions(segments, seg_type, mask)
 
 
 def context_segments(question: jax.Array, entity_text: jax.Array, relation_text: jax.Array, path_entities: jax.Array,

@@ -90,7 +90,8 @@ class SearchTables:
 
 def candidate_log_probs(model: ScrModel, params: Any, tables: SearchTables, question: jax.Array,
                         path_entities: jax.Array, path_relations: jax.Array, length: jax.Array,
-                        cand_entities: jax.Array, cand_valid: jax.Array, min_hops: int = 0) -> jax.Array:
+                        cand_entities: jax.Array, cand_relations: jax.Array, cand_valid: jax.Array,
+                        min_hops: int = 0) -> jax.Array:
     """log P(e | q_i, e_i) over each beam's candidates (eq. 7 as a softmax of eq. 11's scores), -inf off-list.
 
     Shapes: question [..., text] broadcast against beams [..., K]; candidates [..., K, C]. With ``min_hops``
@@ -98,7 +99,9 @@ def candidate_log_probs(model: ScrModel, params: Any, tables: SearchTables, ques
     segments, seg_type, mask = context_segments(question, tables.entity_text, tables.relation_text,
                                                 path_entities, path_relations, length)
     h_q = model.apply(params, segments, seg_type, mask, method=ScrModel.questions)
-    logits = cosine_logits(h_q, tables.features[jnp.maximum(cand_entities, 0)], model.spec.tau)
+    h_e = model.apply(params, tables.features, tables.relation_text, cand_entities, cand_relations,
+                      method=ScrModel.candidates)
+    logits = cosine_logits(h_q, h_e, model.spec.tau)
     visited = (cand_entities[..., :, None] == path_entities[..., None, :]).any(-1)
     visited = visited.at[..., 0].set(False)  # staying put is the stop option, not a revisit
     allowed = cand_valid & ~visited
@@ -115,7 +118,8 @@ def search_step(model: ScrModel, params: Any, tables: SearchTables, question: ja
     """One reasoning step for a batch (see the module docstring); returns the new state."""
     questions = jnp.broadcast_to(question[:, None, :], (*state["length"].shape, question.shape[-1]))
     cand_logp = candidate_log_probs(model, params, tables, questions, state["path_entities"],
-                                    state["path_relations"], state["length"], cand_entities, cand_valid, min_hops)
+                                    state["path_relations"], state["length"], cand_entities, cand_relations,
+                                    cand_valid, min_hops)
     parent, choice, logp = select_beams(state["logp"], state["done"], cand_logp, beam)
     logp = jnp.where(logp >= log_threshold, logp, -jnp.inf)
     take = lambda a: jnp.take_along_axis(a, parent.reshape(*parent.shape, *(1,) * (a.ndim - 2)), axis=1)  # noqa: E731
@@ -210,7 +214,7 @@ def aggregate_answers(hypotheses: list[Hypothesis]) -> list[tuple[int, float]]:
 
 
 # The reference scores one beam's list at a time; jit only saves op-by-op dispatch.
-_reference_log_probs = jax.jit(candidate_log_probs, static_argnums=(0, 9))
+_reference_log_probs = jax.jit(candidate_log_probs, static_argnums=(0, 10))
 
 
 def beam_search_reference(model: ScrModel, params: Any, tables: SearchTables, neighbours: NeighbourTable,
@@ -234,13 +238,15 @@ def beam_search_reference(model: ScrModel, params: Any, tables: SearchTables, ne
             width = neighbours.width(np.asarray([h.entities[-1]]))  # padded only to share one compile
             padded = np.full(width, -1, np.int32)
             padded[: cand_e.size] = cand_e
+            padded_r = np.full(width, -1, np.int32)
+            padded_r[: cand_r.size] = cand_r
             path_e = np.full(max_steps + 1, -1, np.int32)
             path_e[: len(h.entities)] = h.entities
             path_r = np.full(max_steps, -1, np.int32)
             path_r[: len(h.relations)] = h.relations
             logp = np.asarray(_reference_log_probs(model, params, tables, q, jnp.asarray(path_e), jnp.asarray(path_r),
                                                    jnp.asarray(len(h.relations)), jnp.asarray(padded),
-                                                   jnp.asarray(padded >= 0), min_hops))[: cand_e.size]
+                                                   jnp.asarray(padded_r), jnp.asarray(padded >= 0), min_hops))[: cand_e.size]
             for c in range(cand_e.size):
                 value = np.log(h.prob) + float(logp[c])
                 if not np.isfinite(value):

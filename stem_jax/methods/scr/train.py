@@ -35,10 +35,10 @@ from stem_jax.data.types import Question
 from stem_jax.errors import StemError
 from stem_jax.jraph_compat import jraph
 from stem_jax.kg.index import KGIndex
-from stem_jax.methods.scr.graph import NeighbourTable, build_neighbour_table, next_power_of_two
+from stem_jax.methods.scr.graph import NeighbourTable, build_neighbour_table
 from stem_jax.methods.scr.model import ScrModel, ScrSpec
 from stem_jax.methods.scr.search import SearchTables, candidate_log_probs
-from stem_jax.methods.scr.supervision import GoldSteps, StepItems, gold_steps, step_items
+from stem_jax.methods.scr.supervision import GoldSteps, StepItems, gold_steps, step_items, walkable
 
 SPEC_FILE = "scr.json"
 CHECKPOINTS = "checkpoints"
@@ -48,7 +48,7 @@ VAL_SEED_OFFSET = 10**9
 def spec_from_config(config: ScrConfig, text_dim: int, num_relations: int) -> ScrSpec:
     return ScrSpec(layers=config.layers, dim=config.dim, head_layers=config.head_layers, text_dim=text_dim,
                    num_relations=num_relations, max_steps=config.max_steps, tau=config.tau,
-                   neighbours=config.neighbours)
+                   neighbours=config.neighbours, relation_aware=config.relation_aware)
 
 
 def kg_graph(neighbours: NeighbourTable, entity_text: np.ndarray) -> jraph.GraphsTuple:
@@ -85,7 +85,8 @@ def step_loss(model: ScrModel, params: Any, graph: jraph.GraphsTuple, entity_tex
     features = model.apply(params, graph, relation_text, method=ScrModel.entities)
     tables = SearchTables(features, entity_text, relation_text)
     logp = candidate_log_probs(model, params, tables, questions[items["question"]], items["path_entities"],
-                               items["path_relations"], items["length"], items["cand_entities"], items["cand_valid"])
+                               items["path_relations"], items["length"], items["cand_entities"],
+                               items["cand_relations"], items["cand_valid"])
     positive = items["positive"] & jnp.isfinite(logp)
     valid = items["valid"] & positive.any(-1)
     per_item = -jax.nn.logsumexp(jnp.where(positive, logp, -jnp.inf), axis=-1)
@@ -142,13 +143,13 @@ def question_vectors(encoder: Any, questions: Sequence[Question], cache: Path | 
 def prepare_data(train_questions: Sequence[Question], val_questions: Sequence[Question], index: KGIndex,
                  embeddings: Any, encoder: Any, config: ScrConfig, *, seed: int = 0,
                  cache: Path | None = None) -> TrainData:
-    neighbours = build_neighbour_table(index, config.neighbours, seed)
+    neighbours = build_neighbour_table(index, config.neighbours, seed, per_edge=config.relation_aware)
     entity_text = np.asarray(embeddings.entities.array, np.float32)
     relation_text = np.asarray(embeddings.relations.array, np.float32)
     questions = list(train_questions) + list(val_questions)
     vectors = question_vectors(encoder, questions, cache)
     skipped: Counter = Counter()
-    golds = gold_steps(questions, index, skipped)
+    golds = walkable(gold_steps(questions, index, skipped), neighbours, max_steps=config.max_steps, skipped=skipped)
     n_train = len(train_questions)
     train = [g for g in golds if g.question < n_train]
     val = [g for g in golds if g.question >= n_train]
@@ -157,29 +158,32 @@ def prepare_data(train_questions: Sequence[Question], val_questions: Sequence[Qu
                         "  how to fix: train on MetaQA (or the demo dataset), whose questions carry gold paths")
     fingerprint = {"train_questions": len(train_questions), "val_questions": len(val_questions),
                    "usable_train": len(train), "usable_val": len(val), "entities": index.num_entities,
-                   "triples": index.num_triples, "capped_entities": neighbours.capped}
+                   "triples": index.num_triples, "capped_entities": neighbours.capped,
+                   "gnn_edges": int(neighbours.edge_entity.size), "candidate_entries": int(neighbours.entity.size),
+                   "skipped": dict(skipped)}
     return TrainData(neighbours, kg_graph(neighbours, entity_text), jnp.asarray(entity_text),
                      jnp.asarray(relation_text), jnp.asarray(vectors), train, val, skipped, fingerprint)
 
 
-def batch_items(data: TrainData, config: ScrConfig, step: int, seed: int) -> StepItems:
+def batch_items(data: TrainData, config: ScrConfig, step: int, seed: int, skipped: Counter | None = None
+                ) -> StepItems:
     """The items of optimiser step ``step``: a pure function of (seed, step)."""
     rng = np.random.default_rng([seed, step])
     size = min(config.train_batch, len(data.train))
     picks = rng.choice(len(data.train), size=size, replace=False)
     # One candidate width for every batch: one compile of the gradient.
     return step_items([data.train[i] for i in picks], data.neighbours, rng, max_steps=config.max_steps,
-                      rows=config.train_batch * config.max_steps, width=next_power_of_two(config.neighbours + 1),
-                      skipped=Counter())
+                      rows=config.train_batch * config.max_steps, width=data.neighbours.max_width,
+                      skipped=skipped)
 
 
-def validation_items(data: TrainData, config: ScrConfig, seed: int, limit: int = 256) -> StepItems | None:
+def validation_items(data: TrainData, config: ScrConfig, seed: int, limit: int = 512) -> StepItems | None:
     if not data.val:
         return None
     rng = np.random.default_rng([seed, VAL_SEED_OFFSET])
     golds = data.val[:limit]
     return step_items(golds, data.neighbours, rng, max_steps=config.max_steps, rows=len(golds) * config.max_steps,
-                      width=next_power_of_two(config.neighbours + 1))
+                      width=data.neighbours.max_width)
 
 
 def _device(items: StepItems) -> dict[str, jax.Array]:
@@ -240,7 +244,8 @@ def _plot(history: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-SEARCH_ONLY = ("beam", "threshold", "min_hops", "batch_questions")
+SEARCH_ONLY = ("beam", "threshold", "min_hops", "batch_questions", "answer_cut", "patience")
+BEST = "best"
 
 
 def _training_fields(config: dict[str, Any]) -> dict[str, Any]:
@@ -248,9 +253,21 @@ def _training_fields(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k not in SEARCH_ONLY}
 
 
+def _better(record: dict[str, Any], best: dict[str, Any] | None) -> bool:
+    """Early-stopping order: higher validation step accuracy, then lower validation loss."""
+    if best is None:
+        return True
+    return (record["val_accuracy"], -record["val_loss"]) > (best["val_accuracy"], -best["val_loss"])
+
+
 def train_scr(data: TrainData, config: ScrConfig, out_dir: Path, *, seed: int = 0, stop_at: int | None = None,
               log: Callable[[str], None] = print, plot: bool = True) -> dict[str, Any]:
-    """Train (or resume) into ``out_dir``; ``stop_at`` ends after that many total steps (tests, budgets)."""
+    """Train (or resume) into ``out_dir``; ``stop_at`` ends after that many total steps (tests, budgets).
+
+    Every ``eval_every`` steps: validation loss and step accuracy, a checkpoint, a progress line (steps/s
+    and the time left at that pace). The best validation so far is also kept under ``best/``, which
+    :func:`load_run` restores; with ``patience`` > 0 training ends after that many validations without a
+    better one (early stopping; the stop is recorded and a resume does not train further)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     spec = spec_from_config(config, int(data.entity_text.shape[1]), int(data.relation_text.shape[0]))
@@ -268,20 +285,29 @@ def train_scr(data: TrainData, config: ScrConfig, out_dir: Path, *, seed: int = 
     params = init_params(spec, jax.random.key(seed))
     opt_state = trainer.optimizer.init(params)
     store = CheckpointStore(out_dir / CHECKPOINTS)
+    best_store = CheckpointStore(out_dir / BEST, keep=1)
     history: list[dict[str, Any]] = []
     seconds = 0.0
     start_step = 0
+    best: dict[str, Any] | None = None
+    stale, stopped_early = 0, None
+    walk_failures: Counter = Counter()
     latest = store.latest_step()
     if latest is not None:
         params, opt_state, meta = store.restore(latest, params, opt_state)
         history, seconds, start_step = meta["history"], meta["seconds"], latest
-        log(f"resuming {out_dir} from step {latest}")
+        best, stale, stopped_early = meta.get("best"), int(meta.get("stale", 0)), meta.get("stopped_early")
+        walk_failures.update(meta.get("walk_failures", {}))
+        log(f"resuming {out_dir} from step {latest} ({seconds:.0f}s so far)")
     val = validation_items(data, config, seed)
     val_device = _device(val) if val is not None else None
     last = min(config.steps, stop_at) if stop_at is not None else config.steps
+    if stopped_early is not None:
+        log(f"{out_dir} stopped early at step {stopped_early} (patience {config.patience}); nothing to train")
+        last = start_step
     began = time.perf_counter()
     for step in range(start_step, last):
-        items = batch_items(data, config, step, seed)
+        items = batch_items(data, config, step, seed, walk_failures)
         (loss, aux), grads = trainer.grad(params, data.graph, data.entity_text, data.relation_text, data.questions,
                                           _device(items))
         params, opt_state = trainer.update(params, opt_state, grads)
@@ -292,23 +318,45 @@ def train_scr(data: TrainData, config: ScrConfig, out_dir: Path, *, seed: int = 
                                                      data.questions, val_device)
                 record.update(val_loss=float(val_loss), val_accuracy=float(val_aux["accuracy"]),
                               val_stop_accuracy=float(val_aux["stop_accuracy"]))
-            elapsed = seconds + time.perf_counter() - began
+            now = time.perf_counter() - began
+            elapsed = seconds + now
+            pace = (step + 1 - start_step) / max(now, 1e-9)
+            history.append(record)
+            improved = "val_loss" in record and _better(record, best)
+            if improved:
+                best, stale = dict(record), 0
+                best_store.save(step + 1, params, opt_state, {"best": best})
+            elif "val_loss" in record:
+                stale += 1
+            if config.patience and stale >= config.patience:
+                stopped_early = step + 1
             log(f"step {step + 1}/{config.steps}: loss {record['loss']:.3f}, accuracy {record['accuracy']:.3f}"
                 + (f", val loss {record['val_loss']:.3f}, val accuracy {record['val_accuracy']:.3f} "
-                   f"(stop {record['val_stop_accuracy']:.3f})" if "val_loss" in record else "")
-                + f" [{elapsed:.0f}s]")
-            history.append(record)
-            store.save(step + 1, params, opt_state, {"history": history, "seconds": elapsed})
+                   f"(stop {record['val_stop_accuracy']:.3f}){' *' if improved else ''}" if "val_loss" in record else "")
+                + f" [{elapsed:.0f}s, {pace:.2f} steps/s, ~{(last - step - 1) / max(pace, 1e-9):.0f}s left]")
+            store.save(step + 1, params, opt_state, {"history": history, "seconds": elapsed, "best": best,
+                                                     "stale": stale, "stopped_early": stopped_early,
+                                                     "walk_failures": dict(walk_failures)})
+            if stopped_early is not None:
+                log(f"early stop at step {stopped_early}: {stale} validations without a better one; best step "
+                    f"{best['step'] if best else None}")
+                last = step + 1
+                break
         else:
             history.append(record)
     seconds += time.perf_counter() - began
     store.close()
+    best_store.close()
     (out_dir / "history.json").write_text(json.dumps(history))
     if plot and history:
         _plot(history, out_dir / "curves.png")
+    skipped = dict(data.skipped)
+    if walk_failures:
+        skipped.update({f"training walks: {k}": v for k, v in walk_failures.items()})
     summary = {"steps": last, "seconds": round(seconds, 1), "params_sha": params_fingerprint(params),
-               "final": history[-1] if history else None, "spec": spec.as_dict(), "data": data.fingerprint,
-               "skipped": dict(data.skipped)}
+               "final": history[-1] if history else None, "best": best, "stopped_early": stopped_early,
+               "spec": spec.as_dict(), "data": data.fingerprint, "usable_train": len(data.train),
+               "usable_val": len(data.val), "skipped": skipped}
     (out_dir / "train-summary.json").write_text(json.dumps(summary, indent=2))
     return {"params": params, **summary}  # summary["spec"] is the spec as a dict
 
@@ -329,11 +377,14 @@ def load_run(folder: Path) -> tuple[ScrSpec, Any, dict[str, Any]]:
                         "  how to fix: train one with `stem-jax train-scr --dataset metaqa --out runs/scr-metaqa`")
     saved = json.loads(spec_path.read_text())
     spec = ScrSpec(**saved["spec"])
-    with CheckpointStore(folder / CHECKPOINTS) as store:
+    best = folder / BEST
+    use_best = best.is_dir() and any(best.iterdir())
+    with CheckpointStore(best if use_best else folder / CHECKPOINTS, keep=1 if use_best else 2) as store:
         step = store.latest_step()
         if step is None:
             raise StemError(f"{folder} has no checkpoint yet\n  how to fix: let `stem-jax train-scr` run to its "
                             "first checkpoint (every --scr.eval_every steps)")
         params = store.restore_params(step, _abstract(spec))
-    return spec, params, {"step": step, "params_sha": params_fingerprint(params), "folder": str(folder),
+    return spec, params, {"step": step, "best": use_best, "params_sha": params_fingerprint(params),
+                          "folder": str(folder),
                           "config": saved.get("config"), "seed": int(saved.get("seed", 0))}
