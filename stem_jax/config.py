@@ -140,6 +140,7 @@ class SafeConfig:
     injective: bool = False  # True: a KG entity matches at most one query node (isomorphism, not the paper's Def. 1)
     answer_margin: float = 0.2  # keep answers within this distance of the best (MetaQA dev plateau 0-0.2); < 0: all
     use_adj: bool = True  # False: match the pseudo query graph as written (the paper's "w/o ADJ" ablation)
+    relation_phrases: bool = False  # True: planner templates rendered with relation phrases, not KG ids (ADJ aligns them)
 
 
 @dataclasses.dataclass(frozen=True)

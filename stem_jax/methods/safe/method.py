@@ -44,6 +44,7 @@ from stem_jax.methods.safe.adj import (
 )
 from stem_jax.methods.safe.apsp import floyd_warshall, schema_adjacency
 from stem_jax.methods.safe.matching import MatchIndex, QueryEdge, QueryGraph, QueryNode, rank_matches, to_cost
+from stem_jax.methods.safe.phrases import render
 from stem_jax.methods.safe.schema import KGSchema, derive_schema
 from stem_jax.plan.schema import SchemaGraph, is_placeholder
 
@@ -88,10 +89,32 @@ def smallest(row: np.ndarray, k: int) -> np.ndarray:
 
 
 def pseudo_from_schema(schema: SchemaGraph) -> tuple[tuple[str, ...], tuple[tuple[int, str, int], ...], int]:
+    """(node names, edges as (head, relation, tail) positions, answer position) of a planned schema graph.
+
+    The answer position is checked against the plan's answer slot: it must name the plan's answer node, a
+    placeholder (a variable), never a named entity (:class:`ValueError` otherwise)."""
     nodes = tuple(schema.nodes())
     position = {n: i for i, n in enumerate(nodes)}
     edges = tuple((position[t.head], t.relation, position[t.tail]) for t in schema.triples)
-    return nodes, edges, position[schema.answer]
+    answer = position[schema.answer]
+    if nodes[answer] != schema.answer or not is_placeholder(nodes[answer]):
+        raise ValueError(f"the answer node {schema.answer!r} of {schema.describe()} is not a variable slot")
+    return nodes, edges, answer
+
+
+def check_answer_slot(aligned: AlignedGraph, pseudo: PseudoGraph) -> str | None:
+    """Why ``aligned``'s answer node is not the pseudo graph's answer slot (None: it is).
+
+    ADJ may split a variable and bridge the copies; the answer must stay on the plan's answer node (same
+    name, a variable), and a split answer is reported so a misplaced answer can be counted."""
+    node = aligned.nodes[aligned.answer]
+    if node.name != pseudo.nodes[pseudo.answer]:
+        return "answer node moved"
+    if node.entity:
+        return "answer node is an entity"
+    if any(n.name.startswith(node.name + "~") for n in aligned.nodes):
+        return "answer node split by a bridge"
+    return None
 
 
 class SafeMethod:
@@ -101,6 +124,8 @@ class SafeMethod:
         began = time.perf_counter()
         self.context = context
         self.config: SafeConfig = getattr(context.config, "safe", SafeConfig())
+        self.label = "safe" + ("+phrases" if self.config.relation_phrases else "") + (
+            "" if self.config.use_adj else "/noadj")
         index = context.index
         self.index = index
         cfg = self.config
@@ -126,8 +151,10 @@ class SafeMethod:
         self.text_vectors = np.zeros((0, self.type_vectors.shape[1]), np.float32)
         self.prepared_ms: dict[str, float] = {}
         self.stats: Counter = Counter()
+        self.answer_problems: list[list[str]] = []
         self.stage_seconds: dict[str, float] = defaultdict(float)
         self.planner_fn = context.options.get("planner_fn")
+        self.phrase_source: dict[str, str] = {}  # relation phrase -> the KG relation its template named
 
     def _relations_by_entity(self, column: int) -> tuple[np.ndarray, np.ndarray]:
         triples = self.index.triples
@@ -146,7 +173,7 @@ class SafeMethod:
     # ----- interface ------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
         config = self.context.config
-        return {"method": self.name, "safe": as_dict(self.config), "planner": as_dict(config.planner),
+        return {"method": self.label, "safe": as_dict(self.config), "planner": as_dict(config.planner),
                 "encoder": getattr(self.context.encoder, "name", None)}
 
     def offline_info(self) -> dict[str, Any]:
@@ -171,6 +198,11 @@ class SafeMethod:
     def typed_text(self, relation: str) -> str:
         """A pseudo edge as typed triple text: the node types come from the relation's signature."""
         rid = self.index.relation_ids.get(relation)
+        if rid is None and relation in self.phrase_source:  # a phrased template: its nodes keep the template's types
+            source = self.index.relation_ids.get(self.phrase_source[relation])
+            if source is not None:
+                names = self.schema.type_names
+                return f"{names[self.schema.domain[source]]} {relation} {names[self.schema.range_[source]]}"
         if rid is None:
             return f"entity {relation_text(relation)} entity"
         names = self.schema.type_names
@@ -186,7 +218,15 @@ class SafeMethod:
         for question in todo:
             graphs = []
             for schema in plan(question, self.index)[: max(1, self.config.beams)]:
-                nodes, edges, answer = pseudo_from_schema(schema)
+                if self.config.relation_phrases:  # SAFE's LLM writes words, not KG ids: ADJ must align them
+                    rendered = render(schema)
+                    schema = rendered.schema
+                    self.phrase_source.update(rendered.source)
+                try:
+                    nodes, edges, answer = pseudo_from_schema(schema)
+                except ValueError:
+                    self.stats["plan answer not a variable slot"] += 1
+                    continue
                 graphs.append((nodes, edges, answer))
                 texts.update(n for n in nodes if not is_placeholder(n))
                 texts.update(self.typed_text(r) for _, r, _ in edges)
@@ -298,7 +338,8 @@ class SafeMethod:
         allowed = np.concatenate(masks) if masks else np.zeros((0, len(self.schema.edges)), bool)
         ids, dists = candidate_schema_edges(vectors, self.edge_vectors, allowed, cfg.k_schema)
         out, cursor = [], 0
-        for p in pseudos:
+        self.answer_problems = [[] for _ in pseudos]
+        for pi, p in enumerate(pseudos):
             n = len(p.edges)
             cands = [[(int(a), float(d)) for a, d in zip(ids[cursor + i], dists[cursor + i], strict=True) if a >= 0]
                      for i in range(n)]
@@ -308,6 +349,10 @@ class SafeMethod:
             graphs, seen = [], set()
             for assignment, total in joined:
                 graph = instantiate(p, assignment, total, self.schema.edges, self.node_distance, cfg.delta)
+                problem = check_answer_slot(graph, p)
+                if problem is not None:
+                    self.stats[problem] += 1
+                    self.answer_problems[pi].append(problem)
                 shape = (graph.nodes, graph.edges)
                 if shape in seen:  # two assignments that instantiate alike (the type sets coincide): match once
                     self.stats["adj_duplicate"] += 1
@@ -337,6 +382,9 @@ class SafeMethod:
         began = time.perf_counter()
         aligned = self.align(pseudos)
         adj_seconds = time.perf_counter() - began
+        problems: list[list[str]] = [[] for _ in questions]
+        for owner, found in zip(owners, self.answer_problems, strict=True):
+            problems[owner].extend(found)
         per_question: list[list[tuple[QueryGraph, list]]] = [[] for _ in questions]
         match_seconds = [0.0] * len(questions)  # matching is per question: timed per question
         search_stats: dict[str, int] = {}
@@ -360,7 +408,10 @@ class SafeMethod:
             stage_ms = dict(self.prepared_ms)  # batched stages: the question's share of the chunk
             stage_ms.update({"value": 1000 * value_seconds / n, "adj": 1000 * adj_seconds / n,
                              "match": 1000 * match_seconds[i]})
-            results.append(self._result(question, per_question[i], stage_ms))
+            result = self._result(question, per_question[i], stage_ms)
+            if problems[i]:
+                result.info["answer_slot"] = problems[i]
+            results.append(result)
         return results
 
     def _result(self, question: Question, found: list[tuple[QueryGraph, list]], stage_ms: dict) -> Retrieval:
