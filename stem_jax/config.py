@@ -96,6 +96,10 @@ class EngineConfig:
     strategy: str = "breadth"  # "breadth": trace every plan as Breadth (MetaQA dev evidence); "planner": its own
     calibrated: bool = True  # use the encoder's dev-calibrated θ (stem_jax.methods.stem.settings) when one is stored
     guidance_admits: bool = False  # True (paper): τ counts in Breadth's θ test; False: θ tests T without τ
+    # Per-KG conventions (DESIGN stage 6); `stem-jax calibrate` stores the ones a KG's dev split prefers, and
+    # they apply where these and exclude_topic are left at their defaults (methods/stem/settings.py).
+    direction: str = "undirected"  # "directed": a schema triple matches KG triples of its own orientation only
+    used_triples: str = "run"  # a KG triple is used once per "run" (Algorithm 2), per "branch", or per "step"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,6 +248,8 @@ _CHOICES = {
     "engine.preset": ("default", "paper"),
     "engine.rank": ("beam", "max"),
     "engine.strategy": ("planner", "breadth"),
+    "engine.direction": ("undirected", "directed"),
+    "engine.used_triples": ("run", "branch", "step"),
     "planner.llm_prompts": ("compact", "full"),
     "planner.llm_server": ("auto", "vllm", "llama.cpp"),
 }

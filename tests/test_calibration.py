@@ -75,8 +75,50 @@ def test_calibrate_command_stores_theta_that_eval_then_uses(tmp_path: Path, caps
     assert main(["calibrate", *common, "--limit", "12", "--grid", "0.2", "0.9", "--json", str(tmp_path / "s.json")]) == 0
     stored = list((tmp_path / "cache").rglob("calibration.json"))
     assert len(stored) == 1
-    theta = json.loads(stored[0].read_text())["theta"]
-    assert theta in (0.2, 0.9) and len(json.loads((tmp_path / "s.json").read_text())["sweep"]) == 2
+    from stem_jax.methods.stem.calibration import CONVENTION_GRID
+
+    calibration = json.loads(stored[0].read_text())
+    theta = calibration["theta"]
+    # θ x conventions: 2 x (2 directions x 3 used-triple rules x topic exclusion on/off)
+    assert theta in (0.2, 0.9) and len(json.loads((tmp_path / "s.json").read_text())["sweep"]) == 2 * len(CONVENTION_GRID)
+    assert set(calibration["conventions"]) == {"direction", "used_triples", "exclude_topic"}
     assert main(["eval", *common, "--split", "test", "--limit", "3", "--out", str(tmp_path / "run")]) == 0
     records = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     assert {r["theta"] for r in records} == {theta}
+    effective = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    text = json.dumps(effective)
+    assert '"calibrated": true' in text and '"conventions_source"' in text
+
+
+def test_conventions_apply_per_field_and_say_where_they_came_from(tmp_path: Path):
+    """Stored conventions apply where the flag is left at its default; without a calibration every value is
+    the config's and the run says so (calibrated: false, theta_source: config)."""
+    import json
+
+    from stem_jax.config import EngineConfig, StemConfig, TracerConfig
+    from stem_jax.methods.stem.settings import effective_settings
+
+    class Embeddings:
+        class triples:  # noqa: N801
+            path = tmp_path / "kg-x" / "enc" / "triples"
+
+    missing = effective_settings(StemConfig(), Embeddings).as_dict()
+    assert missing["calibrated"] is False and missing["theta_source"] == "config"
+    assert set(missing["conventions_source"].values()) == {"config"}
+    folder = tmp_path / "kg-x" / "enc"
+    folder.mkdir(parents=True)
+    (folder / "calibration.json").write_text(json.dumps({
+        "theta": 0.7, "engine": {"relation_bonus": True, "strategy": "breadth"},
+        "conventions": {"direction": "directed", "used_triples": "step", "exclude_topic": False}}))
+    settings = effective_settings(StemConfig(), Embeddings)
+    assert (settings.theta, settings.engine.direction, settings.engine.used_triples, settings.engine.exclude_topic) == (
+        0.7, "directed", "step", False)
+    assert settings.as_dict()["calibrated"] is True
+    explicit = StemConfig(engine=EngineConfig(used_triples="branch"), tracer=TracerConfig(theta=0.5))
+    mixed = effective_settings(explicit, Embeddings)
+    assert (mixed.theta, mixed.theta_source, mixed.engine.used_triples, mixed.engine.direction) == (
+        0.5, "config", "branch", "directed")
+    assert mixed.as_dict()["conventions_source"] == {"direction": "calibration", "used_triples": "config",
+                                                      "exclude_topic": "calibration"}
+    paper = effective_settings(StemConfig(engine=EngineConfig(preset="paper")), Embeddings)
+    assert (paper.engine.direction, paper.engine.used_triples, paper.calibrated) == ("undirected", "run", False)

@@ -1,9 +1,11 @@
-"""``stem-jax calibrate``: choose θ for the configured encoder and engine on a dev split.
+"""``stem-jax calibrate``: choose θ and the KG's conventions for the configured encoder and engine on a dev split.
 
-Traces a dev sample once per θ of a grid through STEM's own pipeline
-(:func:`stem_jax.methods.stem.calibration.sweep_theta`), keeps the θ with the best mean F1 over hops
-and stores it as ``calibration.json`` beside the KG embeddings, where every later run with matching
-engine settings picks it up (``--engine.calibrated=false`` ignores it).
+Traces a dev sample once per θ of a grid and per traced convention (direction, used-triple rule)
+through STEM's own pipeline (:func:`stem_jax.methods.stem.calibration.sweep_theta`), scores topic
+exclusion on and off from the same traces, keeps the best mean F1 over hops and stores θ and the
+conventions as ``calibration.json`` beside the KG embeddings, where every later run with matching
+engine settings picks them up (``--engine.calibrated=false`` ignores them). Works for any dataset,
+``--dataset files --data-dir FOLDER`` included (its ``dev.jsonl``).
 """
 
 from __future__ import annotations
@@ -16,16 +18,25 @@ from pathlib import Path
 from stem_jax.cli.args import config_from_args
 from stem_jax.cli.report import markdown_table, run_metadata
 from stem_jax.errors import StemError
-from stem_jax.methods.stem.calibration import DEFAULT_GRID, choose_theta, save_calibration, sweep_theta
+from stem_jax.methods.stem.calibration import (
+    CONVENTION_GRID,
+    DEFAULT_GRID,
+    choose,
+    save_calibration,
+    sweep_theta,
+)
 
 
 def add_calibrate_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags, add_planner_flags) -> None:
     p = sub.add_parser(
-        "calibrate", help="choose the Breadth threshold θ on a dev split and store it beside the embeddings",
-        description="Trace --split (default dev; test is refused) once per θ of --grid with the configured engine, "
-        "score each θ (mean F1 over hops, ties: Hit, then the θ nearest the paper's 0.6) and write calibration.json "
-        "beside the KG's embeddings. Later runs use it when their relation bonus and strategy match and "
-        "--tracer.theta is left at its default.")
+        "calibrate", help="choose θ and the KG's conventions on a dev split and store them beside the embeddings",
+        description="Trace --split (default dev; test is refused) once per θ of --grid and per convention "
+        "(engine.direction undirected|directed, engine.used_triples run|branch|step; engine.exclude_topic on|off "
+        "is scored from the same traces), score each (mean F1 over hops, ties: Hit, then the engine's default "
+        "conventions, then the θ nearest the paper's 0.6) and write calibration.json beside the KG's embeddings. "
+        "Later runs use them when their relation bonus and strategy match: θ when --tracer.theta is left at its "
+        "default, each convention when its flag is. --keep-conventions sweeps θ only, under the configured "
+        "conventions.")
     add_dataset_flags(p, default="metaqa")
     p.set_defaults(split="dev", limit=150)
     add_cache_flags(p)
@@ -34,6 +45,8 @@ def add_calibrate_parser(sub, add_dataset_flags, add_cache_flags, add_config_fla
     p.add_argument("--grid", type=float, nargs="+", default=list(DEFAULT_GRID), help="θ values to try")
     p.add_argument("--json", type=Path, default=None, help="also write the sweep here")
     p.add_argument("--no-save", action="store_true", help="print the sweep, do not store the calibration")
+    p.add_argument("--keep-conventions", action="store_true",
+                   help="sweep θ only, under the configured direction, used-triple rule and topic exclusion")
     p.set_defaults(func=cmd_calibrate)
 
 
@@ -53,9 +66,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not questions:
         raise StemError("no questions to calibrate on: the selection is empty\n  how to fix: check --split and --hops")
     plan, _ = method.planner_for(questions)
-    rows = sweep_theta(method.pipeline, questions, plan, args.grid)
-    table = markdown_table(["θ", "mean F1", "mean Hit"] + [f"{h} F1" for h in rows[0]["hops"]],
-                           [[r["theta"], round(100 * r["mean_f1"], 2), round(100 * r["mean_hit"], 2)]
+    conventions = None if args.keep_conventions else CONVENTION_GRID
+    rows = sweep_theta(method.pipeline, questions, plan, args.grid, conventions=conventions)
+    conv = lambda r: [r["conventions"][k] for k in ("direction", "used_triples", "exclude_topic")] if conventions else []  # noqa: E731
+    table = markdown_table(["θ"] + (["direction", "used triples", "exclude topic"] if conventions else [])
+                           + ["mean F1", "mean Hit"] + [f"{h} F1" for h in rows[0]["hops"]],
+                           [[r["theta"]] + conv(r) + [round(100 * r["mean_f1"], 2), round(100 * r["mean_hit"], 2)]
                             + [round(100 * h["f1"], 2) for h in r["hops"].values()] for r in rows])
     print(f"\n{table}\n")
     if args.json:
@@ -63,10 +79,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps({"meta": run_metadata(), "command": "stem-jax " + " ".join(args.argv),
                                          "split": args.split, "limit": args.limit, "questions": len(questions),
                                          "sweep": rows}, indent=2) + "\n")
-    theta = choose_theta(rows)
+    best = choose(rows)
+    chosen = f"θ = {best['theta']}" + "".join(f", {k}={v}" for k, v in best.get("conventions", {}).items())
     if args.no_save:
-        print(f"best θ = {theta} (not stored)  [{time.perf_counter() - started:.1f}s]")
+        print(f"best {chosen} (not stored)  [{time.perf_counter() - started:.1f}s]")
         return 0
     path = save_calibration(engine.embeddings, method.pipeline, rows, split=args.split, questions=len(questions))
-    print(f"θ = {theta} written to {path}  [{time.perf_counter() - started:.1f}s]")
+    print(f"{chosen} written to {path}  [{time.perf_counter() - started:.1f}s]")
     return 0

@@ -34,10 +34,33 @@ def _subgraph_table(report: dict) -> str:
 
 
 def _gold_path_upper_bound(dataset: Dataset, index: KGIndex) -> dict | None:
-    """Follow each question's gold relation path: what a perfect planner and tracer could reach."""
-    from stem_jax.eval.bound import gold_path_bound
+    """Follow each question's gold relation path as the data writes it: what a perfect planner and tracer could reach."""
+    from stem_jax.eval.bound import data_bound
 
-    return gold_path_bound(dataset.questions, index, dataset.entity_names)
+    return data_bound(dataset.questions, index, dataset.entity_names, excludes_topic=dataset.excludes_topic)
+
+
+def _engine_conventions(args: argparse.Namespace, config, dataset: Dataset, index: KGIndex) -> tuple[dict, str]:
+    """The conventions an eval with these flags would trace with, and where they come from: the dev
+    calibration stored beside the KG's embeddings for the configured encoder, else the config."""
+    from stem_jax.config import default_cache_dir
+    from stem_jax.encoder import get_encoder
+    from stem_jax.kg.embeddings import cache_folder
+    from stem_jax.methods.stem.calibration import CALIBRATION_FILE, load_calibration_file
+    from stem_jax.methods.stem.settings import effective_settings
+
+    root = getattr(args, "cache_dir", None) or default_cache_dir()
+    folder = cache_folder(root, dataset.name, index, get_encoder(config.encoder))
+
+    class _Located:  # what effective_settings reads from an embedding cache: where its tables live
+        class triples:  # noqa: N801
+            path = folder / "triples"
+
+    settings = effective_settings(config, _Located)
+    source = ", ".join(f"{k}: {v}" for k, v in settings.as_dict()["conventions_source"].items())
+    found = load_calibration_file(folder / CALIBRATION_FILE)
+    where = found.get("path") if found and settings.calibrated else "config"
+    return settings.conventions(), f"{source} ({where})"
 
 
 def _upper_bound_table(summary: dict) -> str:
@@ -61,9 +84,18 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
                "skips": dict(dataset.skips.counts), "subgraphs": report}
     upper = _gold_path_upper_bound(dataset, index)
     if upper is not None:
-        print("\nGold-path upper bound (follow the gold relation path from the topic entity):\n")
+        rewrite = ", the topic dropped from every set as the data's answers never include it" if dataset.excludes_topic else ""
+        print(f"\nThe data's own bound (gold relation path walked as written from the topic entity{rewrite}):\n")
         print(_upper_bound_table(upper))
         payload["gold_path_upper_bound"] = upper
+        from stem_jax.eval.bound import engine_bound
+
+        conventions, source = _engine_conventions(args, config, dataset, index)
+        engine = engine_bound(dataset.questions, index, dataset.entity_names, **conventions)
+        print(f"\nBound under the engine's conventions ({', '.join(f'{k}={v}' for k, v in conventions.items())}; "
+              f"from {source}):\n")
+        print(_upper_bound_table(engine))
+        payload["engine_bound"] = {"conventions": conventions, "source": source, **engine}
     if args.out:
         paths = write_report(args.out, f"data-stats-{dataset.name}-{args.split}", payload, _subgraph_table(report))
         print(f"\nwrote {paths[0]} and {paths[1]}")

@@ -1,4 +1,4 @@
-"""Per-encoder calibration of the Breadth threshold θ on a dev split.
+"""Per-encoder calibration of the Breadth threshold θ, and of the KG's conventions, on a dev split.
 
 The paper's θ = 0.6 was chosen for Qwen3-Embedding; cosines of another encoder live on another
 scale (with MiniLM a placeholder schema triple scores about 0.3 against the right KG triple). The
@@ -7,6 +7,13 @@ sweep traces one dev sample for every θ of a grid through one
 no recompilation, planning and encoding done once) and answers it with the pipeline's own
 ``record``, scores each θ with the strict set metrics, and keeps the best mean F1 over hops (ties:
 Hit, then the θ closest to the paper's). ``stem-jax calibrate`` runs it.
+
+The KG's conventions are swept with θ (:data:`CONVENTION_GRID`): ``direction`` (undirected | directed
+matching) and ``used_triples`` (run | branch | step) change what is traced, so each pair is one
+more trace per θ (a copy of the pipeline with those engine fields, same device arrays and compiled
+shapes otherwise); ``exclude_topic`` only changes the answers, so both values are scored from the
+same trace. Ties keep the engine's defaults (undirected, once per run, topic excluded), then the θ
+closest to the paper's.
 
 The result is stored as ``calibration.json`` beside the KG embeddings of that encoder, with the
 engine settings it was measured under; the evaluator uses it when those settings match and the
@@ -27,12 +34,17 @@ from typing import Any
 import numpy as np
 
 from stem_jax.atomic import write_json_atomic
+from stem_jax.config import EngineConfig
 from stem_jax.data.types import Question
 from stem_jax.eval.metrics import strict_metrics
+from stem_jax.trace.types import DIRECTIONS, USED_RULES
 
 CALIBRATION_FILE = "calibration.json"
 DEFAULT_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 MATCHED_SETTINGS = ("relation_bonus", "strategy")  # engine fields the stored θ is only valid for
+TRACED_CONVENTIONS = ("direction", "used_triples")  # conventions that change the trace (exclude_topic: the answers)
+CONVENTION_GRID: tuple[dict[str, Any], ...] = tuple(
+    {"direction": d, "used_triples": u, "exclude_topic": x} for d in DIRECTIONS for u in USED_RULES for x in (True, False))
 
 
 def calibration_path(embeddings: Any) -> Path:
@@ -50,6 +62,8 @@ SHIPPED: dict[tuple[str, str], dict[str, Any]] = {
         "encoder": "all-MiniLM-L6-v2", "engine": {"relation_bonus": True, "strategy": "breadth"},
         "questions": 450, "split": "dev", "tau": 0.5, "theta": 0.8,
         "source": "experiments/results/calibration-metaqa-minilm-dev.json",
+        # MetaQA keeps the conventions it always ran with (its data excludes the topic; results unchanged)
+        "conventions": {"direction": "undirected", "used_triples": "run", "exclude_topic": True},
     },
 }
 
@@ -59,13 +73,20 @@ def load_calibration(embeddings: Any) -> dict[str, Any] | None:
         path = calibration_path(embeddings)
     except (AttributeError, TypeError):
         return None
+    return load_calibration_file(path)
+
+
+def load_calibration_file(path: Path) -> dict[str, Any] | None:
+    """The calibration at ``path`` (``<embedding cache>/calibration.json``), else the shipped one for
+    that cache folder, else None; ``"path"`` says which file (or ``"shipped"``)."""
     if not path.is_file():
         shipped = SHIPPED.get((path.parent.parent.name, path.parent.name))
-        return dict(shipped) if shipped else None
+        return {**shipped, "path": "shipped"} if shipped else None
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None  # a damaged file means "not calibrated", never a crash; recalibrate to fix
+    return {**data, "path": str(path)} if isinstance(data, dict) else None
 
 
 def applies(calibration: dict[str, Any] | None, engine: Any) -> bool:
@@ -76,37 +97,61 @@ def applies(calibration: dict[str, Any] | None, engine: Any) -> bool:
 
 
 def sweep_theta(pipeline: Any, questions: Sequence[Question], planner: Callable, grid: Sequence[float] = DEFAULT_GRID,
-                log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+                log: Callable[[str], None] = print, conventions: Sequence[dict[str, Any]] | None = None,
+                ) -> list[dict[str, Any]]:
     """Mean Hit/Hit@1/F1 per hop of ``questions`` for every θ of ``grid`` (one plan/encode, one trace per θ)
     through ``pipeline`` (a :class:`~stem_jax.methods.stem.pipeline.StemPipeline`): each θ is
-    ``pipeline.trace(runs, hyper)`` and ``pipeline.record(..., hyper=hyper)`` with the pipeline's λ and τ."""
+    ``pipeline.trace(runs, hyper)`` and ``pipeline.record(..., hyper=hyper)`` with the pipeline's λ and τ.
+
+    ``conventions``: engine conventions to sweep with θ (e.g. :data:`CONVENTION_GRID`); each row then
+    carries its ``"conventions"``. Traced conventions run on
+    :meth:`~stem_jax.methods.stem.pipeline.StemPipeline.with_conventions` copies of ``pipeline``."""
     runs, _ = pipeline.plan_all(questions, planner)
     texts = [t for rs in runs for r in rs for t in r.plan.step_texts()]
     if pipeline.text_emb is None or set(texts) - set(pipeline.text_rows):
         pipeline.embed_texts(texts, show_progress=False)
     flat = [r for rs in runs for r in rs]
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for conv in conventions or [{}]:
+        groups[tuple((k, conv[k]) for k in TRACED_CONVENTIONS if k in conv)].append(dict(conv))
     rows = []
-    for theta in grid:
-        began = time.perf_counter()
-        hyper = pipeline.hyper.replace(theta=theta)
-        outputs, _ = pipeline.trace(flat, hyper)
-        per_hop: dict[str, list[dict[str, float]]] = defaultdict(list)
-        cursor = 0
-        for question, rs in zip(questions, runs, strict=True):
-            record = pipeline.record(question, rs, outputs[cursor : cursor + len(rs)], hyper=hyper)
-            cursor += len(rs)
-            if question.answers:
-                per_hop[f"{question.hops}-hop"].append(strict_metrics(record["prediction"], record["ground_truth"]))
-        row = {"theta": float(theta), "seconds": time.perf_counter() - began, "hops": {}}
-        for hop, metrics in sorted(per_hop.items()):
-            row["hops"][hop] = {k: float(np.mean([m[k] for m in metrics])) for k in ("hit", "hit_at_1", "f1")}
-            row["hops"][hop]["n"] = len(metrics)
-        row["mean_f1"] = float(np.mean([h["f1"] for h in row["hops"].values()]))
-        row["mean_hit"] = float(np.mean([h["hit"] for h in row["hops"].values()]))
-        log(f"θ={theta:.2f}: mean F1 {100 * row['mean_f1']:.2f}, mean Hit {100 * row['mean_hit']:.2f} "
-            f"({row['seconds']:.0f}s)")
-        rows.append(row)
+    for traced, members in groups.items():
+        traced_pipeline = pipeline.with_conventions(**dict(traced)) if traced else pipeline
+        for theta in grid:
+            began = time.perf_counter()
+            hyper = pipeline.hyper.replace(theta=theta)
+            outputs, _ = traced_pipeline.trace(flat, hyper)
+            for conv in members:
+                answering = (traced_pipeline.with_conventions(exclude_topic=conv["exclude_topic"])
+                             if "exclude_topic" in conv else traced_pipeline)
+                row = _score(answering, questions, runs, outputs, hyper)
+                row.update({"theta": float(theta), "seconds": time.perf_counter() - began})
+                label = ""
+                if conv:
+                    row["conventions"] = {k: getattr(answering.engine, k) for k in ("direction", "used_triples",
+                                                                                     "exclude_topic")}
+                    label = " " + ", ".join(f"{k}={v}" for k, v in row["conventions"].items())
+                log(f"θ={theta:.2f}{label}: mean F1 {100 * row['mean_f1']:.2f}, mean Hit {100 * row['mean_hit']:.2f} "
+                    f"({row['seconds']:.0f}s)")
+                rows.append(row)
     return rows
+
+
+def _score(pipeline: Any, questions: Sequence[Question], runs: Sequence, outputs: Sequence, hyper: Any) -> dict[str, Any]:
+    per_hop: dict[str, list[dict[str, float]]] = defaultdict(list)
+    cursor = 0
+    for question, rs in zip(questions, runs, strict=True):
+        record = pipeline.record(question, rs, outputs[cursor : cursor + len(rs)], hyper=hyper)
+        cursor += len(rs)
+        if question.answers:
+            per_hop[f"{question.hops}-hop"].append(strict_metrics(record["prediction"], record["ground_truth"]))
+    row: dict[str, Any] = {"hops": {}}
+    for hop, metrics in sorted(per_hop.items()):
+        row["hops"][hop] = {k: float(np.mean([m[k] for m in metrics])) for k in ("hit", "hit_at_1", "f1")}
+        row["hops"][hop]["n"] = len(metrics)
+    row["mean_f1"] = float(np.mean([h["f1"] for h in row["hops"].values()])) if row["hops"] else 0.0
+    row["mean_hit"] = float(np.mean([h["hit"] for h in row["hops"].values()])) if row["hops"] else 0.0
+    return row
 
 
 def sweep_cut(records: Sequence[dict[str, Any]], grid: Sequence[float] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
@@ -133,16 +178,27 @@ def sweep_cut(records: Sequence[dict[str, Any]], grid: Sequence[float] = (0.0, 0
     return rows
 
 
+def _defaults_kept(row: dict[str, Any]) -> int:
+    defaults = EngineConfig()
+    return sum(v == getattr(defaults, k) for k, v in row.get("conventions", {}).items())
+
+
+def choose(rows: Sequence[dict[str, Any]], paper_theta: float = 0.6) -> dict[str, Any]:
+    """The best row: mean F1, then mean Hit, then the engine's default conventions, then θ nearest the paper's."""
+    return max(rows, key=lambda r: (round(r["mean_f1"], 4), round(r["mean_hit"], 4), _defaults_kept(r),
+                                    -abs(r["theta"] - paper_theta)))
+
+
 def choose_theta(rows: Sequence[dict[str, Any]], paper_theta: float = 0.6) -> float:
-    best = max(rows, key=lambda r: (round(r["mean_f1"], 4), round(r["mean_hit"], 4), -abs(r["theta"] - paper_theta)))
-    return float(best["theta"])
+    return float(choose(rows, paper_theta)["theta"])
 
 
 def save_calibration(embeddings: Any, pipeline: Any, rows: Sequence[dict[str, Any]], *, split: str,
                      questions: int) -> Path:
     engine = pipeline.engine
+    best = choose(rows)
     payload = {
-        "theta": choose_theta(rows),
+        "theta": float(best["theta"]),
         "encoder": getattr(embeddings.triples, "encoder_name", None),
         "split": split,
         "questions": questions,
@@ -151,6 +207,8 @@ def save_calibration(embeddings: Any, pipeline: Any, rows: Sequence[dict[str, An
         "tau": pipeline.config.tracer.tau,
         "sweep": list(rows),
     }
+    if "conventions" in best:
+        payload["conventions"] = dict(best["conventions"])
     path = calibration_path(embeddings)
     write_json_atomic(path, payload)
     return path

@@ -14,6 +14,7 @@ capacity ladder.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 import unicodedata
@@ -48,6 +49,7 @@ from stem_jax.trace.tracer import (
     TracerShapes,
     capacity_ladder,
 )
+from stem_jax.trace.types import prune_unreached
 
 STEP_BUCKETS = (1, 2, 4, 8, 16)
 OUTPUT_FIELDS = ("nodes", "scores", "via", "parents", "overflow")
@@ -151,6 +153,16 @@ class StemPipeline:
     def display(self, entity: str) -> str:
         return self.names.get(entity, entity)
 
+    def with_conventions(self, **changes: Any) -> StemPipeline:
+        """This pipeline (device arrays, compiled tracers, schema-text embeddings shared) with other KG
+        conventions (``direction``, ``used_triples``, ``exclude_topic``): a calibration sweep's point."""
+        other = copy.copy(self)
+        other.engine = dataclasses.replace(self.engine, **changes)
+        sources = {**self.settings.conventions_source, **dict.fromkeys(changes, "sweep")}
+        other.settings = dataclasses.replace(self.settings, engine=other.engine, conventions_source=sources)
+        other.capacity_runs = defaultdict(int)
+        return other
+
     def resolve(self, hyper: StemHyper | None) -> StemHyper:
         return self.hyper if hyper is None else hyper
 
@@ -161,6 +173,11 @@ class StemPipeline:
         ``planner`` returns schema graphs in beam order, either plain :class:`SchemaGraph` or
         :class:`~stem_jax.plan.base.ScoredSchema` (whose probability the beam ranking uses); a
         planner callable with a ``beams`` dict (qid -> scored beam) supplies the scores too.
+
+        A schema graph that names one question entity is traced from each topic entity it matches
+        (as before). One that names several (a conjunctive question's tree) is traced once, from the
+        first of them, and the others become checked constants of the plan (Algorithm 1: one anchor,
+        the other question entities must be reached; :func:`~stem_jax.trace.types.prune_unreached`).
         """
         runs: list[list[Run]] = []
         skipped: dict[str, int] = defaultdict(int)
@@ -175,6 +192,7 @@ class StemPipeline:
             for beam, entry in enumerate(entries):
                 schema = getattr(entry, "schema", entry)
                 prob = float(getattr(entry, "score", 1.0 / (beam + 1)))
+                matched = []  # (topic, schema node, exact id, named candidates)
                 for topic in question.topic_entities:
                     anchor, named = self._named_entities(topic)
                     if anchor < 0 and not named:
@@ -184,8 +202,16 @@ class StemPipeline:
                     if anchor_name is None:
                         skipped["no schema node matches the topic entity"] += 1
                         continue
-                    mine.append(Run(qi, ground(schema, anchor_name, self.index), anchor, beam=beam, beam_prob=prob,
-                                    mention=self.display(topic), named=named))
+                    matched.append((topic, anchor_name, anchor, named))
+                if len({m[1] for m in matched}) > 1:  # several question entities in one tree: one anchor
+                    first = matched[0]
+                    entity_of = {name: anchor for _, name, anchor, _ in matched[1:] if name != first[1]}
+                    matched = [first]
+                else:
+                    entity_of = {}
+                for topic, anchor_name, anchor, named in matched:
+                    mine.append(Run(qi, ground(schema, anchor_name, self.index, entity_of), anchor, beam=beam,
+                                    beam_prob=prob, mention=self.display(topic), named=named))
             runs.append(mine)
         return runs, dict(skipped)
 
@@ -448,7 +474,8 @@ class StemPipeline:
                    if self.engine.exclude_topic else set())
         answers = QuestionAnswers()
         for run, out in zip(runs, outputs, strict=True):
-            answers.add_run(out["nodes"], out["scores"], out["via"], run.plan.answer_slot, int(out["overflow"]),
+            nodes, via = prune_unreached(out["nodes"], out["via"], out["parents"], run.plan.steps, run.plan.constants)
+            answers.add_run(nodes, out["scores"], via, run.plan.answer_slot, int(out["overflow"]),
                             beam=run.beam, beam_prob=run.beam_prob,
                             depth=answer_depth(run.plan.steps, run.plan.answer_slot), exclude=exclude)
         return answers

@@ -2,7 +2,10 @@
 
 What a run actually uses differs from the raw :class:`~stem_jax.config.StemConfig`: the ``paper``
 preset replaces several engine fields, and θ comes from the encoder's dev calibration when one is
-stored for these engine settings and ``--tracer.theta`` is left at the paper default. Everything
+stored for these engine settings and ``--tracer.theta`` is left at the paper default. The KG's
+conventions (``engine.direction``, ``engine.used_triples``, ``engine.exclude_topic``: how a schema
+triple meets KG triples, when a triple may be used again, whether the topic can be an answer) come
+from the same calibration where it stores them and the flag is left at its default. Everything
 that traces (eval, sweeps, ablations, calibration, benchmarks) reads these values from
 :func:`effective_settings`, and they are written into every record and run fingerprint.
 """
@@ -19,7 +22,8 @@ from stem_jax.methods.stem.calibration import applies, load_calibration
 
 PAPER_ENGINE = {"relation_bonus": False, "exact_anchor": False, "exclude_topic": False, "rank": "max",
                 "answer_cut": 0.0, "strategy": "planner", "calibrated": False,
-                "guidance_admits": True}
+                "guidance_admits": True, "direction": "undirected", "used_triples": "run"}
+CONVENTIONS = ("direction", "used_triples", "exclude_topic")  # per-KG, chosen on dev by `stem-jax calibrate`
 PRESETS = ("default", "paper")
 STRATEGY_MODES = ("planner", "breadth")
 
@@ -41,31 +45,58 @@ def effective_engine(config: StemConfig) -> EngineConfig:
 
 @dataclasses.dataclass(frozen=True)
 class EffectiveSettings:
-    """The engine fields and θ a run traces with, and where θ came from."""
+    """The engine fields and θ a run traces with, and where θ and the KG conventions came from."""
 
     engine: EngineConfig
     theta: float
     theta_source: str  # "config" (--tracer.theta or the paper default) or "calibration"
     calibration: dict[str, Any] | None = None
+    conventions_source: dict[str, str] = dataclasses.field(default_factory=dict)  # field -> "config" | "calibration"
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether anything of a stored calibration was used (False: every value is the config's)."""
+        return self.theta_source == "calibration" or "calibration" in self.conventions_source.values()
+
+    def conventions(self) -> dict[str, Any]:
+        return {k: getattr(self.engine, k) for k in CONVENTIONS}
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able summary for records and fingerprints."""
-        info: dict[str, Any] = {"engine": as_dict(self.engine), "theta": self.theta, "theta_source": self.theta_source}
+        info: dict[str, Any] = {"engine": as_dict(self.engine), "theta": self.theta, "theta_source": self.theta_source,
+                                "calibrated": self.calibrated, "conventions": self.conventions(),
+                                "conventions_source": {k: self.conventions_source.get(k, "config") for k in CONVENTIONS}}
         if self.calibration is not None:
-            info["calibration"] = {k: self.calibration.get(k) for k in ("theta", "split", "questions", "source")
+            info["calibration"] = {k: self.calibration.get(k) for k in ("theta", "split", "questions", "source",
+                                                                          "conventions", "path")
                                    if k in self.calibration}
         return info
 
 
 def effective_settings(config: StemConfig, embeddings: Any) -> EffectiveSettings:
-    """The effective engine and θ: the dev calibration stored beside ``embeddings`` applies when the
-    engine is calibrated, not the paper preset, its settings match, and ``--tracer.theta`` is left at
-    the paper default; otherwise ``tracer.theta``."""
+    """The effective engine and θ. The dev calibration stored beside ``embeddings`` applies when the
+    engine is calibrated, not the paper preset, and its relation bonus and strategy match: its θ when
+    ``--tracer.theta`` is left at the paper default, and each stored convention (direction,
+    used-triple rule, topic exclusion) whose flag is left at its default. Everything else, and
+    everything without such a calibration, is the config's (``theta_source``/``conventions_source``
+    say which, ``calibrated`` whether any calibration was used)."""
     engine = effective_engine(config)
     theta = float(config.tracer.theta)
-    if engine.preset == "paper" or not engine.calibrated or config.tracer.theta != TracerConfig().theta:
+    if engine.preset == "paper" or not engine.calibrated:
         return EffectiveSettings(engine, theta, "config")
     calibration = load_calibration(embeddings)
     if not applies(calibration, engine):
         return EffectiveSettings(engine, theta, "config")
-    return EffectiveSettings(engine, float(calibration["theta"]), "calibration", calibration)
+    stored = calibration.get("conventions") or {}
+    defaults = EngineConfig()
+    changes, sources = {}, {}
+    for key in CONVENTIONS:
+        if key in stored and getattr(config.engine, key) == getattr(defaults, key):
+            changes[key], sources[key] = stored[key], "calibration"
+        else:
+            sources[key] = "config"
+    engine = dataclasses.replace(engine, **changes) if changes else engine
+    if config.tracer.theta != TracerConfig().theta:
+        used = calibration if "calibration" in sources.values() else None
+        return EffectiveSettings(engine, theta, "config", used, sources)
+    return EffectiveSettings(engine, float(calibration["theta"]), "calibration", calibration, sources)
