@@ -307,32 +307,42 @@ def validate(config: Any) -> list[str]:
     finite (floats). Unknown sections or fields added later are skipped, not rejected.
     """
     problems = []
-    values = {name: value for name, value, _ in config_fields(config)}
-    for name, value in values.items():
-        flag = f"--{name}={value!r}" if isinstance(value, str) else f"--{name}={value}"
-        if name in _CHOICES and value not in _CHOICES[name]:
-            problems.append(f"{flag}: expected one of {', '.join(_CHOICES[name])}")
-        elif isinstance(value, bool):
-            continue
-        elif isinstance(value, int):
-            low = _INT_MIN.get(name)
-            high, why = _INT_MAX.get(name, (None, ""))
-            if low is not None and value < low:
-                allowed = f"an integer >= {low}" + (f" and <= {high}" if high is not None else "")
-                problems.append(f"{flag}: expected {allowed}")
-            elif high is not None and value > high:
-                problems.append(f"{flag}: expected an integer <= {high} ({why})")
-        elif isinstance(value, float):
-            if name in _FLOAT_RANGE:
-                low, high, low_in, high_in, why = _FLOAT_RANGE[name]
-                unbounded = value == math.inf and high == math.inf and high_in  # "inf" means "off" there
-                ok = (math.isfinite(value) or unbounded) and (value >= low if low_in else value > low) and (
-                    value <= high if high_in else value < high)
-                if not ok:
-                    problems.append(f"{flag}: expected {_float_range_text(low, high, low_in, high_in)} ({why})")
-            elif not math.isfinite(value):
-                problems.append(f"{flag}: expected a finite number")
+    for name, value, _ in config_fields(config):
+        problem = field_problem(name, value)
+        if problem is not None:
+            problems.append(problem)
     return problems
+
+
+def field_problem(name: str, value: Any, flag: str | None = None) -> str | None:
+    """What is wrong with ``value`` for the dotted config field ``name`` (None: nothing), in the words of
+    :func:`validate`. ``flag`` names the value in the message (default ``--name=value``): a sweep's
+    ``--theta nan`` is checked by the same rule as ``--tracer.theta=nan``."""
+    if flag is None:
+        flag = f"--{name}={value!r}" if isinstance(value, str) else f"--{name}={value}"
+    if name in _CHOICES and value not in _CHOICES[name]:
+        return f"{flag}: expected one of {', '.join(_CHOICES[name])}"
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        low = _INT_MIN.get(name)
+        high, why = _INT_MAX.get(name, (None, ""))
+        if low is not None and value < low:
+            allowed = f"an integer >= {low}" + (f" and <= {high}" if high is not None else "")
+            return f"{flag}: expected {allowed}"
+        if high is not None and value > high:
+            return f"{flag}: expected an integer <= {high} ({why})"
+    elif isinstance(value, float):
+        if name in _FLOAT_RANGE:
+            low, high, low_in, high_in, why = _FLOAT_RANGE[name]
+            unbounded = value == math.inf and high == math.inf and high_in  # "inf" means "off" there
+            ok = (math.isfinite(value) or unbounded) and (value >= low if low_in else value > low) and (
+                value <= high if high_in else value < high)
+            if not ok:
+                return f"{flag}: expected {_float_range_text(low, high, low_in, high_in)} ({why})"
+        elif not math.isfinite(value):
+            return f"{flag}: expected a finite number"
+    return None
 
 
 def check(config: Any) -> Any:

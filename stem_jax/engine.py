@@ -17,20 +17,23 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from stem_jax.config import StemConfig, default_cache_dir
+from stem_jax.config import StemConfig, check, default_cache_dir
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.data.types import Dataset, Question
 from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex, build_index
 from stem_jax.methods import MethodContext, RetrievalMethod, build_method
 from stem_jax.plan.factory import PlannerSpec, build_planner, open_plan_store
+from stem_jax.validation import checked_dataset_spec, checked_planner, checked_question, dataset_spec_fields
 
 Log = Callable[[str], None]
 _BRACKET = re.compile(r"\[([^\[\]]+)\]")
@@ -129,12 +132,54 @@ def build_guidance(spec: GuidanceSpec, config: StemConfig, dataset: Dataset, ind
                        cache_dir=cache_root / dataset.name / "gnn-guidance")
 
 
+def checked_guidance(guidance: Any) -> GuidanceSpec:
+    """A :class:`GuidanceSpec` from ``None``/``"none"``, a ``train-gnn`` run folder (str or Path), or a spec;
+    ``"gnn"`` without a checkpoint, a missing folder or another type is a :class:`StemError`."""
+    if guidance is None or (isinstance(guidance, str) and guidance == "none"):
+        return GuidanceSpec()
+    if isinstance(guidance, str | os.PathLike) and str(guidance) != "gnn":
+        guidance = GuidanceSpec("gnn", Path(guidance))
+    elif isinstance(guidance, str):
+        guidance = GuidanceSpec(guidance)
+    if not isinstance(guidance, GuidanceSpec):
+        raise StemError(f"guidance={guidance!r:.60}: expected None, a train-gnn run folder or a GuidanceSpec\n"
+                        "  how to fix: pass guidance=\"runs/gnn-<dataset>\" (or leave it out)")
+    if guidance.kind not in ("none", "gnn"):
+        raise StemError(f"unknown guidance {guidance.kind!r}\n  how to fix: use none or gnn")
+    if guidance.kind == "gnn":
+        if guidance.checkpoint is None:
+            raise StemError("guidance \"gnn\" needs a train-gnn run folder\n"
+                            "  how to fix: pass guidance=\"runs/gnn-<dataset>\" (the --out of `stem-jax train-gnn`)")
+        checkpoint = Path(guidance.checkpoint)
+        if not checkpoint.is_dir():
+            raise StemError(f"guidance {checkpoint}: no such train-gnn run folder\n"
+                            "  how to fix: pass the --out folder of `stem-jax train-gnn`")
+        guidance = GuidanceSpec("gnn", checkpoint)
+    return guidance
+
+
+def _cache_root(cache_dir: Any) -> Path:
+    if cache_dir is None:
+        return default_cache_dir()
+    if not isinstance(cache_dir, str | os.PathLike):
+        raise StemError(f"cache_dir={cache_dir!r:.60}: expected a folder path (str or Path)\n"
+                        "  how to fix: pass e.g. cache_dir=\"~/.cache/stem_jax\"")
+    return Path(cache_dir)
+
+
 class Engine:
     """A dataset's KG, embeddings, encoder, planner and guidance, loaded once (see the module docstring).
 
     Build it with :meth:`open`; then :meth:`ask` / :meth:`retrieve` answer questions and
     :meth:`evaluate` scores a split into a resumable run folder. Methods (``stem``, ``safe``,
     ``scr``) are built on first use and kept, with their compiled functions.
+
+    Thread safety: an engine may be shared by several threads (a server). Its public calls
+    (:meth:`ask`, :meth:`retrieve`, :meth:`evaluate`, :meth:`warm_up`, :meth:`method`, :meth:`question`)
+    hold one re-entrant lock for their whole duration, because they grow shared state (the
+    prepared plans of a method, the schema-text embedding table, lazily built planner, guidance and
+    linker): calls from several threads run one after another and each gets exactly the answer it
+    would get alone. For parallel throughput, batch questions into one :meth:`retrieve` call.
     """
 
     def __init__(self, dataset_spec: DatasetSpec, dataset: Dataset, index: KGIndex, encoder: Any, embeddings: Any,
@@ -162,6 +207,7 @@ class Engine:
         self._methods: dict[str, RetrievalMethod] = {}
         self._linker: Any = None
         self._by_name: dict[str, str] | None = None
+        self._lock = threading.RLock()  # see the class docstring: one call at a time
 
     @classmethod
     def open(cls, dataset: str | DatasetSpec = "demo", *, config: StemConfig | None = None,
@@ -174,22 +220,30 @@ class Engine:
 
         ``planner`` is a planner name or a :class:`PlannerSpec`; ``guidance`` is None, ``"gnn"`` with
         the checkpoint in ``method_options``, a checkpoint folder, or a :class:`GuidanceSpec`. ``log``
-        receives progress lines (default: silent)."""
-        config = config or StemConfig()
+        receives progress lines (default: silent).
+
+        Every argument is checked before any loading work, by the same rules as the CLI's flags
+        (:mod:`stem_jax.validation`): paths may be ``str`` or :class:`Path`, ``hops`` an int, a
+        string such as ``"1,2"`` or a sequence, ``limit`` a positive whole number; anything else is a
+        :class:`StemError` naming the argument and how to fix it."""
+        if config is None:
+            config = StemConfig()
+        if not isinstance(config, StemConfig):
+            raise StemError(f"config={config!r:.60}: expected a StemConfig\n"
+                            "  how to fix: pass config=StemConfig(...) or apply_overrides(StemConfig(), {...})")
+        check(config)
         log = log or _quiet
         if isinstance(dataset, DatasetSpec):
-            spec = dataclasses.replace(dataset, **dataset_fields) if dataset_fields else dataset
+            spec = checked_dataset_spec(dataset)
+            if dataset_fields:
+                spec = dataset_spec_fields(spec.name, {**{f.name: getattr(spec, f.name) for f in
+                                                          dataclasses.fields(spec) if f.name != "name"},
+                                                       **dataset_fields})
         else:
-            spec = DatasetSpec(name=dataset, seed=config.seed, **dataset_fields)
-        if isinstance(planner, str):
-            planner = PlannerSpec(name=planner)
-        if guidance is None:
-            guidance = GuidanceSpec()
-        elif isinstance(guidance, str | Path) and str(guidance) not in ("none", "gnn"):
-            guidance = GuidanceSpec("gnn", Path(guidance))
-        elif isinstance(guidance, str):
-            guidance = GuidanceSpec(guidance)
-        cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+            spec = dataset_spec_fields(dataset, dataset_fields, seed=config.seed)
+        planner = checked_planner(planner)
+        guidance = checked_guidance(guidance)
+        cache_root = _cache_root(cache_dir)
         loaded, index = load_kg(spec, log=log)
         encoder, embeddings, rows = open_embeddings(config, loaded, index, cache_root, rebuild=rebuild,
                                                     show_progress=show_progress, log=log)
@@ -201,24 +255,27 @@ class Engine:
     @property
     def planner(self) -> Any:
         """The :class:`~stem_jax.plan.base.BatchPlanner` (None when plans come from a plan store)."""
-        if self._planner is None and self.planner_spec.plans is None:
-            self._planner, self.planner_info = build_planner(
-                self.planner_spec, self.config, self.dataset, self.index, cache_root=self.cache_root,
-                dataset_spec=self.dataset_spec, encoder=self.encoder)
-        return self._planner
+        with self._lock:
+            if self._planner is None and self.planner_spec.plans is None:
+                self._planner, self.planner_info = build_planner(
+                    self.planner_spec, self.config, self.dataset, self.index, cache_root=self.cache_root,
+                    dataset_spec=self.dataset_spec, encoder=self.encoder)
+            return self._planner
 
     def _stored_plans(self) -> Any:
-        if self.planner_spec.plans is not None and self._planner_fn is None:
-            self._planner_fn, self.planner_info = open_plan_store(self.planner_spec.plans, self.index)
-        return self._planner_fn
+        with self._lock:
+            if self.planner_spec.plans is not None and self._planner_fn is None:
+                self._planner_fn, self.planner_info = open_plan_store(self.planner_spec.plans, self.index)
+            return self._planner_fn
 
     @property
     def guidance(self) -> Any:
-        if not self._guidance_built:
-            self._guidance = build_guidance(self.guidance_spec, self.config, self.dataset, self.index, self.embeddings,
-                                            self.encoder, cache_root=self.cache_root, log=self.log)
-            self._guidance_built = True
-        return self._guidance
+        with self._lock:
+            if not self._guidance_built:
+                self._guidance = build_guidance(self.guidance_spec, self.config, self.dataset, self.index,
+                                                self.embeddings, self.encoder, cache_root=self.cache_root, log=self.log)
+                self._guidance_built = True
+            return self._guidance
 
     def context(self, method: str = "stem") -> MethodContext:
         """The shared resources a method is built from."""
@@ -233,15 +290,20 @@ class Engine:
 
     def method(self, name: str = "stem") -> RetrievalMethod:
         """The retrieval method ``name``, built once over this engine's resources."""
-        if name not in self._methods:
-            self._methods[name] = build_method(name, self.context(name))
-        return self._methods[name]
+        with self._lock:
+            if name not in self._methods:
+                self._methods[name] = build_method(name, self.context(name))
+            return self._methods[name]
 
     # ----- questions --------------------------------------------------------------------------
     def display(self, entity: str) -> str:
         return (self.dataset.entity_names or {}).get(entity, entity)
 
     def _entity_by_name(self) -> dict[str, str]:
+        with self._lock:
+            return self._entity_by_name_locked()
+
+    def _entity_by_name_locked(self) -> dict[str, str]:
         if self._by_name is None:  # built once: a dict over every entity costs ~10 ms per question on MetaQA
             names = self.dataset.entity_names or {}
             self._by_name = {names.get(e, e): e for e in self.index.entities}
@@ -253,6 +315,15 @@ class Engine:
         ``[brackets]`` name the topic (MetaQA style); its KG entity is found by exact name, then
         case-insensitively. Without brackets (and without ``topic``) the entity linker matches the
         question's n-grams against the KG's entity names (exact, case-insensitive, fuzzy)."""
+        text = checked_question(text)
+        if not isinstance(text, str):
+            raise StemError("Engine.question takes text; pass a Question to retrieve() directly")
+        if topic is not None and (not isinstance(topic, str) or not topic.strip()):
+            raise StemError(f"topic={topic!r:.60}: expected an entity name (str)\n  how to fix: pass e.g. topic=\"Tom Hanks\"")
+        with self._lock:
+            return self._question(text, topic, qid)
+
+    def _question(self, text: str, topic: str | None, qid: str | None) -> tuple[Question, dict]:
         qid = qid or "ask/" + hashlib.sha256(text.encode()).hexdigest()[:12]
         by_name = self._entity_by_name()
         mentions = [m.strip() for m in _BRACKET.findall(text)] if topic is None else [topic]
@@ -287,19 +358,32 @@ class Engine:
                         "appears in the KG (or drop the brackets to let the entity linker search)")
 
     def linker(self) -> Any:
-        if self._linker is None:
-            from stem_jax.kg.linker import EntityLinker
+        with self._lock:
+            if self._linker is None:
+                from stem_jax.kg.linker import EntityLinker
 
-            self._linker = EntityLinker.from_index(self.index, self.dataset.entity_names)
-        return self._linker
+                self._linker = EntityLinker.from_index(self.index, self.dataset.entity_names)
+            return self._linker
 
     # ----- retrieval --------------------------------------------------------------------------
     def retrieve(self, questions: str | Question | Sequence[str | Question], *, method: str = "stem") -> list[Answer]:
-        """Answer one question or a batch (strings or :class:`Question`) with ``method``."""
+        """Answer one question or a batch (strings or :class:`Question`) with ``method``.
+
+        Safe to call from several threads (they take turns; see the class docstring)."""
+        if isinstance(questions, str | Question):
+            items = [questions]
+        elif isinstance(questions, Sequence) and not isinstance(questions, bytes | bytearray):
+            items = list(questions)
+        else:
+            items = [checked_question(questions)]  # raises: not a question, nor a list of them
+        items = [checked_question(q) for q in items]
+        with self._lock:
+            return self._retrieve(items, method)
+
+    def _retrieve(self, items: list[str | Question], method: str) -> list[Answer]:
         from stem_jax.answer.chains import reasoning_chains
         from stem_jax.eval.records import make_record
 
-        items = [questions] if isinstance(questions, str | Question) else list(questions)
         parsed: list[tuple[Question, dict | None]] = [
             self.question(q) if isinstance(q, str) else (q, None) for q in items]
         batch = [q for q, _ in parsed]
@@ -330,6 +414,10 @@ class Engine:
 
         ``step_buckets``: schema-graph lengths to cover (default: those of the pattern planner's
         templates, else 1, 2 and 4 steps). Returns what was compiled and how long it took."""
+        with self._lock:
+            return self._warm_up(batch_questions, method, step_buckets)
+
+    def _warm_up(self, batch_questions: int, method: str, step_buckets: Sequence[int] | None) -> dict[str, Any]:
         began = time.perf_counter()
         info: dict[str, Any] = {}
         if hasattr(self.encoder, "warm_up"):
@@ -388,12 +476,20 @@ class Engine:
         refused unless ``overwrite`` (which drops them)."""
         from stem_jax.eval.loop import evaluate_method
 
-        fingerprint = self.results_fingerprint(method)
-        chosen = self.method(method)
-        return evaluate_method(chosen, list(self.dataset.questions if questions is None else questions), Path(out),
-                               chunk_size=self.config.engine.chunk_questions,
-                               show_progress=self.show_progress if show_progress is None else show_progress,
-                               log=self.log, fingerprint=fingerprint, overwrite=overwrite)
+        if not isinstance(out, str | os.PathLike):
+            raise StemError(f"out={out!r:.60}: expected a run folder path (str or Path)\n"
+                            "  how to fix: pass e.g. \"runs/my-eval\"")
+        with self._lock:
+            from stem_jax.eval.run_folder import selection_of
+
+            fingerprint = self.results_fingerprint(method)
+            chosen = self.method(method)
+            # the loaded split is what ``questions`` are a share of (a shard of `eval --num-processes N`)
+            return evaluate_method(chosen, list(self.dataset.questions if questions is None else questions), Path(out),
+                                   selection=selection_of(self.dataset.questions),
+                                   chunk_size=self.config.engine.chunk_questions,
+                                   show_progress=self.show_progress if show_progress is None else show_progress,
+                                   log=self.log, fingerprint=fingerprint, overwrite=overwrite)
 
     def results_fingerprint(self, method: str = "stem") -> dict[str, Any]:
         """Everything that changes ``method``'s results here: config, method, planner, KG, encoder, data."""

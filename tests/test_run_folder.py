@@ -107,9 +107,10 @@ def test_predictions_without_fingerprint_are_not_resumed(tmp_path):
         assert run.finished() == {}
 
 
-def test_second_writer_is_refused_naming_the_holder_pid(tmp_path):
+def test_second_writer_in_this_process_is_refused_as_such(tmp_path):
+    """Issue 23: it used to blame "another stem-jax process" and give this process's own pid."""
     with RunFolder.open(tmp_path / "run", fingerprint()):
-        with pytest.raises(StemError, match=rf"in use by another stem-jax process \(pid {__import__('os').getpid()}\)"):
+        with pytest.raises(StemError, match=rf"already open in this process \(pid {__import__('os').getpid()}\)"):
             RunFolder.open(tmp_path / "run", fingerprint())
     with RunFolder.open(tmp_path / "run", fingerprint()):  # released on exit
         pass

@@ -5,32 +5,26 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from stem_jax import validation
 from stem_jax.config import StemConfig, apply_overrides, config_fields, default_cache_dir
 from stem_jax.data.registry import DATASETS, DatasetSpec
 from stem_jax.errors import StemError
 
-# Hop counts each dataset has questions for (None: any); --hops outside them selects nothing.
-DATASET_HOPS = {"demo": (1, 2, 3), "metaqa": (1, 2, 3)}
-
 
 def parse_hops(text: str) -> tuple[int, ...]:
+    """``--hops 1,2``: :func:`stem_jax.validation.parse_hops` (the Python API's check) as an argparse type."""
     try:
-        hops = tuple(sorted({int(h) for h in text.split(",") if h.strip()}))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--hops expects numbers like 1,2,3, got {text!r}") from None
-    if not hops or any(h < 1 for h in hops):
-        raise argparse.ArgumentTypeError(f"--hops expects positive numbers like 1,2,3, got {text!r}")
-    return hops
+        return validation.parse_hops(text, flag="--hops")
+    except StemError as err:
+        raise argparse.ArgumentTypeError(str(err).split("\n")[0]) from None
 
 
 def positive_int(text: str) -> int:
+    """A flag taking a positive whole number (``--limit``, ``--top``): :func:`stem_jax.validation.parse_limit`."""
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number (1 or more), got {text!r}")
-    return value
+        return validation.parse_limit(text, flag="expected")  # type: ignore[return-value]
+    except StemError as err:
+        raise argparse.ArgumentTypeError(str(err).split("\n")[0].removeprefix("expected: ")) from None
 
 
 def add_dataset_flags(parser: argparse.ArgumentParser, default: str = "demo") -> None:
@@ -88,13 +82,8 @@ def check_dataset_flags(args: argparse.Namespace) -> None:
     if getattr(args, "qtypes", None) is not None and getattr(args, "questions", None) is None:
         raise StemError("--qtypes describes the lines of --questions, which is missing\n"
                         "  how to fix: pass --questions FILE too, or drop --qtypes")
-    allowed = DATASET_HOPS.get(dataset)
-    hops = getattr(args, "hops", None)
-    if allowed is not None and hops is not None and getattr(args, "questions", None) is None:
-        outside = [h for h in hops if h not in allowed]
-        if outside:
-            raise StemError(f"--hops {','.join(map(str, hops))}: {dataset} has no {outside[0]}-hop questions\n"
-                            f"  how to fix: use --hops from {','.join(map(str, allowed))}")
+    if getattr(args, "questions", None) is None:
+        validation.check_hops_for(dataset, getattr(args, "hops", None), flag="--hops")
     plans_given = getattr(args, "plans", None) is not None
     if (getattr(args, "planner", None) == "oracle" and not plans_given and dataset == "metaqa"
             and getattr(args, "questions", None) is not None and getattr(args, "qtypes", None) is None):

@@ -67,45 +67,91 @@ def share(questions: list[Any], pid: int, count: int) -> list[Any]:
 
 
 def merge_shards(out: Path) -> tuple[Path, dict[str, Any]]:
-    """Merge ``out/shard-*-of-N/predictions.jsonl`` into ``out/predictions.jsonl`` (split order)."""
+    """Merge ``out/shard-*-of-N/predictions.jsonl`` into ``out/predictions.jsonl`` (split order).
+
+    Every shard must be complete for the same run: the same settings (``fingerprint.json``), the same
+    question selection (``run.json``: a rerun with another ``--limit`` makes a new selection), and a
+    record for every question of its share; together the shards must hold exactly that selection.
+    A stale, interrupted, foreign or damaged shard is refused with the process id to rerun.
+
+    Raises:
+      StemError: no shards, shards of different process counts, an id out of range, a missing,
+        stale, incomplete or damaged shard, or shards of different settings.
+    """
     from stem_jax.atomic import write_text_atomic
-    from stem_jax.eval.run_folder import read_predictions
+    from stem_jax.eval.run_folder import ids_digest, read_predictions, read_run
 
     out = Path(out)
-    shards = sorted((p for p in out.glob("shard-*-of-*") if SHARD.match(p.name)),
-                    key=lambda p: int(SHARD.match(p.name).group(1)))
+    shards = sorted((p for p in out.glob("shard-*-of-*") if SHARD.match(p.name) and p.is_dir()),
+                    key=lambda p: (int(SHARD.match(p.name).group(2)), int(SHARD.match(p.name).group(1))))
     if not shards:
         raise StemError(f"no shard folders (shard-<i>-of-<n>) in {out}\n  how to fix: run `stem-jax eval "
                         f"--num-processes N --process-id I --out {out}` on every process first")
-    counts = {int(SHARD.match(p.name).group(2)) for p in shards}
+    counts = sorted({int(SHARD.match(p.name).group(2)) for p in shards})
     if len(counts) > 1:
-        raise StemError(f"{out} holds shards of runs with different process counts {sorted(counts)}\n"
-                        "  how to fix: keep one run's shards (or use a new --out)")
-    count = counts.pop()
+        raise StemError(f"{out} holds shards of runs with different process counts {counts} "
+                        f"({', '.join(p.name for p in shards)})\n"
+                        "  how to fix: keep one run's shard folders (move the others away), or use a new --out")
+    count = counts[0]
+    extra = [p.name for p in shards if int(SHARD.match(p.name).group(1)) >= count]
+    if extra:
+        raise StemError(f"{out}: {', '.join(extra)} names a process id outside 0..{count - 1}\n"
+                        "  how to fix: remove that folder (it is not part of this run)")
     missing = sorted(set(range(count)) - {int(SHARD.match(p.name).group(1)) for p in shards})
     if missing:
         raise StemError(f"{out}: shards {missing} of {count} are missing\n  how to fix: run those process ids")
-    prints = [(p / "fingerprint.json").read_text() if (p / "fingerprint.json").exists() else None for p in shards]
-    if len(set(prints)) > 1:
-        raise StemError(f"{out}: the shards ran with different settings (fingerprint.json differs)\n"
-                        "  how to fix: rerun the odd shards with the same flags")
-    per_shard, totals = [], []
+
+    def rerun(p: Path) -> str:
+        return (f"  how to fix: rerun process {SHARD.match(p.name).group(1)} (--process-id "
+                f"{SHARD.match(p.name).group(1)}) with the same flags as the others (it resumes), then score again")
+
+    prints = []
     for p in shards:
-        summary = p / "metrics.json"
-        if not summary.exists():
-            raise StemError(f"{p} has no metrics.json: that process has not finished\n  how to fix: rerun it "
-                            "with the same flags (it resumes), then score again")
-        expected = json.loads(summary.read_text()).get("overall", {}).get("n")
-        records, _, _ = read_predictions(p / "predictions.jsonl", log=None)
-        per_shard.append(list(records.values()))
-        totals.append({"shard": p.name, "records": len(records), "scored": expected})
-    merged = []
-    for row in range(max(len(r) for r in per_shard)):  # round robin restores the split's order
-        merged.extend(records[row] for records in per_shard if row < len(records))
+        try:
+            prints.append(json.loads((p / "fingerprint.json").read_bytes())["fingerprint"])
+        except (OSError, ValueError, KeyError, TypeError):
+            raise StemError(f"{p}: fingerprint.json is missing or unreadable, so its settings are unknown\n"
+                            + rerun(p)) from None
+    odd = [p.name for p, f in zip(shards, prints, strict=True) if f != prints[0]]
+    if odd:
+        raise StemError(f"{out}: the shards ran with different settings ({', '.join(odd)} differ from "
+                        f"{shards[0].name} in fingerprint.json)\n  how to fix: rerun the odd shards with the same flags")
+    runs = []
+    for p in shards:
+        run = read_run(p)
+        if run is None or not isinstance(run.get("selection"), dict):
+            raise StemError(f"{p}: run.json is missing or unreadable (a shard never started, or written by an "
+                            "older stem-jax), so its question set is unknown\n" + rerun(p))
+        runs.append(run)
+    odd = [(p, r) for p, r in zip(shards, runs, strict=True) if r["selection"] != runs[0]["selection"]]
+    if odd:
+        p, r = odd[0]
+        raise StemError(f"{out}: {p.name} was last run over another question selection ({r['selection'].get('questions')} "
+                        f"questions) than {shards[0].name} ({runs[0]['selection'].get('questions')}): a rerun with "
+                        "other --limit/--hops/--split where not every process finished\n" + rerun(p))
+    order = [r["questions"][row] for row in range(max(len(r["questions"]) for r in runs))
+             for r in runs if row < len(r["questions"])]  # round robin restores the split's order
+    selection = runs[0]["selection"]
+    if len(order) != selection.get("questions") or ids_digest(order) != selection.get("ids_sha256"):
+        raise StemError(f"{out}: the shards' questions ({len(order)}) are not the {selection.get('questions')} "
+                        "questions of their selection, shared out by process id\n"
+                        "  how to fix: rerun every process with the same flags, then score again")
+    records: dict[str, dict] = {}
+    totals = []
+    for p, run in zip(shards, runs, strict=True):
+        found, problems, _ = read_predictions(p / "predictions.jsonl", log=None)
+        wanted = run["questions"]
+        absent = [qid for qid in wanted if qid not in found]
+        if problems or absent:
+            what = (f"{len(wanted) - len(absent)} of its {len(wanted)} questions have a record" if absent else
+                    f"{len(problems)} damaged line(s), first: {problems[0].split(': ', 1)[-1]}")
+            raise StemError(f"{p} is incomplete: {what} (the process was interrupted or is still running)\n"
+                            + rerun(p))
+        records.update((qid, found[qid]) for qid in wanted)
+        totals.append({"shard": p.name, "records": len(wanted), "questions": len(wanted)})
     path = out / "predictions.jsonl"
-    write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in merged))
-    if prints[0] is not None:
-        write_text_atomic(out / "fingerprint.json", prints[0])
+    write_text_atomic(path, "".join(json.dumps(records[qid], ensure_ascii=False) + "\n" for qid in order))
+    write_text_atomic(out / "fingerprint.json", (shards[0] / "fingerprint.json").read_text())
     return path, {"shards": totals, "processes": count}
 
 
@@ -125,7 +171,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     path, info = merge_shards(args.out)
     summary = score_predictions(path)
     table = summary_table(summary)
-    print(f"merged {info['processes']} shards into {path}:\n\n{table}")
+    print(f"merged {info['processes']} complete shards ({summary['overall']['n']} questions) into {path}:\n\n{table}")
     payload = {"meta": run_metadata(), "command": "stem-jax " + " ".join(getattr(args, "argv", [])), **info,
                **summary, "wall_seconds": time.perf_counter() - started}
     paths = write_report(Path(args.out), "metrics", payload, table)

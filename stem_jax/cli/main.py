@@ -11,7 +11,13 @@ import sys
 from pathlib import Path
 
 from stem_jax.cli import commands, distributed, gnn, planning, sweep
-from stem_jax.cli.args import add_cache_flags, add_config_flags, add_dataset_flags, disable_abbreviations
+from stem_jax.cli.args import (
+    add_cache_flags,
+    add_config_flags,
+    add_dataset_flags,
+    disable_abbreviations,
+    positive_int,
+)
 from stem_jax.cli.bench import add_bench_stages_parser
 from stem_jax.cli.calibrate import add_calibrate_parser
 from stem_jax.cli.scr import add_train_scr_parser
@@ -106,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     planning.add_planner_flags(ask, default="pattern")
     gnn.add_guidance_flags(ask)
     add_method_flags(ask)
-    ask.add_argument("--top", type=int, default=10, help="answers and chains to print (default 10)")
+    ask.add_argument("--top", type=positive_int, default=10, help="answers and chains to print (default 10)")
     ask.add_argument("--warm", action="store_true", help="answer once to compile, then time a second call")
     ask.set_defaults(func=commands.cmd_ask)
     planning.add_train_planner_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)

@@ -16,7 +16,7 @@ from typing import Any
 from stem_jax.data.types import Question
 from stem_jax.errors import StemError
 from stem_jax.eval.records import make_record
-from stem_jax.eval.run_folder import RunFolder, method_fingerprint
+from stem_jax.eval.run_folder import RunFolder, method_fingerprint, selection_of
 from stem_jax.eval.scoring import score_predictions
 from stem_jax.methods.base import RetrievalMethod
 from stem_jax.progress import progress
@@ -32,16 +32,21 @@ def evaluate_method(
     log: Callable[[str], None] = print,
     fingerprint: dict[str, Any] | None = None,
     overwrite: bool = False,
+    selection: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``questions`` with ``method`` into ``out_dir`` (resumable), then score predictions.jsonl.
 
     ``out_dir`` is a locked :class:`~stem_jax.eval.run_folder.RunFolder` for ``fingerprint`` (default:
-    the method's own settings): a folder holding another run's results is refused unless ``overwrite``."""
+    the method's own settings): a folder holding another run's results is refused unless ``overwrite``.
+    ``selection`` (default: ``questions`` themselves) records what the questions are a share of
+    (:func:`~stem_jax.eval.run_folder.selection_of` the split, for a shard of a multi-process eval)."""
     if not questions:
         raise StemError("no questions to evaluate: the selection is empty\n"
                         "  how to fix: check --hops, --limit, --split and the question file")
     fingerprint = method_fingerprint(method) if fingerprint is None else fingerprint
-    with RunFolder.open(Path(out_dir), fingerprint, overwrite=overwrite, questions=questions, log=log) as run:
+    selection = selection_of(questions) if selection is None else selection
+    with RunFolder.open(Path(out_dir), fingerprint, overwrite=overwrite, questions=questions, selection=selection,
+                        log=log) as run:
         return _evaluate_into(method, questions, run, chunk_size=chunk_size, show_progress=show_progress, log=log)
 
 

@@ -5,6 +5,8 @@ A run folder holds::
     <out>/fingerprint.json    everything that changes results (config, method, planner, KG, encoder, data)
     <out>/predictions.jsonl   one JSON record per finished question, appended chunk by chunk (fsynced)
     <out>/questions.json      per question id, a digest of the question its record answers
+    <out>/run.json            the question ids the last run was asked for, in order, and the selection
+                              they came from (a shard's share of a split): what "complete" means
     <out>/.lock               held (fcntl.flock) by the process writing the folder; holds its pid
 
 :meth:`RunFolder.open` takes the lock (a second writer is refused with the holder's pid), then
@@ -14,7 +16,9 @@ never mixes results of two configurations. :meth:`RunFolder.finished` reads the 
 a torn last line (a kill mid-write) is cut, and a corrupt line anywhere is reported with its line
 number and dropped, so that question is simply computed again; the file is then rewritten cleanly.
 ``questions.json`` keeps a digest of each question, so an edited question file recomputes exactly
-the questions whose text or answers changed (records themselves are not altered).
+the questions whose text or answers changed (records themselves are not altered). Opening a folder
+for a run removes the ``metrics.json``/``metrics.md`` of an earlier run: they describe a finished
+run, and a resumed run (say with a larger ``--limit``) is not finished until it writes its own.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ PREDICTIONS = "predictions.jsonl"
 FINGERPRINT = "fingerprint.json"
 LOCK = ".lock"
 QUESTIONS = "questions.json"
+RUN = "run.json"
+STALE_ON_OPEN = ("metrics.json", "metrics.md")  # a finished run's report; rewritten when this run ends
 # Options that only change how work is chunked, never a result: a rerun may change them and resume.
 NOT_RESULTS = frozenset({"config.engine.chunk_questions", "extra.effective.engine.chunk_questions"})
 _MAX_KEYS_LISTED = 6
@@ -197,11 +203,15 @@ class RunFolder:
     # ----- opening ---------------------------------------------------------------------------
     @classmethod
     def open(cls, path: Path, fingerprint: Mapping[str, Any], *, overwrite: bool = False,
-             questions: Iterable[Any] | None = None, log: Log | None = _warn) -> RunFolder:
+             questions: Iterable[Any] | None = None, selection: Mapping[str, Any] | None = None,
+             log: Log | None = _warn) -> RunFolder:
         """Create or reopen the folder ``path`` for the run ``fingerprint`` describes.
 
         ``questions`` (optional): their digests are kept in ``questions.json``, and :meth:`finished`
-        drops records whose question has changed since they were written.
+        drops records whose question has changed since they were written; their ids, in order, go to
+        ``run.json`` with ``selection`` (what they were chosen from, e.g. :func:`selection_of` the split
+        a shard's questions are a share of), so ``stem-jax score`` can tell a complete shard from a
+        stale or interrupted one.
 
         Raises:
           StemError: ``path`` is a file; another process holds the folder (names its pid); the folder
@@ -223,7 +233,17 @@ class RunFolder:
             if overwrite:
                 (path / PREDICTIONS).unlink(missing_ok=True)
                 (path / QUESTIONS).unlink(missing_ok=True)
+            for stale in STALE_ON_OPEN:
+                (path / stale).unlink(missing_ok=True)
             write_json_atomic(path / FINGERPRINT, {"fingerprint": fingerprint, "short_hash": short_hash(fingerprint)})
+            questions = list(questions) if questions is not None else None
+            if questions is not None:
+                write_json_atomic(path / RUN, {"questions": [q.qid for q in questions],
+                                               "selection": dict(selection) if selection is not None else None})
+        except OSError as err:
+            os.close(fd)
+            raise StemError(f"--out {path}: cannot write the run folder ({err.strerror})\n"
+                            "  how to fix: make it writable, or pass --out a writable folder") from None
         except BaseException:
             os.close(fd)
             raise
@@ -249,11 +269,15 @@ class RunFolder:
             del records[qid]
         if stale and self.log is not None:
             self.log(f"{self.predictions}: {len(stale)} question(s) changed since the last run; recomputing them")
-        if rewrite or stale:
-            text = "".join(_dumps(r) + "\n" for r in records.values())
-            write_text_atomic(self.predictions, text)
-        if self.digests:  # after the stale records are gone: every listed question is now current
-            write_json_atomic(self.path / QUESTIONS, {**known, **self.digests})
+        try:
+            if rewrite or stale:
+                text = "".join(_dumps(r) + "\n" for r in records.values())
+                write_text_atomic(self.predictions, text)
+            if self.digests:  # after the stale records are gone: every listed question is now current
+                write_json_atomic(self.path / QUESTIONS, {**known, **self.digests})
+        except OSError as err:
+            raise StemError(f"{self.path}: cannot write the run folder ({err.strerror})\n"
+                            "  how to fix: make it writable, or pass --out a writable folder") from None
         self.problems = problems
         return records
 
@@ -280,11 +304,17 @@ class RunFolder:
                                 "(a bug: NaN/inf must never reach predictions)\n"
                                 "  how to fix: report it with the command that produced it")
             lines.append(_dumps(record))
-        if self._sink is None:
-            self._sink = self.predictions.open("a", encoding="utf-8")
-        self._sink.write("\n".join(lines) + "\n")
-        self._sink.flush()
-        os.fsync(self._sink.fileno())
+        try:
+            if self._sink is None:
+                self._sink = self.predictions.open("a", encoding="utf-8")
+            self._sink.write("\n".join(lines) + "\n")
+            self._sink.flush()
+            os.fsync(self._sink.fileno())
+        except OSError as err:
+            self._sink = None  # its buffer may hold a partial chunk: never flush it again
+            raise StemError(f"{self.predictions}: cannot write the finished questions ({err.strerror}); the records "
+                            "written before are kept\n  how to fix: make the run folder writable (or free space) and "
+                            "rerun the same command: it resumes after the last written question") from None
 
     # ----- closing ---------------------------------------------------------------------------
     def _close_sink(self) -> None:
@@ -306,6 +336,31 @@ class RunFolder:
         self.close()
 
 
+def selection_of(questions: Sequence[Any]) -> dict[str, Any]:
+    """What a run's questions were chosen from: how many, and a sha256 of their ids in order."""
+    return {"questions": len(questions), "ids_sha256": ids_digest(q.qid for q in questions)}
+
+
+def ids_digest(ids: Iterable[str]) -> str:
+    """sha256 (16 hex) of question ids in order."""
+    digest = hashlib.sha256()
+    for qid in ids:
+        digest.update(qid.encode("utf-8", "surrogatepass") + b"\x1f")
+    return digest.hexdigest()[:16]
+
+
+def read_run(path: Path) -> dict[str, Any] | None:
+    """A run folder's ``run.json`` (question ids and selection), or None when missing or unreadable."""
+    try:
+        run = json.loads((Path(path) / RUN).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(run, dict) or not isinstance(run.get("questions"), list) or not all(
+            isinstance(q, str) for q in run["questions"]):
+        return None
+    return run
+
+
 def _dumps(record: dict) -> str:
     return json.dumps(record, ensure_ascii=False, allow_nan=False)
 
@@ -313,7 +368,11 @@ def _dumps(record: dict) -> str:
 def _lock(path: Path) -> int:
     """An exclusive, non-blocking flock on ``path/.lock``; the file then holds our pid for the next one to read."""
     lock_path = path / LOCK
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise StemError(f"--out {path}: cannot write the run folder ({err.strerror})\n"
+                        "  how to fix: make it writable, or pass --out a writable folder") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as err:
@@ -321,6 +380,10 @@ def _lock(path: Path) -> int:
         if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise
         holder = lock_path.read_text(encoding="utf-8", errors="replace").strip() or "unknown"
+        if holder == str(os.getpid()):
+            raise StemError(f"run folder {path} is already open in this process (pid {holder}): two runs of one "
+                            "command would write the same folder\n"
+                            "  how to fix: give each run its own folder (e.g. sweep values that differ)") from None
         raise StemError(f"run folder {path} is in use by another stem-jax process (pid {holder})\n"
                         "  how to fix: wait for it to finish, or pass another --out") from None
     os.ftruncate(fd, 0)

@@ -7,11 +7,19 @@ attaches the guidance graph; :meth:`StemMethod.retrieve` traces a chunk through
 :meth:`StemPipeline.trace` and answers it with :meth:`StemPipeline.retrieval`, both at the method's
 ``hyper`` (default: the configured λ, τ and effective θ). Questions that were not prepared
 (``stem-jax ask``) are prepared on the fly.
+
+Thread safety: :meth:`prepare`, :meth:`embed`, :meth:`forget` and :meth:`retrieve` grow state that
+is shared by every method over one pipeline (the prepared runs, the pipeline's schema-text rows and
+embedding table, which are replaced together); they hold one re-entrant lock per pipeline
+(:func:`pipeline_lock`) for their whole duration, so concurrent callers take turns and each gets the
+answers it would get alone.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,6 +33,18 @@ from stem_jax.eval.loop import evaluate_method
 from stem_jax.methods.base import MethodContext, Retrieval
 from stem_jax.methods.stem.pipeline import Planner, Run, StemHyper, StemPipeline
 from stem_jax.plan.factory import planned
+
+_LOCKS: weakref.WeakKeyDictionary[StemPipeline, threading.RLock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def pipeline_lock(pipeline: StemPipeline) -> threading.RLock:
+    """The one re-entrant lock of ``pipeline``'s mutable state, shared by every method built over it."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(pipeline)
+        if lock is None:
+            lock = _LOCKS[pipeline] = threading.RLock()
+        return lock
 
 
 class StemMethod:
@@ -48,6 +68,7 @@ class StemMethod:
         self.skipped: dict[str, int] = defaultdict(int)
         self.planner_fn = context.options.get("planner_fn")  # per-question planner (plan store), if any
         self._text_buffer: np.ndarray | None = None
+        self.lock = pipeline_lock(self.pipeline)
 
     @property
     def evaluator(self) -> StemPipeline:
@@ -91,6 +112,10 @@ class StemMethod:
         return plan, info
 
     def prepare(self, questions: Sequence[Question], *, show_progress: bool = False) -> dict[str, Any]:
+        with self.lock:
+            return self._prepare(questions, show_progress)
+
+    def _prepare(self, questions: Sequence[Question], show_progress: bool) -> dict[str, Any]:
         todo = [q for q in questions if q.qid not in self.runs]
         if not todo:
             return {}
@@ -123,6 +148,10 @@ class StemMethod:
     def embed(self, texts: list[str], show_progress: bool) -> None:
         """The first call embeds through the resumable disk cache (a whole split); later calls (``ask``,
         ``retrieve`` of new questions) append only unseen texts in memory."""
+        with self.lock:
+            self._embed(texts, show_progress)
+
+    def _embed(self, texts: list[str], show_progress: bool) -> None:
         pipeline = self.pipeline
         if pipeline.text_emb is None:
             pipeline.embed_texts(texts, show_progress)
@@ -147,11 +176,16 @@ class StemMethod:
 
     def forget(self, qids: Sequence[str]) -> None:
         """Drop prepared plans, so the next :meth:`retrieve` plans these questions afresh (and times it)."""
-        for qid in qids:
-            self.runs.pop(qid, None)
+        with self.lock:
+            for qid in qids:
+                self.runs.pop(qid, None)
 
     def retrieve(self, questions: Sequence[Question]) -> list[Retrieval]:
-        self.prepare([q for q in questions if q.qid not in self.runs])
+        with self.lock:
+            return self._retrieve(questions)
+
+    def _retrieve(self, questions: Sequence[Question]) -> list[Retrieval]:
+        self._prepare([q for q in questions if q.qid not in self.runs], False)
         chunk_runs = [run for q in questions for run in self.runs[q.qid]]
         outputs, timings = self.pipeline.trace(chunk_runs, self.hyper)
         n = max(len(questions), 1)

@@ -38,8 +38,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from stem_jax.config import field_problem
 from stem_jax.data.types import Question
-from stem_jax.errors import StemError
+from stem_jax.errors import ConfigError, StemError
 from stem_jax.eval.records import make_record
 from stem_jax.eval.run_folder import RunFolder, method_fingerprint
 from stem_jax.eval.scoring import score_predictions
@@ -49,6 +50,8 @@ from stem_jax.trace.tracer import Hyper, TraceBatch, anchor_batch, trace_batch
 
 AXES = ("lam", "tau", "theta", "k_prime")
 AXIS_TITLES = {"lam": "λ", "tau": "τ", "theta": "θ", "k_prime": "K'"}
+AXIS_FLAGS = {"lam": "--lambda", "tau": "--tau", "theta": "--theta", "k_prime": "--k-prime"}
+CONFIG_FIELDS = {"lam": "tracer.lam", "tau": "tracer.tau", "theta": "tracer.theta", "k_prime": "guidance.k_prime"}
 METRICS = (("hit_at_1", "Hit@1"), ("f1", "F1"), ("coverage", "Coverage"))
 
 
@@ -65,10 +68,17 @@ class GridPoint:
 
     @property
     def label(self) -> str:
-        return f"lam{self.lam:g}-tau{self.tau:g}-theta{self.theta:g}-k{self.k_prime}"
+        """The point's folder name: each value as ``:g`` when that reads back exactly (the names runs have
+        always had), else its shortest exact form, so values equal at 6 digits get their own folders."""
+        return f"lam{_exact(self.lam)}-tau{_exact(self.tau)}-theta{_exact(self.theta)}-k{self.k_prime}"
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _exact(value: float) -> str:
+    short = f"{value:g}"
+    return short if float(short) == value else repr(float(value))
 
 
 def parse_values(text: str | None, flag: str, *, integer: bool = False) -> tuple[float, ...] | None:
@@ -96,13 +106,22 @@ def make_grid(config: Any, *, lams: Sequence[float] | None = None, taus: Sequenc
     t = config.tracer
     theta = t.theta if default_theta is None else default_theta
     axes = [lams or (t.lam,), taus or (t.tau,), thetas or (theta,), k_primes or (config.guidance.k_prime,)]
+    problems = []
     for name, values in zip(AXES, axes, strict=True):
-        for v in values:
-            if name == "k_prime" and v < 1:
-                raise StemError(f"--k-prime values must be 1 or more, got {v}")
-            if name != "k_prime" and v < 0:
-                raise StemError(f"--{name.replace('lam', 'lambda')} values must not be negative, got {v}")
-    return [GridPoint(float(a), float(b), float(c), int(d)) for a, b, c, d in itertools.product(*axes)]
+        for v in values:  # the config's own range checks: a grid value is allowed where --tracer.theta=v is
+            value = int(v) if name == "k_prime" else float(v)
+            problem = field_problem(CONFIG_FIELDS[name], value, flag=f"{AXIS_FLAGS[name]} {value}")
+            if problem is not None:
+                problems.append(problem)
+    if problems:
+        raise ConfigError(problems)
+    points = [GridPoint(float(a), float(b), float(c), int(d)) for a, b, c, d in itertools.product(*axes)]
+    labels: dict[str, GridPoint] = {}
+    for point in points:
+        if labels.setdefault(point.label, point) != point:
+            raise StemError(f"grid points {labels[point.label].as_dict()} and {point.as_dict()} share the folder "
+                            f"name {point.label}\n  how to fix: list values that differ")
+    return points
 
 
 # ----- the vmapped kernels ------------------------------------------------------------------------
