@@ -60,6 +60,10 @@ class CheckpointStore:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
+    def all_steps(self) -> list[int]:
+        """Saved steps, oldest first."""
+        return sorted(self.manager.all_steps())
+
     def save(self, step: int, params: Any, opt_state: Any, meta: dict[str, Any]) -> None:
         """Write step ``step`` (replacing one of that number) and wait until it is on disk."""
         self.manager.save(step, args=ocp.args.Composite(

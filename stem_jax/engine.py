@@ -33,7 +33,13 @@ from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex, build_index
 from stem_jax.methods import MethodContext, RetrievalMethod, build_method
 from stem_jax.plan.factory import PlannerSpec, build_planner, open_plan_store
-from stem_jax.validation import checked_dataset_spec, checked_planner, checked_question, dataset_spec_fields
+from stem_jax.validation import (
+    checked_cache_dir,
+    checked_dataset_spec,
+    checked_planner,
+    checked_question,
+    dataset_spec_fields,
+)
 
 Log = Callable[[str], None]
 _BRACKET = re.compile(r"\[([^\[\]]+)\]")
@@ -164,7 +170,7 @@ def _cache_root(cache_dir: Any) -> Path:
     if not isinstance(cache_dir, str | os.PathLike):
         raise StemError(f"cache_dir={cache_dir!r:.60}: expected a folder path (str or Path)\n"
                         "  how to fix: pass e.g. cache_dir=\"~/.cache/stem_jax\"")
-    return Path(cache_dir)
+    return checked_cache_dir(Path(cache_dir), flag="cache_dir")
 
 
 class Engine:

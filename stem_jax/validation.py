@@ -137,6 +137,21 @@ def checked_dataset_spec(spec: DatasetSpec, *, check_hops: bool = True) -> Datas
     return dataclasses.replace(spec, **changes)
 
 
+def checked_cache_dir(path: Path, *, flag: str = "--cache-dir") -> Path:
+    """A cache folder that is not an existing file (created later, when first written)."""
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise StemError(f"{flag} {path} is a file, not a folder\n"
+                        f"  how to fix: pass {flag} a folder path (it is created if missing)")
+    for parent in path.parents:  # a file on the way makes every cache write fail later
+        if parent.exists():
+            if not parent.is_dir():
+                raise StemError(f"{flag} {path}: {parent} is a file, not a folder\n"
+                                f"  how to fix: pass {flag} a folder path")
+            break
+    return path
+
+
 def checked_planner(planner: Any) -> PlannerSpec:
     """A :class:`PlannerSpec` from a planner name or spec; anything else is a :class:`StemError`."""
     if isinstance(planner, str):

@@ -105,7 +105,7 @@ def dataset_spec(args: argparse.Namespace, config: StemConfig) -> DatasetSpec:
 
 
 def cache_root(args: argparse.Namespace) -> Path:
-    return args.cache_dir or default_cache_dir()
+    return validation.checked_cache_dir(args.cache_dir) if args.cache_dir else default_cache_dir()
 
 
 def disable_abbreviations(parser: argparse.ArgumentParser) -> None:

@@ -12,10 +12,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stem_jax.cli.args import cache_root, config_from_args
+from stem_jax.cli.args import cache_root, check_out_path, config_from_args
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import GNNConfig, StemConfig, as_dict
 from stem_jax.data.types import Dataset, Question
+from stem_jax.errors import ConfigError
 from stem_jax.kg.index import KGIndex
 
 
@@ -114,6 +115,16 @@ def cmd_train_gnn(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     started = time.perf_counter()
+    tc = TrainConfig(steps=args.steps, graphs_per_step=args.graphs_per_step, lr=args.lr,
+                     synthetic_ratio=args.synthetic_ratio, val_questions=args.val_questions,
+                     val_every=args.val_every, ckpt_every=args.ckpt_every, k_prime=config.guidance.k_prime,
+                     seed=config.seed)
+    problems = tc.problems()
+    if isinstance(args.val_percent, bool) or not 0 <= args.val_percent <= 99:
+        problems.append(f"--val-percent {args.val_percent}: expected an integer in [0, 99]")
+    if problems:  # before anything is loaded
+        raise ConfigError(problems)
+    check_out_path(args.out)
     dataset, index = load(args, config)
     encoder, embeddings, _ = embed(args, config, dataset, index)
     factory = example_factory(config, dataset, index, embeddings, encoder)
@@ -123,10 +134,6 @@ def cmd_train_gnn(args: argparse.Namespace) -> int:
     arch = gnn_architecture(args, config)
     spec = ModelSpec(layers=arch.layers, d_gnn=arch.d_gnn, d_pem=factory.featurizer.dim,
                      num_relations=index.num_relations)
-    tc = TrainConfig(steps=args.steps, graphs_per_step=args.graphs_per_step, lr=args.lr,
-                     synthetic_ratio=args.synthetic_ratio, val_questions=args.val_questions,
-                     val_every=args.val_every, ckpt_every=args.ckpt_every, k_prime=config.guidance.k_prime,
-                     seed=config.seed)
     val_pairs = stratified(val_pairs, tc.val_questions)
     out = args.out or Path("runs") / f"gnn-{dataset.name}"
     print(f"train-gnn: {len(train_pairs)} training questions ({args.split} ids with hash bucket >= {args.val_percent}), "

@@ -365,6 +365,12 @@ def _dumps(record: dict) -> str:
     return json.dumps(record, ensure_ascii=False, allow_nan=False)
 
 
+def lock_folder(path: Path) -> int:
+    """Lock the output folder ``path`` for this process (any command that writes one): the open descriptor
+    of ``path/.lock``, closed to release. A second writer gets a one-line :class:`StemError` with our pid."""
+    return _lock(Path(path))
+
+
 def _lock(path: Path) -> int:
     """An exclusive, non-blocking flock on ``path/.lock``; the file then holds our pid for the next one to read."""
     lock_path = path / LOCK

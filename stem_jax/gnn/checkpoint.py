@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,25 +41,75 @@ def params_fingerprint(params: Any) -> str:
 
 
 def read_model_file(run_dir: Path) -> dict[str, Any]:
+    """The run's ``model.json``; a missing, unreadable or damaged file is a one-line :class:`StemError`."""
     path = Path(run_dir) / MODEL_FILE
     if not path.is_file():
         raise StemError(f"{run_dir}: not a Triple-GNN run folder (no {MODEL_FILE})\n"
                         "  how to fix: pass the --out folder of `stem-jax train-gnn`")
-    return json.loads(path.read_text())
+    try:
+        info = json.loads(path.read_bytes())
+        spec_of(info)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise StemError(f"{path}: damaged ({_reason(err)}), so the model it describes is unknown\n"
+                        "  how to fix: restore it from a copy, or retrain into a new --out") from None
+    return info
+
+
+def spec_of(info: dict[str, Any]) -> ModelSpec:
+    """The :class:`ModelSpec` a ``model.json`` describes (raises KeyError/TypeError/ValueError when damaged)."""
+    spec = info["spec"]
+    if not isinstance(spec, dict):
+        raise TypeError("spec is not an object")
+    spec = ModelSpec(**spec)
+    for name in ("layers", "d_gnn", "d_pem", "num_relations"):
+        value = getattr(spec, name, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"spec.{name}={value!r}")
+    return spec
+
+
+def _reason(err: BaseException) -> str:
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def restore_latest_good(store: CheckpointStore, restore: Callable[[int], Any], *,
+                        log: Callable[[str], None] | None = None) -> tuple[int | None, Any, list[int]]:
+    """(step, restored, damaged steps): the newest step that ``restore`` reads, trying older ones when a
+    newer checkpoint is damaged (truncated, flipped or deleted files); (None, None, damaged) if none reads."""
+    damaged = []
+    for step in reversed(store.all_steps()):
+        try:
+            return step, restore(step), damaged
+        except Exception as err:  # noqa: BLE001 - orbax/tensorstore raise many kinds on damaged files
+            damaged.append(step)
+            if log is not None:
+                log(f"checkpoint step {step} in {store.folder} is damaged ({_reason(err)}); trying the one before")
+    return None, None, damaged
 
 
 def load_checkpoint(path: Path, step: int | None = None) -> tuple[ModelSpec, Any, dict[str, Any]]:
-    """(spec, params, model-file contents) from a ``train-gnn`` run folder, latest step by default."""
+    """(spec, params, model-file contents) from a ``train-gnn`` run folder, latest step by default.
+
+    Raises:
+      StemError: not a run folder, a damaged ``model.json``, no checkpoint, or a damaged checkpoint
+        (one line each, with the fix: rerunning ``train-gnn`` resumes from the last good step).
+    """
     run_dir = Path(path)
     if run_dir.name == CHECKPOINTS:
         run_dir = run_dir.parent
     info = read_model_file(run_dir)
-    spec = ModelSpec(**info["spec"])
+    spec = spec_of(info)
     with CheckpointStore(run_dir / CHECKPOINTS) as store:
         chosen = store.latest_step() if step is None else step
         if chosen is None:
             raise StemError(f"{run_dir}: no checkpoint saved yet\n"
                             f"  how to fix: run `stem-jax train-gnn --out {run_dir}`")
-        params = store.restore_params(chosen, abstract_params(spec))
+        try:
+            params = store.restore_params(chosen, abstract_params(spec))
+        except Exception as err:  # noqa: BLE001 - orbax/tensorstore raise many kinds on damaged files
+            raise StemError(f"{run_dir / CHECKPOINTS / str(chosen)}: the checkpoint is damaged or does not match "
+                            f"{MODEL_FILE} ({_reason(err)})\n  how to fix: rerun the same `stem-jax train-gnn "
+                            f"--out {run_dir}` command: it resumes from the last good checkpoint") from None
     info = {**info, "step": chosen, "params_sha": params_fingerprint(params)}
     return spec, params, info

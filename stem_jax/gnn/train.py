@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,11 +29,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from stem_jax.atomic import write_text_atomic
 from stem_jax.checkpoints import CheckpointStore
 from stem_jax.data.types import Question
-from stem_jax.errors import StemError
+from stem_jax.errors import ConfigError, StemError
 from stem_jax.gnn.batching import GraphExample, pad_batch
-from stem_jax.gnn.checkpoint import CHECKPOINTS, MODEL_FILE, params_fingerprint
+from stem_jax.gnn.checkpoint import CHECKPOINTS, MODEL_FILE, params_fingerprint, restore_latest_good
 from stem_jax.gnn.data import ExampleFactory
 from stem_jax.gnn.guidance import guidance_size, select_top
 from stem_jax.gnn.infer import predict
@@ -60,6 +62,57 @@ class TrainConfig:
     ckpt_every: int = 50
     k_prime: int = 4  # K' for the validation recall
     seed: int = 0
+
+    def problems(self) -> list[str]:
+        """Every out-of-range field, one line each naming its ``train-gnn`` flag (empty: usable)."""
+        return train_config_problems(self)
+
+    def check(self) -> TrainConfig:
+        """``self``, or :class:`~stem_jax.errors.ConfigError` listing :meth:`problems`."""
+        problems = self.problems()
+        if problems:
+            raise ConfigError(problems)
+        return self
+
+
+# field: (flag, kind, low, low inclusive, high); kind "int" or "float"; floats must be finite
+_TRAIN_RANGES = {
+    "steps": ("--steps", "int", 1, True, None),
+    "graphs_per_step": ("--graphs-per-step", "int", 1, True, 4096),
+    "lr": ("--lr", "float", 0.0, False, None),
+    "warmup": ("warmup", "int", 0, True, None),
+    "weight_decay": ("weight_decay", "float", 0.0, True, None),
+    "grad_clip": ("grad_clip", "float", 0.0, False, None),
+    "synthetic_ratio": ("--synthetic-ratio", "float", 0.0, True, 1.0),
+    "walk_hops": ("walk_hops", "int", 1, True, None),
+    "val_questions": ("--val-questions", "int", 0, True, None),
+    "val_every": ("--val-every", "int", 1, True, None),
+    "ckpt_every": ("--ckpt-every", "int", 1, True, None),
+    "k_prime": ("--guidance.k_prime", "int", 1, True, None),
+    "seed": ("--seed", "int", 0, True, (1 << 32) - 1),
+}
+# What changes the trained parameters: a resumed run must keep these (validation and checkpoint
+# cadence, and K' of the validation recall, may change between runs).
+RESUME_KEYS = ("steps", "graphs_per_step", "lr", "warmup", "weight_decay", "grad_clip", "synthetic_ratio",
+               "walk_hops", "seed")
+
+
+def train_config_problems(config: TrainConfig) -> list[str]:
+    """See :meth:`TrainConfig.problems`."""
+    problems = []
+    for name, (flag, kind, low, low_in, high) in _TRAIN_RANGES.items():
+        value = getattr(config, name)
+        if kind == "int":
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
+            allowed = f"an integer >= {low}" + (f" and <= {high}" if high is not None else "")
+        else:
+            ok = (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+                  and (value >= low if low_in else value > low) and (high is None or value <= high))
+            allowed = (f"a number in [{low:g}, {high:g}]" if high is not None else
+                       f"a finite number {'>=' if low_in else '>'} {low:g}")
+        if not ok:
+            problems.append(f"{flag} {value}: expected {allowed}")
+    return problems
 
 
 def bce_loss(logits: jax.Array, graph: jraph.GraphsTuple) -> tuple[jax.Array, jax.Array]:
@@ -225,18 +278,69 @@ def train(
     ``out_dir`` gets ``model.json`` (architecture and data description), ``checkpoints/<step>``
     (orbax), ``history.json`` and ``curves.png``. ``stop_at`` ends the run after that many steps
     as if it had been killed (tests use it to check that resuming gives the same result).
+
+    ``out_dir`` is locked while the run writes it (a second ``train-gnn`` on it is refused with the
+    holder's pid). A rerun resumes only a run of the same architecture, optimisation settings
+    (:data:`RESUME_KEYS`) and data; anything else is refused with the values that differ. A damaged
+    latest checkpoint is moved to ``out_dir/damaged-checkpoints/`` (kept, not deleted) and the run
+    resumes from the newest checkpoint that reads.
     """
+    from stem_jax.eval.run_folder import lock_folder
+
+    config.check()
     began = time.perf_counter()
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise StemError(f"--out {out_dir}: cannot create the run folder ({err.strerror})\n"
+                        "  how to fix: pass --out a writable folder path") from None
+    lock = lock_folder(out_dir)
+    try:
+        return _train_locked(factory, train_pairs, val_pairs, spec, config, out_dir, run_info=run_info,
+                             show_progress=show_progress, log=log, stop_at=stop_at, began=began)
+    finally:
+        os.close(lock)
+
+
+def _check_resumable(out_dir: Path, found: dict[str, Any], info: dict[str, Any]) -> None:
+    """Refuse to continue the run ``found`` (its model.json) with the settings ``info``."""
+    if found.get("spec") != info["spec"]:
+        raise StemError(f"{out_dir} holds a run of another architecture ({found.get('spec')} vs {info['spec']})\n"
+                        "  how to fix: pass a new --out folder or the same --preset / --gnn.* flags")
+    old_train = found.get("train") if isinstance(found.get("train"), dict) else {}
+    diffs = [f"{_TRAIN_RANGES[k][0]} {old_train.get(k)} (this command: {info['train'][k]})"
+             for k in RESUME_KEYS if old_train.get(k) != info["train"][k]]
+    diffs += [f"{k} {found.get(k)!r} (this command: {info[k]!r})" for k in sorted(info)
+              if k not in ("spec", "train", "train_questions") and k in found and found[k] != info[k]]
+    if diffs:
+        raise StemError(f"{out_dir} holds a run trained with {'; '.join(diffs[:4])}: continuing it would mix "
+                        "two settings in one model\n"
+                        "  how to fix: rerun with the run's own values to resume it, or pass a new --out")
+
+
+def _train_locked(factory, train_pairs, val_pairs, spec, config, out_dir, *, run_info, show_progress, log, stop_at,
+                  began) -> dict[str, Any]:
     model_file = out_dir / MODEL_FILE
     info = {"spec": spec.as_dict(), "train": dataclasses.asdict(config), **(run_info or {})}
+    has_checkpoints = (out_dir / CHECKPOINTS).is_dir() and any((out_dir / CHECKPOINTS).iterdir())
     if model_file.exists():
-        found = json.loads(model_file.read_text())
-        if found.get("spec") != info["spec"]:
-            raise StemError(f"{out_dir} holds a run of another architecture ({found.get('spec')} vs {info['spec']})\n"
-                            "  how to fix: pass a new --out folder or the same --preset / --gnn.* flags")
-    model_file.write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+        try:
+            found = json.loads(model_file.read_bytes())
+            if not isinstance(found, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as err:
+            if has_checkpoints:
+                raise StemError(f"{model_file}: damaged ({str(err).splitlines()[0] if str(err) else err!r}), so the "
+                                "checkpoints beside it cannot be resumed safely\n"
+                                "  how to fix: restore model.json from a copy, or pass a new --out") from None
+            found = None  # nothing was trained: start afresh
+        if found is not None:
+            _check_resumable(out_dir, found, info)  # what trains the parameters is equal; the rest may change
+    elif has_checkpoints:
+        raise StemError(f"{out_dir} holds checkpoints without {MODEL_FILE}, so their settings are unknown\n"
+                        "  how to fix: restore model.json from a copy, or pass a new --out")
+    write_text_atomic(model_file, json.dumps(info, indent=1, sort_keys=True) + "\n")
 
     optimizer = make_optimizer(config)
     params = init_params(spec, jax.random.key(config.seed))
@@ -244,9 +348,21 @@ def train(
     train_step = make_train_step(spec, _without_schedule_free_fields(config))
     history: dict[str, Any] = {"loss": [], "val": [], "skipped_graphs": 0}
     store = CheckpointStore(out_dir / CHECKPOINTS)
-    start = store.latest_step() or 0
+    start, restored, damaged = restore_latest_good(store, lambda s: store.restore(s, params, opt_state), log=log)
+    if damaged:  # keep the damaged steps out of orbax's sight (and out of the way of new saves), never delete
+        store.close()
+        aside = out_dir / "damaged-checkpoints"
+        aside.mkdir(exist_ok=True)
+        for step in damaged:
+            target = aside / f"{step}-{int(time.time())}"
+            (out_dir / CHECKPOINTS / str(step)).rename(target)
+            log(f"moved damaged checkpoint step {step} to {target}")
+        store = CheckpointStore(out_dir / CHECKPOINTS)
+    if start is None and damaged:
+        log("no readable checkpoint left: training starts again from step 0")
+    start = start or 0
     if start:
-        params, opt_state, history = store.restore(start, params, opt_state)
+        params, opt_state, history = restored
         log(f"resuming from checkpoint step {start} in {out_dir / CHECKPOINTS}")
     relation_emb = jnp.asarray(factory.featurizer.relation_matrix())
     data = StepData(factory, train_pairs, config)
