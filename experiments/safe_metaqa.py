@@ -37,34 +37,12 @@ RESULTS = Path("experiments/results")
 RETRIEVAL_STAGES = ("value", "adj", "match")  # per-question work after planning and text encoding
 
 
-# Relation names an LLM might write instead of MetaQA's (none is a KG relation): "+para" variants rename the
-# planner's relations with this table, so ADJ has to find the KG's relations from the typed-triple text alone.
-PARAPHRASES = {
-    "directed_by": "film director", "written_by": "screenwriter", "starred_actors": "cast member",
-    "release_year": "release date", "in_language": "spoken language", "has_tags": "keyword",
-    "has_genre": "film genre", "has_imdb_rating": "rating", "has_imdb_votes": "popularity",
-}
+# "+para" variants render the planner's templates with relation phrases that are not KG ids
+# (stem_jax.methods.safe.phrases, --safe.relation_phrases=true), so ADJ has to find the KG's relations from the
+# typed-triple text alone, as with the words SAFE's LLM writes.
+from stem_jax.methods.safe.phrases import METAQA_PHRASES as PARAPHRASES  # noqa: E402
 
 UNPARAPHRASE = {v: k for k, v in PARAPHRASES.items()}
-
-
-class ParaphrasedPlanner:
-    """Wraps a planner: same schema graphs, relations renamed by :data:`PARAPHRASES`."""
-
-    def __init__(self, planner):
-        self.planner = planner
-        self.name = f"{planner.name}+para"
-
-    def plan_batch(self, questions):
-        from stem_jax.plan.base import ScoredSchema
-        from stem_jax.plan.schema import SchemaGraph, SchemaTriple
-
-        out = []
-        for beam in self.planner.plan_batch(questions):
-            out.append([ScoredSchema(SchemaGraph(tuple(SchemaTriple(t.head, PARAPHRASES.get(t.relation, t.relation),
-                                                                    t.tail) for t in e.schema.triples),
-                                                 e.schema.answer, e.schema.strategy), e.score) for e in beam])
-        return out
 
 
 def run_variant(split: str, variant: str, per_hop: int | None, seed: int,
@@ -72,19 +50,24 @@ def run_variant(split: str, variant: str, per_hop: int | None, seed: int,
     """``variant``: a planner name, optionally ``+para`` (paraphrased relations) and ``/noadj`` (w/o ADJ) or ``/kN``."""
     from stem_jax.config import StemConfig, apply_overrides
     from stem_jax.engine import Engine
-    from stem_jax.eval.loop import evaluate_method
-    from stem_jax.methods.safe import build
 
-    name, _, ablation = variant.partition("/")
+    name, *suffixes = variant.split("/")
     planner, _, para = name.partition("+")
     overrides = dict(overrides)
-    if ablation == "noadj":
-        overrides["safe.use_adj"] = "false"
-    elif ablation.startswith("k"):  # /k100: keep the top 100 matches per query graph instead of 10
-        overrides["safe.k_retrieval"] = ablation[1:]
-    elif ablation:
-        raise SystemExit(f"unknown variant suffix /{ablation}: use /noadj or /kN")
-    tag = f"safe-metaqa-{split}-{planner}{'-para' if para else ''}{'-' + ablation if ablation else ''}"
+    if para:
+        overrides["safe.relation_phrases"] = "true"
+    for ablation in suffixes:
+        if ablation == "noadj":
+            overrides["safe.use_adj"] = "false"
+        elif ablation == "inj":  # injective matching (a KG entity binds at most one query node)
+            overrides["safe.injective"] = "true"
+        elif ablation == "noinj":
+            overrides["safe.injective"] = "false"
+        elif ablation.startswith("k"):  # /k100: keep the top 100 matches per query graph instead of 10
+            overrides["safe.k_retrieval"] = ablation[1:]
+        else:
+            raise SystemExit(f"unknown variant suffix /{ablation}: use /noadj, /inj, /noinj or /kN")
+    tag = f"safe-metaqa-{split}-{planner}{'-para' if para else ''}" + "".join(f"-{a}" for a in suffixes)
     tag += f"-sample{per_hop}-seed{seed}" if per_hop else ""
     out = Path("runs") / tag
     if rescore:  # report from the finished run folder, without re-running anything
@@ -97,21 +80,15 @@ def run_variant(split: str, variant: str, per_hop: int | None, seed: int,
                          log=print)
     questions = sample_per_hop(list(engine.dataset.questions), per_hop, seed)
     began = time.perf_counter()
-    if para:
-        context = engine.context("safe")
-        context.planner = ParaphrasedPlanner(context.planner)
-        summary = evaluate_method(build(context), questions, out, chunk_size=engine.config.engine.chunk_questions,
-                                  show_progress=False, log=print)
-    else:
-        summary = engine.evaluate(out, questions=questions, method="safe", show_progress=False)
+    summary = engine.evaluate(out, questions=questions, method="safe", show_progress=False)
     return out, time.perf_counter() - began, summary, questions
 
 
 def variant_k(variant: str, overrides: dict[str, str], default: int) -> int:
     """The k_retrieval a variant ran with (``/kN`` suffix, else the override, else the default)."""
-    ablation = variant.partition("/")[2]
-    if ablation.startswith("k"):
-        return int(ablation[1:])
+    for ablation in variant.split("/")[1:]:
+        if ablation.startswith("k"):
+            return int(ablation[1:])
     return int(overrides.get("safe.k_retrieval", default))
 
 

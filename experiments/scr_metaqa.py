@@ -58,7 +58,7 @@ def reaches_answer(gold, table) -> bool:
     for relation in gold.relations:
         nxt = set()
         for entity in frontier:
-            ents, rels, _ = table.neighbours(entity)
+            ents, rels, _ = table.edges(entity)
             nxt.update(int(e) for e in ents[rels == relation] if e != gold.topic)
         frontier = nxt
     return bool(frontier & gold.answers)
@@ -84,6 +84,59 @@ def attribute(record: dict, gold: list[str] | None, walkable: bool) -> str:
     return f"wrong relation at hop {hop + 1}"
 
 
+CUTS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7]
+
+
+def run_tag(checkpoint: Path) -> str:
+    """``scr`` or ``scr-rel`` (the relation-aware variant), from the run's saved spec."""
+    spec = json.loads((Path(checkpoint) / "scr.json").read_text())["spec"]
+    return "scr-rel" if spec.get("relation_aware") else "scr"
+
+
+def cut_sweep(records: list[dict], cuts: list[float]) -> list[list]:
+    """Per cut: Hit / Hit@1 / F1 per hop when answers below cut x the best answer's probability are dropped."""
+    rows = []
+    for cut in cuts:
+        per_hop: dict = defaultdict(lambda: defaultdict(list))
+        for r in records:
+            if not r["ground_truth"]:
+                continue
+            scores = r.get("scores") or []
+            kept = [p for p, s in zip(r["prediction"], scores, strict=True) if scores and s >= cut * scores[0]]
+            m = strict_metrics(kept, r["ground_truth"])
+            for key in ("hit", "hit_at_1", "f1"):
+                per_hop[r["hops"]][key].append(m[key])
+        row: list = [cut]
+        for hop in sorted(per_hop):
+            row += [round(100 * statistics.fmean(per_hop[hop][k]), 1) for k in ("hit", "hit_at_1", "f1")]
+        rows.append(row)
+    return rows
+
+
+def choose(checkpoint: Path, sample: int | None) -> None:
+    """The dev choice of (min_hops, answer_cut) from the dev result files of ``checkpoint``'s variant."""
+    tag = run_tag(checkpoint)
+    candidates = []
+    for path in sorted(RESULTS.glob(f"{tag}-metaqa-dev-minhops*" + (f"-sample{sample}" if sample else "") + ".json")):
+        result = json.loads(path.read_text())
+        if result.get("checkpoint") != str(checkpoint):
+            continue
+        for row in result["cut_sweep"]:
+            f1 = statistics.fmean(row[3::3])
+            hit1 = statistics.fmean(row[2::3])
+            candidates.append(((round(f1, 1), round(hit1, 1)), result["min_hops"], row[0], str(path)))
+    if not candidates:
+        raise SystemExit(f"no dev result files for {checkpoint}: run --split dev first (one per --min-hops)")
+    (f1, hit1), min_hops, cut, source = max(candidates, key=lambda c: (c[0], -c[1], -c[2]))
+    choice = {"split": "dev", "checkpoint": str(checkpoint), "min_hops": min_hops, "answer_cut": cut,
+              "dev_mean_f1": f1, "dev_mean_hit_at_1": hit1, "from": source,
+              "rule": "max mean F1 over hops, then mean Hit@1; ties: smaller min_hops, smaller cut",
+              "candidates": [[c[1], c[2], *c[0]] for c in candidates]}
+    path = RESULTS / f"{tag}-metaqa-dev-choice.json"
+    path.write_text(json.dumps(choice, indent=2))
+    print(json.dumps(choice, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--checkpoint", type=Path, required=True, help="train-scr run folder")
@@ -93,22 +146,46 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="run folder (default runs/scr-metaqa-...)")
     parser.add_argument("--min-hops", dest="min_hops", type=int, default=None,
                         help="override scr.min_hops (0 = the paper: a beam may stop on the topic)")
+    parser.add_argument("--settings-from", dest="settings_from", type=Path, default=None,
+                        help="a dev choice file (written by --choose) whose min_hops and answer_cut this run uses")
+    parser.add_argument("--choose", action="store_true",
+                        help="read this checkpoint's dev result files (--split dev, one per --min-hops) and write the "
+                             "dev choice of (min_hops, answer_cut): best mean F1 over hops, then mean Hit@1")
     args = parser.parse_args()
+    if args.choose:
+        choose(args.checkpoint, args.sample)
+        return
 
     from stem_jax.engine import Engine
-    from stem_jax.methods.scr.graph import build_neighbour_table
     from stem_jax.methods.scr.supervision import gold_steps
 
     config = StemConfig()
+    chosen_where = "ScrConfig default (not calibrated)"
+    if args.settings_from is not None:
+        choice = json.loads(args.settings_from.read_text())
+        if choice.get("split") != "dev":
+            raise SystemExit(f"{args.settings_from} was not chosen on dev")
+        config = dataclasses.replace(config, scr=dataclasses.replace(
+            config.scr, min_hops=int(choice["min_hops"]), answer_cut=float(choice["answer_cut"])))
+        chosen_where = f"chosen on dev validation questions ({args.settings_from})"
     if args.min_hops is not None:
         config = dataclasses.replace(config, scr=dataclasses.replace(config.scr, min_hops=args.min_hops))
-    variant = f"-minhops{config.scr.min_hops}"
+        chosen_where = "--min-hops on the command line"
+    if args.split == "dev":  # calibration: keep every answer, sweep the cut offline
+        config = dataclasses.replace(config, scr=dataclasses.replace(config.scr, answer_cut=0.0))
+    tag = run_tag(args.checkpoint)
+    variant = f"-minhops{config.scr.min_hops}" + (f"-cut{config.scr.answer_cut:g}" if config.scr.answer_cut else "")
     suffix = f"-sample{args.sample}-seed{args.seed}" if args.sample else ""
-    out = args.out or Path("runs") / f"scr-metaqa-{args.split}{variant}{suffix}"
+    out = args.out or Path("runs") / f"{tag}-{args.split}{variant}{suffix}"
     began = time.perf_counter()
     engine = Engine.open("metaqa", split=args.split, config=config,
                          method_options={"scr": {"checkpoint": args.checkpoint}}, log=print)
-    questions = sample_per_hop(engine.dataset.questions, args.sample, args.seed)
+    questions = engine.dataset.questions
+    if args.split == "dev":  # only the hash-split validation part: training never saw these questions
+        from stem_jax.data.splits import hash_split
+
+        questions = hash_split(questions, 0.1)[1]
+    questions = sample_per_hop(questions, args.sample, args.seed)
     method = engine.method("scr")
     build_seconds = time.perf_counter() - began
     print(f"SCR {args.checkpoint} (step {method.info['step']}); {len(questions)} {args.split} questions -> {out}")
@@ -122,7 +199,7 @@ def main() -> None:
             record = json.loads(line)
             records[record["id"]] = record
     index = engine.index
-    cap_table = build_neighbour_table(index, method.spec.neighbours, 0)
+    cap_table = method.neighbours
     per_hop: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     losses: dict[str, Counter] = defaultdict(Counter)
     beam = engine.config.scr.beam
@@ -180,15 +257,25 @@ def main() -> None:
         ["checkpoint params", train_summary["params_sha"]],
     ])
     losses_md = markdown_table(["hops", "outcome (best path vs gold relations)", "questions"], loss_rows)
-    markdown = (f"SCR on MetaQA-partial {args.split}" + (f" (seeded sample of {args.sample} per hop)" if args.sample else "")
-                + f", checkpoint step {method.info['step']}\n\n" + table + "\n\n" + timing + "\n\nWhere the loss comes from:\n\n"
-                + losses_md)
+    sweep = cut_sweep(list(records.values()), CUTS) if args.split == "dev" else None
+    sweep_md = ("\n\nanswer-cut sweep (keep answers with >= cut x the best answer's probability; Hit / Hit@1 / F1 "
+                "per hop):\n\n" + markdown_table(["cut", "1h Hit", "1h H@1", "1h F1", "2h Hit", "2h H@1", "2h F1",
+                                                  "3h Hit", "3h H@1", "3h F1"], sweep)) if sweep else ""
+    markdown = (f"{method.name} on MetaQA-partial {args.split}"
+                + (" (hash-split validation questions, never trained on)" if args.split == "dev" else "")
+                + (f" (seeded sample of {args.sample} per hop)" if args.sample else " (full split)")
+                + f", checkpoint {args.checkpoint} step {method.info['step']}"
+                + f"{' (best validation)' if method.info.get('best') else ''}; min_hops={config.scr.min_hops}, "
+                + f"answer_cut={config.scr.answer_cut} ({chosen_where})\n\n" + table + "\n\n" + timing + "\n\nWhere the loss comes from:\n\n"
+                + losses_md + sweep_md)
     print("\n" + markdown)
     payload = {"meta": run_metadata(), "split": args.split, "sample_per_hop": args.sample, "seed": args.seed,
+               "method": method.name, "min_hops": config.scr.min_hops, "answer_cut": config.scr.answer_cut,
+               "settings_chosen": chosen_where, "cut_sweep": sweep,
                "checkpoint": str(args.checkpoint), "fingerprint": method.fingerprint(), "per_hop": payload_hops,
                "losses": {h: dict(c) for h, c in losses.items()}, "eval_summary": summary, "train": train_summary,
                "eval_seconds": eval_seconds, "build_seconds": build_seconds, "search_seconds": search_seconds}
-    paths = write_report(RESULTS, f"scr-metaqa-{args.split}{variant}" + (f"-sample{args.sample}" if args.sample else ""),
+    paths = write_report(RESULTS, f"{tag}-metaqa-{args.split}{variant}" + (f"-sample{args.sample}" if args.sample else ""),
                          payload, markdown)
     print(f"\nwrote {paths[0]} and {paths[1]}")
 

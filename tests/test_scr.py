@@ -171,8 +171,9 @@ def _data(film, config):
     return prepare_data(film.questions, film.questions[:4], film.index, film.embeddings, film.encoder, config)
 
 
-def test_trained_model_walks_the_gold_path(film, tmp_path):
-    config = SMALL
+@pytest.mark.parametrize("relation_aware", [False, True], ids=["scr", "scr+rel"])
+def test_trained_model_walks_the_gold_path(film, tmp_path, relation_aware):
+    config = dataclasses.replace(SMALL, relation_aware=relation_aware)
     summary = train_scr(_data(film, config), config, tmp_path / "run", plot=False, log=lambda _: None)
     assert summary["final"]["loss"] < 0.5
     stem = StemConfig(scr=config)
@@ -182,6 +183,7 @@ def test_trained_model_walks_the_gold_path(film, tmp_path):
     from stem_jax.methods.scr import build
 
     method = build(context)
+    assert method.name == ("scr+rel" if relation_aware else "scr")
     retrievals = method.retrieve(film.questions)
     one_hop = [(q, r) for q, r in zip(film.questions, retrievals, strict=True) if q.hops == 1]
     top1 = [film.index.entities[r.answers[0][0]] in q.answers for q, r in one_hop if r.answers]
