@@ -255,3 +255,55 @@ def test_sigkill_mid_eval_then_resume_gives_identical_outputs(data, tmp_path):
     with contextlib.redirect_stdout(io.StringIO()):
         assert main([*argv, "--out", str(killed)]) == 0
     assert predictions(killed) == predictions(tmp_path / "clean")
+
+
+# ----- issue 23: an unwritable --cache-dir / --out is a one-line error, and finished work is kept -----
+
+
+def test_cache_dir_naming_a_file_is_an_error(data, tmp_path):
+    (tmp_path / "file").write_text("x")
+    rc, _, stderr = stem(data, "--out", str(tmp_path / "out"), cache=tmp_path / "file")
+    assert rc == 2 and "--cache-dir" in error_lines(stderr)[0] and "is a file, not a folder" in stderr
+    rc, _, stderr = stem(data, "--out", str(tmp_path / "out"), cache=tmp_path / "file" / "sub")
+    assert rc == 2 and "is a file, not a folder" in error_lines(stderr)[0]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_read_only_out_at_start_is_an_error(data, tmp_path):
+    out = tmp_path / "ro"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        rc, _, stderr = stem(data, "--out", str(out))
+    finally:
+        out.chmod(0o755)
+    assert rc == 2 and "cannot write the run folder" in error_lines(stderr)[0]
+
+
+class _ReadOnlySink:
+    def write(self, _):
+        raise OSError(30, "Read-only file system")
+
+    def close(self):
+        pass
+
+
+def test_out_becoming_unwritable_mid_run_is_an_error_and_keeps_finished_work(data, baseline, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    original = RunFolder.append
+    calls = []
+
+    def append(self, records):
+        calls.append(len(records))
+        if len(calls) == 2:  # the folder turns read-only after the first chunk was written
+            self._sink = _ReadOnlySink()
+        return original(self, records)
+
+    monkeypatch.setattr(RunFolder, "append", append)
+    rc, _, stderr = stem(data, "--out", str(out), "--engine.chunk_questions=4")
+    lines = error_lines(stderr)
+    assert rc == 2 and len(lines) == 2 and "cannot write the finished questions (Read-only file system)" in lines[0]
+    assert len((out / "predictions.jsonl").read_text().splitlines()) == 4  # the first chunk is kept
+    monkeypatch.setattr(RunFolder, "append", original)
+    rc, stdout, _ = stem(data, "--out", str(out))
+    assert rc == 0 and "resuming: 4 of 12" in stdout and predictions(out) == predictions(baseline)
