@@ -15,12 +15,18 @@ products' cost)**, a 2-step chain schema (parent 0 -> 1 -> 2), anchors at four d
 (median, p99, p99.9 and the largest hub), breadth strategy (the heavier one) at frontier F in
 {16, 64, 256} and precision at F=64, batch 1 (latency, p50 of ``--reps`` warm calls) and batch 32
 (amortised per question), no guidance. Compile time is reported apart (first call).
-Writes experiments/results/scale-curves.{json,md,png}.
+Writes experiments/results/scale-curves.{json,md,png} (``--label L``: scale-curves-L.*).
+
+``--configs`` picks the (strategy:F) rows, e.g. ``breadth:64,precision:64`` for a quick 10M run.
+``--old-tracer PATH`` also times the tracer module at PATH (e.g. a file written by ``git show
+COMMIT:stem_jax/trace/tracer.py``) on the same KG and batches, alternating old and new call by
+call, and records whether both return identical arrays: a before/after under the same load.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -56,13 +62,38 @@ def synthetic_triples(m: int, seed: int = 0):
             yield f"e{h}", f"r{r}", f"e{t}"
 
 
-def run_one(kind: str, size: int, dim: int, reps: int) -> dict:
+def parse_configs(text: str) -> list[tuple[int, bool]]:
+    """``breadth:64,precision:64`` -> [(64, False), (64, True)]."""
+    configs = []
+    for item in text.split(","):
+        strategy, frontier = item.split(":")
+        if strategy not in ("breadth", "precision"):
+            raise SystemExit(f"--configs: unknown strategy {strategy!r} (breadth or precision)")
+        configs.append((int(frontier), strategy == "precision"))
+    return configs
+
+
+def load_tracer(path: str):
+    """A tracer module from a file (an older commit's), importable beside the current one."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scale_curves_old_tracer", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_one(kind: str, size: int, dim: int, reps: int, configs: list[tuple[int, bool]] | None = None,
+            old_tracer: str | None = None) -> dict:
     """Measure one KG (runs in the child process)."""
     import jax
     import jax.numpy as jnp
 
     from stem_jax.kg.index import build_index
     from stem_jax.trace.tracer import Hyper, KGArrays, TraceBatch, TracerShapes, trace_batch
+
+    old = load_tracer(old_tracer) if old_tracer else None
 
     out: dict = {"kind": kind, "requested_triples": size, "dim": dim}
     rss0 = rss_mb()
@@ -106,7 +137,7 @@ def run_one(kind: str, size: int, dim: int, reps: int) -> dict:
                           guidance=jnp.full((b, 64), -1, jnp.int32))
 
     traces = []
-    configs = [(16, False), (64, False), (256, False), (64, True)]
+    configs = configs or [(16, False), (64, False), (256, False), (64, True)]
     for frontier, precision in configs:
         shapes = TracerShapes(frontier=frontier)
         for level, anchor in levels.items():
@@ -114,26 +145,40 @@ def run_one(kind: str, size: int, dim: int, reps: int) -> dict:
                    "anchor_degree": int(degree[anchor])}
             for b in (1, 32):
                 batch = batch_of(np.full(b, anchor), b)
-                t0 = time.perf_counter()
-                res = trace_batch(kg, batch, hyper, shapes=shapes, precision=precision)
-                jax.block_until_ready(res)
-                first = time.perf_counter() - t0
-                times = []
-                for _ in range(reps if b == 1 else max(2, reps // 3)):
-                    t0 = time.perf_counter()
-                    res = trace_batch(kg, batch, hyper, shapes=shapes, precision=precision)
-                    jax.block_until_ready(res)
-                    times.append(time.perf_counter() - t0)
                 key = "b1" if b == 1 else "b32"
-                row[f"{key}_first_call_ms"] = 1e3 * first
-                row[f"{key}_p50_ms"] = 1e3 * float(np.median(times))
-                row[f"{key}_per_question_ms"] = 1e3 * float(np.median(times)) / b
+                tracers = [("", trace_batch, shapes)]
+                if old is not None:
+                    tracers.append(("old_", old.trace_batch, old.TracerShapes(**dataclasses.asdict(shapes))))
+                times: dict[str, list[float]] = {name: [] for name, _, _ in tracers}
+                outputs = {}
+                for rep in range(1 + (reps if b == 1 else max(2, reps // 3))):  # call 0 compiles
+                    for name, trace, trace_shapes in tracers:  # old and new alternate call by call
+                        t0 = time.perf_counter()
+                        res = trace(kg, batch, hyper, shapes=trace_shapes, precision=precision)
+                        jax.block_until_ready(res)
+                        elapsed = time.perf_counter() - t0
+                        if rep == 0:
+                            row[f"{name}{key}_first_call_ms"] = 1e3 * elapsed
+                        else:
+                            times[name].append(elapsed)
+                        outputs[name] = res
+                for name, _, _ in tracers:
+                    row[f"{name}{key}_p50_ms"] = 1e3 * float(np.median(times[name]))
+                    row[f"{name}{key}_per_question_ms"] = 1e3 * float(np.median(times[name])) / b
+                if old is not None:
+                    row[f"{key}_identical_to_old"] = all(
+                        np.array_equal(np.asarray(a), np.asarray(c)) for a, c in zip(outputs[""], outputs["old_"],
+                                                                                       strict=True))
+                res = outputs[""]
+                row[f"{key}_load_average"] = os.getloadavg()[0]
                 if b == 1:
                     # frontier width actually reached: bindings at step 1 and 2
                     nodes = np.asarray(res.nodes[0])
                     row["bound_step1"] = int((nodes[1] >= 0).sum())
                     row["bound_step2"] = int((nodes[2] >= 0).sum())
                     row["overflow"] = int(np.asarray(res.overflow)[0])
+                    # incident triples the run scores: the anchor's at step 1, its step-1 bindings' at step 2
+                    row["edges_scored"] = int(degree[anchor]) + int(degree[nodes[1][nodes[1] >= 0]].sum())
             traces.append(row)
             print(json.dumps(row), flush=True)
     out["traces"] = traces
@@ -142,7 +187,8 @@ def run_one(kind: str, size: int, dim: int, reps: int) -> dict:
 
 
 def child_main(args: argparse.Namespace) -> int:
-    result = run_one(args.child_kind, args.child_size, args.dim, args.reps)
+    result = run_one(args.child_kind, args.child_size, args.dim, args.reps, parse_configs(args.configs),
+                     args.old_tracer)
     Path(args.child_out).write_text(json.dumps(result))
     return 0
 
@@ -193,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--limit", type=int, default=1500, help="seconds per KG (child process)")
+    parser.add_argument("--configs", default="breadth:16,breadth:64,breadth:256,precision:64",
+                        help="strategy:frontier rows to trace")
+    parser.add_argument("--old-tracer", dest="old_tracer", default=None,
+                        help="also time this tracer module file (before/after, alternating calls)")
+    parser.add_argument("--label", default="", help="results go to scale-curves-LABEL.*")
     parser.add_argument("--child-kind", dest="child_kind", help=argparse.SUPPRESS)
     parser.add_argument("--child-size", dest="child_size", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", dest="child_out", help=argparse.SUPPRESS)
@@ -209,7 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     for kind, size in jobs:
         out = Path(f"/tmp/scale-{os.getpid()}-{kind}-{size}.json")
         cmd = [sys.executable, __file__, "--child-kind", kind, "--child-size", str(size), "--child-out", str(out),
-               "--dim", str(args.dim), "--reps", str(args.reps)]
+               "--dim", str(args.dim), "--reps", str(args.reps), "--configs", args.configs]
+        if args.old_tracer:
+            cmd += ["--old-tracer", str(Path(args.old_tracer).resolve())]
         began = time.perf_counter()
         load = os.getloadavg()[0]
         try:
@@ -225,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         print(kind, size, {k: v for k, v in results[-1].items() if k != "traces"}, flush=True)
         out.unlink(missing_ok=True)
 
+    compared = any("old_b1_p50_ms" in t for r in results for t in r.get("traces", []))
     size_rows, trace_rows = [], []
     for r in results:
         if "error" in r:
@@ -234,25 +288,41 @@ def main(argv: list[str] | None = None) -> int:
                           round(r["index_seconds"], 1), round(r["device_kg_seconds"], 1),
                           round(r["peak_rss_mb"] / 1024, 2), f"load {r['load_average_before']:.1f}"])
         for t in r["traces"]:
-            trace_rows.append([r["kind"], r["triples"], t["strategy"], t["frontier"], t["anchor_level"],
-                               t["anchor_degree"], t["bound_step1"], t["bound_step2"], round(t["b1_p50_ms"], 2),
-                               round(t["b32_per_question_ms"], 2), round(t["b1_first_call_ms"] / 1e3, 1)])
-    md = ("Scale curves (CPU, shared 2 cores; load average before each KG in the last column). Synthetic KGs: "
+            row = [r["kind"], r["triples"], t["strategy"], t["frontier"], t["anchor_level"], t["anchor_degree"],
+                   t["bound_step1"], t["bound_step2"], t.get("edges_scored", "-"), round(t["b1_p50_ms"], 2),
+                   round(t["b32_per_question_ms"], 2)]
+            if compared:
+                row += [round(t["old_b1_p50_ms"], 2), round(t["old_b32_per_question_ms"], 2),
+                        "yes" if t["b1_identical_to_old"] and t["b32_identical_to_old"] else "NO"]
+            row += [round(t["b1_first_call_ms"] / 1e3, 1), f"{t.get('b32_load_average', float('nan')):.1f}"]
+            trace_rows.append(row)
+    meta = run_metadata()
+    trace_header = ["KG", "triples", "strategy", "F", "anchor", "anchor degree", "bound 1", "bound 2",
+                    "edges/run", "b1 ms", "b32 ms/q"]
+    if compared:
+        trace_header += ["old b1 ms", "old b32 ms/q", "identical"]
+    trace_header += ["compile s", "load"]
+    md = (f"Scale curves (CPU {meta['machine']}, {meta['cpu_count']} cores shared with other jobs; commit "
+          f"{meta['commit']}, jax {meta['jax']}; load average before each KG in the last column). Synthetic KGs: "
           f"power law p(rank) ~ rank^-{ZIPF}, m/5 entities, {RELATIONS} relations; triple embeddings random "
           f"unit-norm float16 of width {args.dim}.\n\nCommand: `python experiments/scale_curves.py "
           f"{' '.join(sys.argv[1:] if argv is None else argv)}`\n\n"
           + markdown_table(["KG", "triples", "entities", "max degree", "p99 degree", "build_index s",
                             "device KG s", "peak RSS GiB", "note"], size_rows)
           + "\n\nPer-question trace latency (2-step chain; b1 = batch of one, warm p50; b32 = batch of 32 "
-            "divided by 32; bound = bindings kept at step 1 / 2; compile = first batch-1 call):\n\n"
-          + markdown_table(["KG", "triples", "strategy", "F", "anchor", "anchor degree", "bound 1", "bound 2",
-                            "b1 ms", "b32 ms/q", "compile s"], trace_rows))
-    payload = {"meta": run_metadata(), "argv": sys.argv[1:] if argv is None else argv, "results": results,
+            "divided by 32; bound = bindings kept at step 1 / 2; edges/run = incident triples a run scores "
+            "(anchor degree + degrees of its step-1 bindings); compile = first batch-1 call"
+          + ("; old = the --old-tracer module timed on the same batches, calls alternating with the new one, "
+             "identical = both return the same arrays" if compared else "")
+          + "; load = load average after the row):\n\n"
+          + markdown_table(trace_header, trace_rows))
+    payload = {"meta": meta, "argv": sys.argv[1:] if argv is None else argv, "results": results,
                "zipf": ZIPF, "relations": RELATIONS, "dim": args.dim}
-    paths = write_report(RESULTS, "scale-curves", payload, md)
-    plot(results, RESULTS / "scale-curves.png")
+    name = f"scale-curves-{args.label}" if args.label else "scale-curves"
+    paths = write_report(RESULTS, name, payload, md)
+    plot(results, RESULTS / f"{name}.png")
     print(md)
-    print(f"wrote {paths[0]}, {RESULTS / 'scale-curves.png'}")
+    print(f"wrote {paths[0]}, {RESULTS / f'{name}.png'}")
     return 0
 
 
