@@ -135,14 +135,14 @@ class SafeConfig:
     k_ent: int = 3  # |SimEnt|: KG entities per named query node (value retrieval)
     k_rel: int = 10  # |SimRel|: KG relations per query relation
     k_typ: int = 8  # |SimTyp|: entity types a variable node may take
-    k_retrieval: int = 10  # top matches kept per query graph (ranked semantic subgraph matching)
+    k_retrieval: int = 100  # top matches per query graph (MetaQA dev: 10 -> 100 lifts 3-hop F1 76.5 -> 93.0; 7x slower)
     beams: int = 1  # planner beams used as pseudo query graphs (the paper's LLM writes one)
     containment: float = 0.75  # merge relation roles into one entity type when this share of the smaller overlaps
     min_support: int = 1  # θ_supp: schema edges need this many KG triples (paper C.2)
     min_confidence: float = 0.0001  # θ_conf: ... and this share of the domain type's entities (paper C.2)
     min_share: float = 0.01  # ... and this share of its relation's triples (drops name-collision noise; not in the paper)
-    injective: bool = False  # True: a KG entity matches at most one query node (isomorphism, not the paper's Def. 1)
-    answer_margin: float = 0.2  # keep answers within this distance of the best (MetaQA dev plateau 0-0.2); < 0: all
+    injective: bool = True  # a KG entity binds at most one query node (MetaQA dev: 3-hop Hit@1 90.5 -> 97.5); False: Def. 1
+    answer_margin: float = 0.0  # keep answers within this distance of the best (MetaQA dev: 0 best, phrases too); < 0: all
     use_adj: bool = True  # False: match the pseudo query graph as written (the paper's "w/o ADJ" ablation)
     relation_phrases: bool = False  # True: planner templates rendered with relation phrases, not KG ids (ADJ aligns them)
 
