@@ -140,9 +140,15 @@ def main() -> None:
                                       options={**context.options, **{k: v for k, v in row.options.items()
                                                                      if k != "guidance"}})
         method = build_method(row.method, context)
+        wall_file = out / "compare-wall.json"  # a resumed row keeps the wall time of the run that did the work
+        done_before = len(read_finished(out / "predictions.jsonl")) if (out / "predictions.jsonl").exists() else 0
         summary = evaluate_method(method, questions, out, chunk_size=row.config.engine.chunk_questions,
                                   show_progress=False, log=print)
         wall = time.perf_counter() - began
+        if done_before >= len(questions) and wall_file.is_file():
+            wall = json.loads(wall_file.read_text())["wall_seconds"]
+        else:
+            wall_file.write_text(json.dumps({"wall_seconds": wall, "questions": len(questions)}))
         records = list(read_finished(out / "predictions.jsonl").values())
         wanted = {q.qid for q in questions}
         records = [r for r in records if r["id"] in wanted]

@@ -143,6 +143,8 @@ def main() -> None:
     parser.add_argument("--split", default="test")
     parser.add_argument("--sample", type=int, default=None, help="questions per hop (seeded); all without it")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--subset", type=int, default=None,
+                        help="the N questions per hop with the lowest sha256(qid) (compare_methods.py's question set)")
     parser.add_argument("--out", type=Path, default=None, help="run folder (default runs/scr-metaqa-...)")
     parser.add_argument("--min-hops", dest="min_hops", type=int, default=None,
                         help="override scr.min_hops (0 = the paper: a beam may stop on the topic)")
@@ -157,6 +159,7 @@ def main() -> None:
         return
 
     from stem_jax.engine import Engine
+    from stem_jax.eval.loop import evaluate_method
     from stem_jax.methods.scr.supervision import gold_steps
 
     config = StemConfig()
@@ -185,13 +188,22 @@ def main() -> None:
         from stem_jax.data.splits import hash_split
 
         questions = hash_split(questions, 0.1)[1]
+    if args.subset:
+        from stem_jax.cli.gnn import subset
+
+        questions = subset(questions, args.subset)
+        args.sample, suffix = None, f"-subset{args.subset}"
+        out = args.out or Path("runs") / f"{tag}-{args.split}{variant}{suffix}"
     questions = sample_per_hop(questions, args.sample, args.seed)
     method = engine.method("scr")
     build_seconds = time.perf_counter() - began
     print(f"SCR {args.checkpoint} (step {method.info['step']}); {len(questions)} {args.split} questions -> {out}")
     began = time.perf_counter()
-    summary = engine.evaluate(out, questions=questions, method="scr", show_progress=False)
+    # the same call as compare_methods.py, so its SCR rows can resume these run folders
+    summary = evaluate_method(method, questions, out, chunk_size=config.engine.chunk_questions, show_progress=False,
+                              log=print)
     eval_seconds = time.perf_counter() - began
+    (out / "compare-wall.json").write_text(json.dumps({"wall_seconds": eval_seconds, "questions": len(questions)}))
 
     records = {}
     with (out / "predictions.jsonl").open() as f:
@@ -263,7 +275,8 @@ def main() -> None:
                                                   "3h Hit", "3h H@1", "3h F1"], sweep)) if sweep else ""
     markdown = (f"{method.name} on MetaQA-partial {args.split}"
                 + (" (hash-split validation questions, never trained on)" if args.split == "dev" else "")
-                + (f" (seeded sample of {args.sample} per hop)" if args.sample else " (full split)")
+                + (f" (seeded sample of {args.sample} per hop)" if args.sample else
+                   f" (stratified subset: {args.subset} per hop, lowest sha256(qid))" if args.subset else " (full split)")
                 + f", checkpoint {args.checkpoint} step {method.info['step']}"
                 + f"{' (best validation)' if method.info.get('best') else ''}; min_hops={config.scr.min_hops}, "
                 + f"answer_cut={config.scr.answer_cut} ({chosen_where})\n\n" + table + "\n\n" + timing + "\n\nWhere the loss comes from:\n\n"
@@ -275,7 +288,8 @@ def main() -> None:
                "checkpoint": str(args.checkpoint), "fingerprint": method.fingerprint(), "per_hop": payload_hops,
                "losses": {h: dict(c) for h, c in losses.items()}, "eval_summary": summary, "train": train_summary,
                "eval_seconds": eval_seconds, "build_seconds": build_seconds, "search_seconds": search_seconds}
-    paths = write_report(RESULTS, f"{tag}-metaqa-{args.split}{variant}" + (f"-sample{args.sample}" if args.sample else ""),
+    paths = write_report(RESULTS, f"{tag}-metaqa-{args.split}{variant}" + (f"-sample{args.sample}" if args.sample else "")
+                         + (f"-subset{args.subset}" if args.subset else ""),
                          payload, markdown)
     print(f"\nwrote {paths[0]} and {paths[1]}")
 

@@ -107,7 +107,7 @@ class ScrConfig:
     """SCR, stepwise contrastive reasoning (the SCR paper; departures in stem_jax/methods/scr)."""
 
     layers: int = 3  # L relational message-passing (GAT-style) layers
-    dim: int = 64  # d of the GNN and question head (the paper keeps BERT's 768; CPU budget)
+    dim: int = 384  # d of the GNN and question head: MiniLM's width, no bottleneck (the paper keeps BERT's 768)
     head_layers: int = 1  # trainable attention layers over the frozen MiniLM segments of the context
     tau: float = 0.05  # InfoNCE / selection temperature τ (eq. 11)
     beam: int = 10  # K: beam width and number of (path, answer) hypotheses kept (eqs. 12-15)
