@@ -24,7 +24,14 @@ Used triples (CONTRADICT, level order): a run's used triples are exactly the tri
 its earlier slots, i.e. its ``via`` rows, at most F per step. Each step sorts them per run
 (int32 [B, S·F], padded with int32 max) and tests an edge by binary search in its run's row, so
 the structure is bounded by the static shapes (it cannot overflow) and neither memory nor time
-depends on the KG's size m: no [B x m] bitmap is zeroed or scattered per call.
+depends on the KG's size m: no [B x m] bitmap is zeroed or scattered per call. That is the
+``used="run"`` rule (Algorithm 2). ``used="branch"`` bars only the triples on each binding's own
+path from the anchor: one sorted row per (run, frontier position) pair, gathered up the ``parents``
+links (at most S per pair); ``used="step"`` bars nothing.
+
+``direction="directed"`` keeps only edges whose KG triple has the frontier node at the step's own
+end (``TraceBatch.forward``: the head when the step leaves its schema triple's head, else the
+tail), and binds the other end by that orientation (a self-loop leads back to its node).
 """
 
 from __future__ import annotations
@@ -87,6 +94,7 @@ class TraceBatch(NamedTuple):
     anchor: jax.Array  # int32 [B] (-1: padding run)
     anchor_score: jax.Array  # float32 [B]
     guidance: jax.Array  # int32 [B, G] guidance entity ids, -1 padded
+    forward: jax.Array | None = None  # bool [B, S]: the step walks its relation head -> tail (direction="directed")
 
 
 class Hyper(NamedTuple):
@@ -146,6 +154,16 @@ def _row_contains(rows: jax.Array, row: jax.Array, value: jax.Array) -> jax.Arra
     return flat[pos] == value
 
 
+class _Masks(NamedTuple):
+    """What bars an edge: used-triple rows (sorted, one per run or per pair), whether any is non-empty, each
+    pair's row, and per run the step's orientation (None: undirected)."""
+
+    rows: jax.Array
+    any_used: jax.Array
+    row_of_pair: jax.Array
+    forward: jax.Array | None
+
+
 class _Edges(NamedTuple):
     pair: jax.Array
     run: jax.Array
@@ -165,9 +183,11 @@ def _score_block(kg, hyper, relation_bonus, block, cum, pair_nodes, runs_of_pair
     node = jnp.where(valid, pair_nodes[pair], 0)
     triple = kg.csr_triples[jnp.where(valid, kg.csr_offsets[node] + pos - cum[pair], 0)]
     run = runs_of_pair[pair]
-    rows, any_used = used
-    valid &= ~jax.lax.cond(any_used, lambda: _row_contains(rows, run, triple), lambda: jnp.zeros(window, bool))
+    valid &= ~jax.lax.cond(used.any_used, lambda: _row_contains(used.rows, used.row_of_pair[pair], triple),
+                           lambda: jnp.zeros(window, bool))
     ends = kg.triples[triple]
+    if used.forward is not None:  # directed: the frontier node must be the step's own end of the triple
+        valid &= jnp.where(used.forward[run], ends[:, 0], ends[:, 2]) == node
     dots = jnp.einsum("wd,wd->w", kg.triple_emb[triple].astype(jnp.float32), queries[run])
     guidance_rows, any_guidance = guidance
     in_guidance = jax.lax.cond(
@@ -314,13 +334,41 @@ def _breadth_candidates(kg, hyper, relation_bonus, cum, pair_nodes, pair_base, r
     return ranked, qualified
 
 
-@functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus", "tau_admits"))
+def _branch_rows(batch: TraceBatch, via: jax.Array, parents: jax.Array, parent_slot: jax.Array) -> jax.Array:
+    """int32 [B·F, S]: per (run, frontier position) pair of the step's parent slot, the triples on that
+    binding's path from the anchor (-1 padded), following ``parents`` up the schema's slots."""
+    n_runs, n_steps = batch.steps.shape[:2]
+    f = via.shape[2]
+    runs = jnp.arange(n_runs)[:, None]
+    child = jnp.where(batch.step_mask, batch.steps[:, :, 1], n_steps + 1)
+    slot_parent = jnp.full((n_runs, n_steps + 1), -1, jnp.int32).at[runs, child].set(batch.steps[:, :, 0], mode="drop")
+    slot = jnp.broadcast_to(parent_slot[:, None], (n_runs, f))
+    index = jnp.broadcast_to(jnp.arange(f, dtype=jnp.int32)[None], (n_runs, f))
+    found = []
+    for _ in range(n_steps):  # a path has at most S triples
+        inside = slot > 0
+        at = jnp.maximum(slot, 0)
+        found.append(jnp.where(inside, via[runs, at, index], -1))
+        up = parents[runs, at, index]
+        slot = jnp.where(inside, slot_parent[runs, at], 0)
+        index = jnp.where(inside, jnp.clip(up, 0, f - 1), 0)
+    return jnp.stack(found, axis=-1).reshape(n_runs * f, n_steps)
+
+
+@functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus", "tau_admits", "direction", "used"))
 def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: TracerShapes, precision: bool,
-                relation_bonus: bool = False, tau_admits: bool = True) -> TraceOutput:
+                relation_bonus: bool = False, tau_admits: bool = True, direction: str = "undirected",
+                used: str = "run") -> TraceOutput:
     """Trace a padded batch of runs that share one strategy; see the module docstring.
 
     ``tau_admits=False``: Breadth's θ test reads the T-Score without the guidance bonus τ (τ still
-    ranks), so the guidance graph cannot admit triples of other relations on its own."""
+    ranks), so the guidance graph cannot admit triples of other relations on its own.
+    ``direction`` (undirected | directed, which reads ``batch.forward``) and ``used`` (run | branch | step)
+    are the KG conventions of :class:`~stem_jax.trace.types.TraceOptions`."""
+    if direction not in ("undirected", "directed") or used not in ("run", "branch", "step"):
+        raise ValueError(f"unknown direction {direction!r} or used-triple rule {used!r}")
+    if direction == "directed" and batch.forward is None:
+        raise ValueError("direction='directed' needs TraceBatch.forward (each step's orientation)")
     n_runs, n_steps = batch.steps.shape[:2]
     f = shapes.frontier
     k = 1 if precision else shapes.node_matches
@@ -337,15 +385,23 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
 
     def step_fn(carry, s):
         nodes, scores, via, parents, overflow = carry
-        used = (_sorted_used(via), jnp.any(via[:, 1:] >= 0))  # triples kept at earlier steps (level order)
         step = batch.steps[:, s]
         active = batch.step_mask[:, s]
         parent_slot = jnp.clip(step[:, 0], 0, n_steps)
+        forward = batch.forward[:, s] if direction == "directed" else None
+        if used == "run":  # triples kept at earlier steps (level order), one row per run
+            masks = _Masks(_sorted_used(via), jnp.any(via[:, 1:] >= 0), runs_of_pair, forward)
+        elif used == "branch":  # the triples on each binding's own path, one row per pair
+            rows = _sorted_rows(_branch_rows(batch, via, parents, parent_slot))
+            masks = _Masks(rows, jnp.any(rows < BIG), jnp.arange(n_runs * f, dtype=jnp.int32), forward)
+        else:
+            masks = _Masks(jnp.full((1, 1), BIG, jnp.int32), jnp.bool_(False), jnp.zeros(n_runs * f, jnp.int32),
+                           forward)
         pair_nodes = jnp.where(active[:, None], nodes[runs, parent_slot], -1).reshape(-1)
         pair_base = scores[runs, parent_slot].reshape(-1)
         degree = jnp.where(pair_nodes >= 0, kg.degree[jnp.maximum(pair_nodes, 0)], 0)
         cum = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(degree).astype(jnp.int32)])
-        args = (kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, used, batch.step_emb[:, s],
+        args = (kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, masks, batch.step_emb[:, s],
                 step[:, 2], guidance, shapes.window)
         if precision:
             ranked, qualified = _precision_candidates(*args, f)
@@ -356,7 +412,10 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
         safe_triple = jnp.maximum(triple, 0)
         ends = kg.triples[safe_triple]
         from_node = pair_nodes[pair]
-        child_node = jnp.where(ends[:, 0] == from_node, ends[:, 2], ends[:, 0])
+        if direction == "directed":
+            child_node = jnp.where(forward[jnp.clip(run, 0, n_runs - 1)], ends[:, 2], ends[:, 0])
+        else:
+            child_node = jnp.where(ends[:, 0] == from_node, ends[:, 2], ends[:, 0])
         target_run = jnp.where(keep, run, n_runs)  # out of range: dropped by the scatters
         child_slot = step[jnp.clip(run, 0, n_runs - 1), 1]
         rank = jnp.clip(rank, 0, f - 1)

@@ -294,7 +294,7 @@ class StemPipeline:
                     began = time.perf_counter()
                     out = self.sharding.trace(self.kg, batch, traced, shapes=shapes, precision=precision,
                                               relation_bonus=self.engine.relation_bonus,
-                                              tau_admits=self.engine.guidance_admits)
+                                              tau_admits=self.engine.guidance_admits, **self.conventions())
                     host = jax.device_get(out)  # the batch's single device->host transfer
                     timings["trace"] += time.perf_counter() - began
                     for row, i in enumerate(chunk):
@@ -333,9 +333,14 @@ class StemPipeline:
                         batch = self.trace_batch([], empty, empty.astype(np.float32), size, bucket)
                         jax.block_until_ready(self.sharding.trace(
                             self.kg, batch, traced, shapes=shapes, precision=precision,
-                            relation_bonus=self.engine.relation_bonus, tau_admits=self.engine.guidance_admits))
+                            relation_bonus=self.engine.relation_bonus, tau_admits=self.engine.guidance_admits,
+                            **self.conventions()))
                         visited += 1
         return visited
+
+    def conventions(self) -> dict[str, str]:
+        """The tracer's static KG conventions (``engine.direction``, ``engine.used_triples``)."""
+        return {"direction": self.engine.direction, "used": self.engine.used_triples}
 
     def _fit(self, capacity: int, n: int) -> int:
         """Padded batch size for ``n`` runs: the configured ``capacity``, or the next power of two
@@ -447,9 +452,11 @@ class StemPipeline:
         step_emb = np.zeros((size, bucket, dim), np.float32)
         anchor = np.full(size, -1, np.int32)
         anchor_score = np.zeros(size, np.float32)
+        forward = np.ones((size, bucket), bool)
         for row, run in enumerate(runs):
             n = run.plan.num_steps
             steps[row, :n] = run.plan.steps
+            forward[row, :n] = run.plan.orientation()
             mask[row, :n] = True
             step_emb[row, :n] = self.step_embeddings(run)
             anchor[row] = anchors[row]
@@ -458,7 +465,7 @@ class StemPipeline:
         if guidance_rows is not None:
             guidance[: len(runs)] = guidance_rows
         # Host arrays: the jitted tracer takes them in one transfer (six jnp.asarray calls cost ~0.6 ms).
-        return TraceBatch(steps, mask, step_emb, anchor, anchor_score, guidance)
+        return TraceBatch(steps, mask, step_emb, anchor, anchor_score, guidance, forward)
 
     # ----- answers ----------------------------------------------------------------------------
     def ranking_gap(self, runs: Sequence[Run], hyper: StemHyper | None = None) -> float:
