@@ -1,0 +1,268 @@
+"""The HTTP JSON API over one warmed :class:`~stem_jax.engine.Engine` (FastAPI on uvicorn).
+
+Why FastAPI + uvicorn: the standard ASGI pair in Python — request models with limits (pydantic),
+an OpenAPI schema at ``/openapi.json`` and ``/docs`` for free, and uvicorn's graceful shutdown
+(stop accepting, let open requests finish, then run the app's lifespan exit, which drains the
+batch queue). The engine runs on the batcher's one thread; the event loop only awaits futures.
+
+Every error a client can see is JSON ``{"error": {"type", "message", ...}}``: 422 for a request that
+does not fit the models (empty or oversized question, bad types, unknown fields), 400 for a question
+the engine refuses (its :class:`StemError` text: unknown entity, no entity found), 404 for an unknown
+split question id or route, 503 + ``Retry-After`` when the queue is full or the server is stopping,
+500 ``internal error`` (the traceback goes to the server log only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from stem_jax.errors import StemError
+from stem_jax.serve.batcher import Batcher, Job, OverloadedError
+from stem_jax.serve.metrics import ServeMetrics
+
+log = logging.getLogger("stem_jax.serve")
+
+MAX_QUESTION_CHARS = 1000
+MAX_TOPIC_CHARS = 300
+MAX_REQUEST_QUESTIONS = 256
+METHOD_NAMES = ("stem", "safe", "scr")
+
+QuestionText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUESTION_CHARS)]
+TopicText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_TOPIC_CHARS)]
+Qid = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=300)]
+
+
+class QuestionItem(BaseModel):
+    """One question: free ``question`` text (topic in [brackets], or ``topic``, or the entity linker finds
+    it), or ``qid``, the id of a question of the loaded split (it carries its own topic and gold path,
+    so the oracle planner can plan it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    question: QuestionText | None = None
+    qid: Qid | None = None
+    topic: TopicText | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> QuestionItem:
+        if (self.question is None) == (self.qid is None):
+            raise ValueError("give exactly one of 'question' (text) or 'qid' (a question id of the loaded split)")
+        if self.qid is not None and self.topic is not None:
+            raise ValueError("'topic' goes with 'question' text; a split question ('qid') has its own topic")
+        return self
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    method: str | None = Field(None, description="retrieval method (default: the server's --method)")
+    top: int = Field(10, ge=1, le=1000, description="answers and chains to return")
+    evidence_limit: int = Field(200, ge=0, le=100_000, description="evidence triples to return")
+
+
+class AskRequest(QuestionItem, Options):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"question": "which actors appear in [The Rimloumjaith]"}, {"qid": "demo/test/1-hop/0"}]})
+
+
+class RetrieveRequest(Options):
+    questions: list[QuestionText | QuestionItem] = Field(..., min_length=1, max_length=MAX_REQUEST_QUESTIONS)
+
+
+class APIError(Exception):
+    def __init__(self, status: int, kind: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.kind, self.message, self.headers = status, kind, message, headers
+
+
+def _error(status: int, kind: str, message: str, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": {"type": kind, "message": message, **extra}}, status_code=status, headers=headers)
+
+
+def answer_json(answer: Any, *, top: int, evidence_limit: int, method: str) -> dict[str, Any]:
+    """An :class:`~stem_jax.engine.Answer` as plain JSON."""
+    record = answer.record or {}
+    return {
+        "qid": answer.question.qid,
+        "question": answer.question.text,
+        "topic_entities": list(answer.question.topic_entities),
+        "topic_link": answer.topic_link,
+        "method": method,
+        "answers": [{"entity": name, "score": float(score)} for name, score in answer.answers[:top]],
+        "plans": list(record.get("plans") or []),
+        "evidence": [list(t) for t in answer.evidence[:evidence_limit]],
+        "evidence_count": len(answer.evidence),
+        "chains": list(answer.chains[:top]),
+        "stage_ms": {k: float(v) for k, v in answer.stage_ms.items()},
+    }
+
+
+def engine_info(engine: Any, method: str) -> dict[str, Any]:
+    import dataclasses
+
+    import jax
+
+    import stem_jax
+    from stem_jax.config import as_dict
+
+    spec = engine.planner_spec
+    return {
+        "dataset": engine.dataset.name,
+        "split": getattr(engine.dataset_spec, "split", None),
+        "questions_loaded": len(engine.dataset.questions),
+        "kg": {"fingerprint": engine.index.fingerprint, "entities": len(engine.index.entities),
+               "relations": len(getattr(engine.index, "relations", []) or [])},
+        "method": method,
+        "planner": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(spec).items()},
+        "guidance": {k: (str(v) if isinstance(v, Path) else v)
+                     for k, v in dataclasses.asdict(engine.guidance_spec).items()},
+        "encoder": getattr(engine.encoder, "name", type(engine.encoder).__name__),
+        "config": as_dict(engine.config),
+        "versions": {"stem_jax": stem_jax.__version__, "jax": jax.__version__, "python": platform.python_version()},
+    }
+
+
+def create_app(engine: Any, *, method: str = "stem", max_batch: int = 32, max_wait_ms: float = 5.0,
+               queue_size: int = 256, warm_up: dict[str, Any] | None = None, explorer: bool = True) -> FastAPI:
+    """The app for ``engine`` (opened, and ideally warmed with ``engine.warm_up(max_batch)``, by the caller)."""
+    holder: dict[str, Any] = {}
+    metrics = ServeMetrics(lambda: holder["batcher"].depth if "batcher" in holder else 0,
+                           lambda: holder["batcher"].in_flight if "batcher" in holder else 0)
+    batcher = Batcher(engine, max_batch=max_batch, max_wait_ms=max_wait_ms, queue_size=queue_size,
+                      on_batch=metrics.on_batch)
+    holder["batcher"] = batcher
+    by_qid = {q.qid: q for q in engine.dataset.questions}
+    info = engine_info(engine, method)
+    info["serve"] = {"max_batch": max_batch, "max_wait_ms": max_wait_ms, "queue_size": queue_size,
+                     "max_question_chars": MAX_QUESTION_CHARS, "max_request_questions": MAX_REQUEST_QUESTIONS,
+                     "warm_up": warm_up}
+    started = time.time()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI):
+        yield
+        # uvicorn calls this after open requests finished; drain whatever is still admitted
+        await asyncio.get_running_loop().run_in_executor(None, batcher.close)
+
+    app = FastAPI(title="stem-jax", version=info["versions"]["stem_jax"], lifespan=lifespan,
+                  description="STEM knowledge-graph retrieval: answers, evidence triples, chains, stage timings.")
+    app.state.batcher = batcher
+    app.state.metrics = metrics
+    app.state.engine = engine
+
+    @app.middleware("http")
+    async def count(request: Request, call_next):
+        began = time.perf_counter()
+        try:
+            response = await call_next(request)
+        except Exception:  # should not happen (handlers below), but never a traceback to the client
+            log.exception("unhandled error on %s", request.url.path)
+            response = _error(500, "internal", "internal error (see the server log)")
+        route = request.scope.get("route")
+        endpoint = getattr(route, "path", "other")
+        metrics.requests.labels(endpoint=endpoint, status=str(response.status_code)).inc()
+        if endpoint in ("/v1/ask", "/v1/retrieve"):
+            metrics.latency.labels(endpoint=endpoint).observe(time.perf_counter() - began)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+        details = [{"loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg", ""), "type": e.get("type", "")}
+                   for e in err.errors()]
+        message = "; ".join(f"{'.'.join(d['loc'])}: {d['msg']}" for d in details) or "invalid request"
+        return _error(422, "invalid_request", message, details=details)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:
+        return _error(err.status_code, "http", str(err.detail), headers=getattr(err, "headers", None))
+
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, err: APIError) -> JSONResponse:
+        return _error(err.status, err.kind, err.message, headers=err.headers)
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, err: Exception) -> JSONResponse:
+        log.error("internal error on %s", request.url.path, exc_info=err)
+        return _error(500, "internal", "internal error (see the server log)")
+
+    def jobs_for(items: Sequence[str | QuestionItem], chosen: str) -> list[Job]:
+        jobs = []
+        for item in items:
+            if isinstance(item, str):
+                jobs.append(Job(item, chosen))
+            elif item.qid is not None:
+                if item.qid not in by_qid:
+                    raise APIError(404, "unknown_qid", f"no question with qid {item.qid!r} in the loaded split "
+                                   f"({engine.dataset.name})\n  how to fix: send 'question' text instead, or a qid "
+                                   "listed by the dataset")
+                jobs.append(Job(None, chosen, question=by_qid[item.qid]))
+            else:
+                jobs.append(Job(item.question, chosen, topic=item.topic))
+        return jobs
+
+    async def run(items: Sequence[str | QuestionItem], options: Options) -> list[dict[str, Any]]:
+        chosen = options.method or method
+        if chosen not in METHOD_NAMES:
+            raise APIError(422, "invalid_request", f"method {chosen!r} is not one of {', '.join(METHOD_NAMES)}")
+        if len(items) > queue_size:
+            raise APIError(400, "too_many_questions", f"{len(items)} questions cannot fit the queue of "
+                           f"{queue_size}\n  how to fix: send at most {queue_size} questions per request")
+        try:
+            futures = batcher.submit(jobs_for(items, chosen))
+        except OverloadedError as err:
+            metrics.rejected.inc()
+            raise APIError(503, "overloaded", str(err), {"Retry-After": str(err.retry_after_s)}) from None
+        out = []
+        for future in futures:
+            try:
+                answer = await asyncio.wrap_future(future)
+            except StemError as err:
+                raise APIError(400, "stem_error", str(err)) from None
+            except OverloadedError as err:
+                raise APIError(503, "overloaded", str(err), {"Retry-After": str(err.retry_after_s)}) from None
+            metrics.on_answer(answer.stage_ms)
+            out.append(answer_json(answer, top=options.top, evidence_limit=options.evidence_limit, method=chosen))
+        return out
+
+    @app.post("/v1/ask", summary="Answer one question")
+    async def ask(body: AskRequest) -> dict[str, Any]:
+        return (await run([QuestionItem(question=body.question, qid=body.qid, topic=body.topic)], body))[0]
+
+    @app.post("/v1/retrieve", summary="Answer a list of questions")
+    async def retrieve(body: RetrieveRequest) -> dict[str, Any]:
+        return {"results": await run(body.questions, body)}
+
+    @app.get("/healthz", summary="Liveness and queue state")
+    async def healthz() -> dict[str, Any]:
+        return {"status": "ok", "queue_depth": batcher.depth, "in_flight": batcher.in_flight,
+                "uptime_s": round(time.time() - started, 3)}
+
+    @app.get("/v1/info", summary="Dataset, KG fingerprint, config, method, planner, versions")
+    async def get_info() -> dict[str, Any]:
+        return info
+
+    @app.get("/metrics", summary="Prometheus metrics")
+    async def get_metrics() -> Response:
+        return Response(metrics.render(), media_type=ServeMetrics.CONTENT_TYPE)
+
+    if explorer:
+        page = Path(__file__).with_name("explorer.html")
+
+        @app.get("/", include_in_schema=False)
+        async def index() -> Response:
+            if not page.is_file():
+                return _error(404, "http", "the explorer page is not installed")
+            return HTMLResponse(page.read_text(encoding="utf-8"))
+
+    return app
