@@ -388,3 +388,11 @@ def test_bad_settings_are_stem_errors():
 def test_answer_topic_link_is_a_copy():
     answer = Answer(Question("q", "t", ("e",), ()), [], [], [], {}, {})
     assert dataclasses.replace(answer, topic_link={"a": 1}).topic_link == {"a": 1} and answer.topic_link is None
+
+
+def test_explorer_page_is_self_contained(client):
+    response = client.get("/")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+    page = response.text
+    assert '<svg id="graph"' in page and 'fetch("v1/ask"' in page
+    assert "src=\"http" not in page and "href=\"http" not in page and "cdn" not in page.lower()  # no CDN

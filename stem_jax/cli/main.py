@@ -21,6 +21,7 @@ from stem_jax.cli.args import (
 from stem_jax.cli.bench import add_bench_stages_parser
 from stem_jax.cli.calibrate import add_calibrate_parser
 from stem_jax.cli.scr import add_train_scr_parser
+from stem_jax.cli.serve import add_serve_parser
 from stem_jax.errors import StemError
 from stem_jax.methods import METHODS
 
@@ -123,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_sweep_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
     add_calibrate_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags, planning.add_planner_flags)
     distributed.add_score_parser(sub)
+    add_serve_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags, planning.add_planner_flags, gnn.add_guidance_flags, add_method_flags)
 
     bench = sub.add_parser("bench", help="benchmarks (tables + JSON under experiments/results/)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
