@@ -396,3 +396,37 @@ def test_explorer_page_is_self_contained(client):
     page = response.text
     assert '<svg id="graph"' in page and 'fetch("v1/ask"' in page
     assert "src=\"http" not in page and "href=\"http" not in page and "cdn" not in page.lower()  # no CDN
+
+
+def test_questions_endpoint_lists_the_split(client, engine):
+    body = client.get("/v1/questions", params={"limit": 2}).json()
+    assert body["total"] == len(engine.dataset.questions)
+    assert [q["qid"] for q in body["questions"]] == [q.qid for q in engine.dataset.questions[:2]]
+    assert "[" in body["questions"][0]["question"]
+    assert client.get("/v1/questions", params={"limit": 0}).status_code == 422
+
+
+def test_bench_serve_load_against_a_real_server(engine, tmp_path):
+    from stem_jax.cli.main import main
+    from stem_jax.serve.bench import batch_delta, batch_histogram, checked_url
+
+    with pytest.raises(StemError, match="this machine only"):
+        checked_url("http://example.com:8000")
+    server = _Server(create_app(engine, max_batch=4, max_wait_ms=5, queue_size=64))
+    try:
+        code = main(["bench", "serve", "--url", server.url, "--rates", "20,40", "--duration", "0.5",
+                     "--questions", "6", "--label", "test", "--out", str(tmp_path)])
+        metrics = httpx.get(server.url + "/metrics").text
+    finally:
+        server.stop()
+    assert code == 0
+    import json
+
+    run = json.loads((tmp_path / "bench-serve-demo.json").read_text())["runs"]["test"]
+    assert [r["offered_rps"] for r in run["rows"]] == [20.0, 40.0]
+    for row in run["rows"]:
+        assert row["ok"] == row["sent"] > 0 and not row["errors"]
+        assert row["latency_ms"]["p50"] > 0 and row["batches"] >= 1
+    assert (tmp_path / "bench-serve-demo.md").is_file() and (tmp_path / "bench-serve-demo.png").is_file()
+    hist = batch_histogram(metrics)
+    assert hist["count"] >= 1 and batch_delta({"buckets": {}, "sum": 0.0, "count": 0.0}, hist)["batches"] == hist["count"]

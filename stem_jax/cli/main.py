@@ -21,7 +21,7 @@ from stem_jax.cli.args import (
 from stem_jax.cli.bench import add_bench_stages_parser
 from stem_jax.cli.calibrate import add_calibrate_parser
 from stem_jax.cli.scr import add_train_scr_parser
-from stem_jax.cli.serve import add_serve_parser
+from stem_jax.cli.serve import add_bench_serve_parser, add_serve_parser
 from stem_jax.errors import StemError
 from stem_jax.methods import METHODS
 
@@ -144,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_stages_parser(bench_sub, add_dataset_flags, add_cache_flags, add_config_flags, planning.add_planner_flags,
                             gnn.add_guidance_flags)
+    add_bench_serve_parser(bench_sub)
 
     config = sub.add_parser("config", help="print every config option with its value")
     add_config_flags(config)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from stem_jax.cli.args import config_from_args, positive_int
 from stem_jax.cli.commands import method_options
@@ -83,4 +84,77 @@ def cmd_serve(args: argparse.Namespace) -> int:
           f"http://{args.host}:{args.port}  (docs: /docs, metrics: /metrics; Ctrl-C stops after open requests)",
           flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)  # waits for open requests
+    return 0
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        rates = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated requests/s, got {text!r}") from None
+    if not rates or any(not r > 0 for r in rates):
+        raise argparse.ArgumentTypeError(f"expected positive requests/s such as 5,20,50, got {text!r}")
+    return rates
+
+
+def add_bench_serve_parser(bench_sub) -> None:
+    p = bench_sub.add_parser(
+        "serve", help="open-loop load against a running `stem-jax serve` (latency percentiles vs offered rate)",
+        description="Send /v1/ask requests at Poisson arrival times for each offered rate against a server on this "
+        "machine; report p50/p95/p99 latency, achieved throughput, errors and the server's batch sizes. Runs with "
+        "different --label (e.g. the --max-batch 1 baseline and a batched server) are merged into one "
+        "bench-serve-<dataset>.json/.md/.png.")
+    p.add_argument("--url", default="http://127.0.0.1:8000", help="the server (127.0.0.1/localhost only)")
+    p.add_argument("--rates", type=_rates, default=(2.0, 5.0, 10.0, 20.0, 50.0),
+                   help="offered requests/s, comma-separated (default 2,5,10,20,50)")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds of load per rate (default 10)")
+    p.add_argument("--questions", type=positive_int, default=64, help="split questions to cycle through (default 64)")
+    p.add_argument("--by", choices=("qid", "text"), default="qid",
+                   help="send split question ids (any planner, oracle included) or their bracketed text")
+    p.add_argument("--max-outstanding", dest="max_outstanding", type=positive_int, default=512,
+                   help="requests in flight at most; sends beyond are counted as dropped (default 512)")
+    p.add_argument("--label", default=None, help="row label (default max-batch-<server's max batch>)")
+    p.add_argument("--out", type=Path, default=None, help="where to write results (default runs/bench)")
+    p.add_argument("--record", action="store_true", help="write into experiments/results/ instead of --out")
+    p.set_defaults(func=cmd_bench_serve)
+
+
+def cmd_bench_serve(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+
+    from stem_jax.cli.report import markdown_table, run_metadata
+    from stem_jax.serve.bench import plot, run_load, table
+
+    result = asyncio.run(run_load(args.url, args.rates, duration=args.duration, questions=args.questions,
+                                  by=args.by, max_outstanding=args.max_outstanding))
+    server = result["server"]
+    label = args.label or f"max-batch-{server['serve']['max_batch']}"
+    headers, rows = table(result["rows"])
+    print(f"{label}: {server['dataset']} ({server['method']}, planner {server['planner']['name']}), "
+          f"max_wait_ms {server['serve']['max_wait_ms']}")
+    print(markdown_table(headers, rows))
+    out = Path("experiments/results") if args.record else (args.out or Path("runs/bench"))
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"bench-serve-{server['dataset']}"
+    payload: dict = {"runs": {}}
+    if stem.with_suffix(".json").is_file():
+        payload = json.loads(stem.with_suffix(".json").read_text())
+    payload["runs"][label] = {"meta": run_metadata(), "command": "stem-jax " + " ".join(args.argv),
+                              "server": {k: server[k] for k in ("dataset", "split", "method", "planner", "guidance",
+                                                                "encoder", "serve", "versions", "kg")},
+                              "by": args.by, "duration_s": args.duration, "rows": result["rows"]}
+    stem.with_suffix(".json").write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+    parts = [f"# bench serve: {server['dataset']}\n",
+             "Open-loop Poisson load on 127.0.0.1; latency is end to end per successful request; batches and "
+             "mean batch are read from the server's /metrics over each rate's window.\n"]
+    for name, run in payload["runs"].items():
+        s = run["server"]
+        parts.append(f"## {name}\n\n`{run['command']}` against a server with max_batch {s['serve']['max_batch']}, "
+                     f"max_wait_ms {s['serve']['max_wait_ms']}, planner {s['planner']['name']}, encoder "
+                     f"{s['encoder']}, machine {run['meta'].get('machine', run['meta'].get('platform', '?'))}\n")
+        parts.append(markdown_table(*table(run["rows"])) + "\n")
+    stem.with_suffix(".md").write_text("\n".join(parts))
+    plot({name: run["rows"] for name, run in payload["runs"].items()}, stem.with_suffix(".png"))
+    print(f"wrote {stem}.json, .md and .png")
     return 0

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
@@ -251,6 +251,17 @@ def create_app(engine: Any, *, method: str = "stem", max_batch: int = 32, max_wa
     @app.get("/v1/info", summary="Dataset, KG fingerprint, config, method, planner, versions")
     async def get_info() -> dict[str, Any]:
         return info
+
+    @app.get("/v1/questions", summary="Questions of the loaded split (ids for 'qid', bracketed text)")
+    async def questions(limit: int = Query(20, ge=1, le=10_000)) -> dict[str, Any]:
+        out = []
+        for q in engine.dataset.questions[:limit]:
+            text = q.text
+            for topic in q.topic_entities[:1]:
+                name = engine.display(topic)
+                text = text.replace(name, f"[{name}]", 1) if name in text else text
+            out.append({"qid": q.qid, "question": text, "topic_entities": [engine.display(t) for t in q.topic_entities]})
+        return {"questions": out, "total": len(engine.dataset.questions)}
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def get_metrics() -> Response:
