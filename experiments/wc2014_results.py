@@ -33,6 +33,10 @@ VARIANTS = {  # name -> (slug, flags)
 }
 
 
+def _conventions(conv: dict | None) -> str:
+    return ", ".join(str((conv or {}).get(k)) for k in ("direction", "used_triples", "exclude_topic"))
+
+
 def _mean(summary: dict, key: str) -> float:
     return round(100 * summary["overall"]["mean"][key], 2)
 
@@ -72,14 +76,12 @@ def main_(argv: list[str] | None = None) -> int:
                     "theta": effective.get("theta"), "theta_source": effective.get("theta_source"),
                     "conventions": effective.get("conventions"), "calibrated": effective.get("calibrated")}
                 rows.append([f"WC-{name.upper()}", planner, variant, _mean(metrics, "hit"), _mean(metrics, "hit_at_1"),
-                             _mean(metrics, "f1"), effective.get("theta"),
-                             ", ".join(f"{v}" for v in (effective.get("conventions") or {}).values())])
+                             _mean(metrics, "f1"), effective.get("theta"), _conventions(effective.get("conventions"))])
         engine = engine_bound(dataset.questions, index, **(conventions or {}))
         results[name]["engine_bound"] = {"conventions": conventions, **(engine or {})}
         for label, bound in (("data's own bound", data), ("bound under the calibrated conventions", engine)):
             rows.append([f"WC-{name.upper()}", "", label, _mean(bound, "hit"), "", _mean(bound, "f1"), "",
-                         ", ".join(f"{v}" for v in (conventions or {}).values()) if "calibrated" in label else
-                         "directed, as written"])
+                         _conventions(conventions) if "calibrated" in label else "directed, as written"])
     table = markdown_table(["file", "planner", "row", "Hit", "Hit@1", "F1", "θ", "direction, used triples, exclude topic"],
                            rows)
     payload = {"meta": run_metadata(), "seconds": time.perf_counter() - began, "results": results}
