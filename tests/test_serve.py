@@ -414,7 +414,7 @@ def test_bench_serve_load_against_a_real_server(engine, tmp_path):
         checked_url("http://example.com:8000")
     server = _Server(create_app(engine, max_batch=4, max_wait_ms=5, queue_size=64))
     try:
-        code = main(["bench", "serve", "--url", server.url, "--rates", "20,40", "--duration", "0.5",
+        code = main(["bench", "serve", "--url", server.url, "--rates", "20,40", "--duration", "0.3",
                      "--questions", "6", "--label", "test", "--out", str(tmp_path)])
         metrics = httpx.get(server.url + "/metrics").text
     finally:

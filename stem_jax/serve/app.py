@@ -108,6 +108,33 @@ def answer_json(answer: Any, *, top: int, evidence_limit: int, method: str) -> d
     }
 
 
+class _CountRequests:
+    """Pure ASGI middleware (cheaper than ``@app.middleware``): request counts by route and status, latency."""
+
+    def __init__(self, app: Any, metrics: ServeMetrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        began = time.perf_counter()
+        status = [500]
+
+        async def send_status(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            endpoint = getattr(scope.get("route"), "path", "other")
+            self.metrics.requests.labels(endpoint=endpoint, status=str(status[0])).inc()
+            if endpoint in ("/v1/ask", "/v1/retrieve"):
+                self.metrics.latency.labels(endpoint=endpoint).observe(time.perf_counter() - began)
+
+
 def engine_info(engine: Any, method: str) -> dict[str, Any]:
     import dataclasses
 
@@ -161,20 +188,7 @@ def create_app(engine: Any, *, method: str = "stem", max_batch: int = 32, max_wa
     app.state.metrics = metrics
     app.state.engine = engine
 
-    @app.middleware("http")
-    async def count(request: Request, call_next):
-        began = time.perf_counter()
-        try:
-            response = await call_next(request)
-        except Exception:  # should not happen (handlers below), but never a traceback to the client
-            log.exception("unhandled error on %s", request.url.path)
-            response = _error(500, "internal", "internal error (see the server log)")
-        route = request.scope.get("route")
-        endpoint = getattr(route, "path", "other")
-        metrics.requests.labels(endpoint=endpoint, status=str(response.status_code)).inc()
-        if endpoint in ("/v1/ask", "/v1/retrieve"):
-            metrics.latency.labels(endpoint=endpoint).observe(time.perf_counter() - began)
-        return response
+    app.add_middleware(_CountRequests, metrics=metrics)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, err: RequestValidationError) -> JSONResponse:
@@ -235,13 +249,16 @@ def create_app(engine: Any, *, method: str = "stem", max_batch: int = 32, max_wa
             out.append(answer_json(answer, top=options.top, evidence_limit=options.evidence_limit, method=chosen))
         return out
 
-    @app.post("/v1/ask", summary="Answer one question")
-    async def ask(body: AskRequest) -> dict[str, Any]:
-        return (await run([QuestionItem(question=body.question, qid=body.qid, topic=body.topic)], body))[0]
+    # JSONResponse directly: the answers are plain JSON already, and FastAPI's generic re-encoding of a
+    # returned dict (jsonable_encoder over every evidence triple) cost more than the engine call at load
+    @app.post("/v1/ask", summary="Answer one question", response_class=JSONResponse)
+    async def ask(body: AskRequest) -> JSONResponse:
+        return JSONResponse((await run([QuestionItem(question=body.question, qid=body.qid, topic=body.topic)],
+                                       body))[0])
 
-    @app.post("/v1/retrieve", summary="Answer a list of questions")
-    async def retrieve(body: RetrieveRequest) -> dict[str, Any]:
-        return {"results": await run(body.questions, body)}
+    @app.post("/v1/retrieve", summary="Answer a list of questions", response_class=JSONResponse)
+    async def retrieve(body: RetrieveRequest) -> JSONResponse:
+        return JSONResponse({"results": await run(body.questions, body)})
 
     @app.get("/healthz", summary="Liveness and queue state")
     async def healthz() -> dict[str, Any]:
