@@ -430,3 +430,18 @@ def test_bench_serve_load_against_a_real_server(engine, tmp_path):
     assert (tmp_path / "bench-serve-demo.md").is_file() and (tmp_path / "bench-serve-demo.png").is_file()
     hist = batch_histogram(metrics)
     assert hist["count"] >= 1 and batch_delta({"buckets": {}, "sum": 0.0, "count": 0.0}, hist)["batches"] == hist["count"]
+
+
+def test_bench_reads_batch_histograms():
+    from stem_jax.serve.bench import batch_delta, batch_histogram
+
+    before = batch_histogram('stem_batch_questions_bucket{le="1.0"} 1.0\nstem_batch_questions_bucket{le="2.0"} 1.0\n'
+                             'stem_batch_questions_bucket{le="+Inf"} 1.0\nstem_batch_questions_sum 1.0\n'
+                             'stem_batch_questions_count 1.0\nstem_batch_seconds_sum 0.01\n')
+    after = batch_histogram('stem_batch_questions_bucket{le="1.0"} 3.0\nstem_batch_questions_bucket{le="2.0"} 4.0\n'
+                            'stem_batch_questions_bucket{le="+Inf"} 5.0\nstem_batch_questions_sum 12.0\n'
+                            'stem_batch_questions_count 5.0\nstem_batch_seconds_sum 0.41\n')
+    delta = batch_delta(before, after)
+    assert delta["batches"] == 4 and delta["mean_batch"] == pytest.approx(11 / 4)
+    assert delta["engine_ms_per_batch"] == pytest.approx(100.0)
+    assert delta["distribution"] == {"<=1": 2, "<=2": 1, "+Inf": 1}

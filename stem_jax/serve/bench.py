@@ -27,6 +27,7 @@ from stem_jax.errors import StemError
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _BUCKET = re.compile(r'^stem_batch_questions_bucket\{le="([^"]+)"\} ([0-9.e+]+)$')
 _SUM = re.compile(r"^stem_batch_questions_(sum|count) ([0-9.e+]+)$")
+_SECONDS = re.compile(r"^stem_batch_seconds_sum ([0-9.e+]+)$")
 
 
 def checked_url(url: str) -> str:
@@ -39,8 +40,10 @@ def checked_url(url: str) -> str:
 
 def batch_histogram(metrics_text: str) -> dict[str, Any]:
     buckets: dict[float, float] = {}
-    totals = {"sum": 0.0, "count": 0.0}
+    totals = {"sum": 0.0, "count": 0.0, "seconds": 0.0}
     for line in metrics_text.splitlines():
+        if m := _SECONDS.match(line):
+            totals["seconds"] = float(m.group(1))
         if m := _BUCKET.match(line):
             buckets[math.inf if m.group(1) == "+Inf" else float(m.group(1))] = float(m.group(2))
         elif m := _SUM.match(line):
@@ -58,8 +61,9 @@ def batch_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
         previous = cumulative[le]
         if n > 0:
             per_bucket["+Inf" if le == math.inf else f"<={le:g}"] = int(round(n))
+    seconds = after.get("seconds", 0.0) - before.get("seconds", 0.0)
     return {"batches": int(round(count)), "mean_batch": (after["sum"] - before["sum"]) / count if count else 0.0,
-            "distribution": per_bucket}
+            "engine_ms_per_batch": 1000 * seconds / count if count else 0.0, "distribution": per_bucket}
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
@@ -137,14 +141,15 @@ async def run_load(url: str, rates: Sequence[float], *, duration: float = 10.0, 
 
 def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     headers = ["offered req/s", "sent", "ok", "errors", "throughput req/s", "p50 ms", "p95 ms", "p99 ms",
-               "batches", "mean batch"]
+               "batches", "mean batch", "engine ms/batch"]
     out = []
     for r in rows:
         lat = r["latency_ms"]
         fmt = [round(lat[k], 1) if lat[k] is not None else "-" for k in ("p50", "p95", "p99")]
         errors = sum(r["errors"].values()) + r["dropped"]
         out.append([r["offered_rps"], r["sent"], r["ok"], errors, round(r["throughput_rps"], 1), *fmt,
-                    r["batches"], round(r["mean_batch"], 2)])
+                    r["batches"], round(r["mean_batch"], 2),
+                    round(r["engine_ms_per_batch"], 1) if "engine_ms_per_batch" in r else "-"])
     return headers, out
 
 
