@@ -106,13 +106,14 @@ def main() -> None:
                          guidance=args.gnn_checkpoint)
     questions = subset(engine.dataset.questions, args.per_hop) if args.per_hop else list(engine.dataset.questions)
     planner_seconds = (engine.planner.report if hasattr(engine.planner, "report") else {}).get("seconds")
-    safe_cut = (f"answer_margin={base.safe.answer_margin} (MetaQA dev sweep, docs/methods.md), "
-                f"injective={base.safe.injective} ({'dev decision' if args.safe_injective else 'default'})")
+    safe_cut = (f"answer_margin={base.safe.answer_margin}, injective={base.safe.injective}, k_retrieval="
+                f"{base.safe.k_retrieval} (SafeConfig defaults, chosen on MetaQA dev: "
+                "experiments/results/safe-metaqa-dev-sample200.md)")
     rows: list[Row] = []
     for name in [r for r in args.rows.split(",") if r]:
         if name == "stem":
             rows.append(Row("STEM", "stem", base, {}, f"engine.answer_cut={base.engine.answer_cut} (StemConfig default)",
-                            f"pattern planner {planner_seconds} s"))
+                            f"pattern planner {planner_seconds:.0f} s" if planner_seconds else "pattern planner"))
         elif name == "safe":
             rows.append(Row("SAFE, planner ids", "safe", base, {}, safe_cut, "none (pattern planner's pseudo graphs)"))
         elif name == "safe+phrases":

@@ -266,7 +266,7 @@ def main() -> None:
         ["engine + method build s", round(build_seconds, 1)],
         ["training s (train-scr, all runs)", train_summary["seconds"]],
         ["training steps x questions per step", f"{train_summary['steps']} x {train_config.get('train_batch')}"],
-        ["checkpoint params", train_summary["params_sha"]],
+        ["checkpoint params", method.info["params_sha"]],
     ])
     losses_md = markdown_table(["hops", "outcome (best path vs gold relations)", "questions"], loss_rows)
     sweep = cut_sweep(list(records.values()), CUTS) if args.split == "dev" else None

@@ -55,7 +55,10 @@ def cmd_train_scr(args: argparse.Namespace) -> int:
     rows = [["steps", summary["steps"]], ["training seconds (all runs, incl. compiles)", summary["seconds"]],
             ["last train loss", final.get("loss")], ["last validation loss", final.get("val_loss")],
             ["validation step accuracy", final.get("val_accuracy")],
-            ["validation stop accuracy", final.get("val_stop_accuracy")], ["params sha", summary["params_sha"]]]
+            ["validation stop accuracy", final.get("val_stop_accuracy")],
+            ["best validation step (what --method scr loads)", (summary.get("best") or {}).get("step")],
+            ["stopped early at", summary.get("stopped_early")],
+            ["questions dropped (counted)", summary.get("skipped") or "none"], ["params sha", summary["params_sha"]]]
     table = markdown_table(["measure", "value"], rows)
     print("\n" + table)
     payload = {"meta": run_metadata(), "command": "stem-jax " + " ".join(getattr(args, "argv", [])),
