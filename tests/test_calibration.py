@@ -4,7 +4,10 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from stem_jax.config import EngineConfig
+from stem_jax.errors import StemError
 from stem_jax.methods.stem.calibration import (
     CALIBRATION_FILE,
     SHIPPED,
@@ -32,8 +35,13 @@ def test_stored_calibration_applies_only_to_matching_engine_settings(tmp_path: P
     calibration = load_calibration(embeddings)
     assert applies(calibration, EngineConfig(relation_bonus=True, strategy="breadth"))
     assert not applies(calibration, EngineConfig(relation_bonus=False, strategy="breadth"))
-    (folder / CALIBRATION_FILE).write_text("{torn")
-    assert load_calibration(embeddings) is None  # damaged = not calibrated, never a crash
+    for damaged in ("{torn", "[0.8]", '{"theta": "high"}', '{"theta": NaN}', '{"theta": 1.5}', '{"engine": {}}'):
+        (folder / CALIBRATION_FILE).write_text(damaged)  # issue 23: an error naming the file, never "not calibrated"
+        with pytest.raises(StemError, match="calibration"):
+            load_calibration(embeddings)
+    (folder / CALIBRATION_FILE).write_bytes(b"\xff\xfe")
+    with pytest.raises(StemError, match="how to fix"):
+        load_calibration(embeddings)
 
 
 def test_shipped_calibration_is_found_by_kg_and_encoder_folder(tmp_path: Path):
@@ -85,6 +93,11 @@ def test_calibrate_command_stores_theta_that_eval_then_uses(tmp_path: Path, caps
     assert main(["eval", *common, "--split", "test", "--limit", "3", "--out", str(tmp_path / "run")]) == 0
     records = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     assert {r["theta"] for r in records} == {theta}
+    stored[0].write_text('{"theta": 0.9')  # torn: eval stops with one line naming the file (issue 23)
+    capsys.readouterr()
+    assert main(["eval", *common, "--split", "test", "--limit", "3", "--out", str(tmp_path / "run2")]) == 2
+    err = capsys.readouterr().err
+    assert str(stored[0]) in err and "damaged calibration" in err and "Traceback" not in err
     effective = json.loads((tmp_path / "run" / "metrics.json").read_text())
     text = json.dumps(effective)
     assert '"calibrated": true' in text and '"conventions_source"' in text

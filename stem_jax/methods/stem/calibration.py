@@ -36,6 +36,7 @@ import numpy as np
 from stem_jax.atomic import write_json_atomic
 from stem_jax.config import EngineConfig
 from stem_jax.data.types import Question
+from stem_jax.errors import StemError
 from stem_jax.eval.metrics import strict_metrics
 from stem_jax.trace.types import DIRECTIONS, USED_RULES
 
@@ -82,11 +83,18 @@ def load_calibration_file(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         shipped = SHIPPED.get((path.parent.parent.name, path.parent.name))
         return {**shipped, "path": "shipped"} if shipped else None
+    # A damaged file is an error, not "not calibrated": read as absent it silently traced at another θ
+    # (and on MetaQA replaced the shipped value), and a resumed run mixed predictions of two θs (issue 23).
+    fix = (f"  how to fix: delete {path} and run `stem-jax calibrate` again (without it the shipped or configured "
+           "θ applies), or pass --engine.calibrated=false to ignore it")
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None  # a damaged file means "not calibrated", never a crash; recalibrate to fix
-    return {**data, "path": str(path)} if isinstance(data, dict) else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise StemError(f"{path}: damaged calibration ({type(err).__name__}: {err})\n{fix}") from None
+    theta = data.get("theta") if isinstance(data, dict) else None
+    if not isinstance(theta, int | float) or isinstance(theta, bool) or not 0.0 <= float(theta) <= 1.0:
+        raise StemError(f"{path}: not a calibration (needs an object with a θ in [0, 1] under \"theta\")\n{fix}")
+    return {**data, "path": str(path)}
 
 
 def applies(calibration: dict[str, Any] | None, engine: Any) -> bool:
