@@ -28,7 +28,8 @@ def test_bench_trace_agrees_fully_under_a_calibrated_theta(tmp_path, preset):
     embeddings = build_kg_embeddings(index, encoder, tmp_path / "emb", chunk_rows=1024, progress=False)
     engine = StemConfig().engine
     calibration_path(embeddings).write_text(json.dumps(
-        {"theta": 0.2, "engine": {"relation_bonus": engine.relation_bonus, "strategy": engine.strategy}}))
+        {"theta": 0.2, "engine": {"relation_bonus": engine.relation_bonus, "strategy": engine.strategy},
+         "conventions": {"direction": "directed", "used_triples": "branch"}}))
     config = StemConfig(encoder=EncoderConfig(name="hashing"))
     config = dataclasses.replace(config, engine=dataclasses.replace(
         config.engine, preset=preset, batch_precision=32, batch_breadth=8, frontier=4, node_matches=2, max_frontier=8))

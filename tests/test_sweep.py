@@ -134,13 +134,15 @@ def test_k_prime_axis_equals_evals_with_that_k_prime(demo, tmp_path):
 
 @pytest.fixture(scope="module")
 def calibrated(demo, tmp_path_factory):
-    """The demo KG with its own embeddings folder holding a dev calibration of θ=0.3 for the default engine."""
+    """The demo KG with its own embeddings folder holding a dev calibration for the default engine: θ=0.3,
+    directed matching, triples used once per step."""
     dataset, index, encoder, _ = demo
     embeddings = build_kg_embeddings(index, encoder, tmp_path_factory.mktemp("emb-calibrated"), chunk_rows=1024,
                                      progress=False)
     engine = StemConfig().engine
-    calibration_path(embeddings).write_text(json.dumps(
-        {"theta": 0.3, "engine": {"relation_bonus": engine.relation_bonus, "strategy": engine.strategy}}))
+    calibration_path(embeddings).write_text(json.dumps(  # conventions other than the defaults: the tools must use them
+        {"theta": 0.3, "engine": {"relation_bonus": engine.relation_bonus, "strategy": engine.strategy},
+         "conventions": {"direction": "directed", "used_triples": "step"}}))
     return dataset, index, encoder, embeddings
 
 
@@ -155,6 +157,7 @@ def test_sweep_points_equal_evals_with_their_flags(calibrated, tmp_path, guided,
     base = _evaluator(calibrated, preset=preset, guided=guided)
     theta = 0.3 if preset == "default" else 0.6
     assert base.theta == theta and base.settings.theta_source == ("calibration" if preset == "default" else "config")
+    assert base.tracer_switches()["direction"] == ("directed" if preset == "default" else "undirected")
     grid = make_grid(base.config, lams=(1.5,), taus=(0.5, 2.0), default_theta=base.theta)
     assert {p.theta for p in grid} == {theta}
     sweep = run_sweep(StemMethod.from_pipeline(base, planner), questions, grid, tmp_path / "sweep", chunk_size=24,

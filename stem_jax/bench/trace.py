@@ -79,9 +79,8 @@ def bench_trace(pipeline: StemPipeline, runs: list[Run], *, repeats: int = 3, re
         precision = pipeline.is_precision(run)
         shapes = pipeline.shapes[True] if precision else shapes_by_frontier[int(out["capacity"])]
         level = TraceOptions(order="level", breadth_cap=shapes.node_matches, frontier_cap=shapes.frontier,
-                             relation_bonus=engine.relation_bonus, tau_admits=engine.guidance_admits)
-        sequential = TraceOptions(order="sequential", breadth_cap=shapes.node_matches,
-                                  relation_bonus=engine.relation_bonus, tau_admits=engine.guidance_admits)
+                             **pipeline.tracer_switches())
+        sequential = TraceOptions(order="sequential", breadth_cap=shapes.node_matches, **pipeline.tracer_switches())
         entity_guidance, triple_guidance = _guidance_masks(pipeline, run)
         mention = entity_emb[run.anchor_entity] if run.anchor_entity >= 0 else mention_rows[run.mention]
         began = time.perf_counter()

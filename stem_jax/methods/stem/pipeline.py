@@ -293,8 +293,7 @@ class StemPipeline:
                                              bucket, guidance[chunk])
                     began = time.perf_counter()
                     out = self.sharding.trace(self.kg, batch, traced, shapes=shapes, precision=precision,
-                                              relation_bonus=self.engine.relation_bonus,
-                                              tau_admits=self.engine.guidance_admits, **self.conventions())
+                                              **self.tracer_switches())
                     host = jax.device_get(out)  # the batch's single device->host transfer
                     timings["trace"] += time.perf_counter() - began
                     for row, i in enumerate(chunk):
@@ -332,15 +331,18 @@ class StemPipeline:
                         empty = np.zeros(0, np.int32)
                         batch = self.trace_batch([], empty, empty.astype(np.float32), size, bucket)
                         jax.block_until_ready(self.sharding.trace(
-                            self.kg, batch, traced, shapes=shapes, precision=precision,
-                            relation_bonus=self.engine.relation_bonus, tau_admits=self.engine.guidance_admits,
-                            **self.conventions()))
+                            self.kg, batch, traced, shapes=shapes, precision=precision, **self.tracer_switches()))
                         visited += 1
         return visited
 
-    def conventions(self) -> dict[str, str]:
-        """The tracer's static KG conventions (``engine.direction``, ``engine.used_triples``)."""
-        return {"direction": self.engine.direction, "used": self.engine.used_triples}
+    def tracer_switches(self) -> dict[str, bool | str]:
+        """The tracer's static switches as this run's effective engine sets them: the relation bonus,
+        whether τ counts in Breadth's θ test, and the KG conventions (direction, used-triple rule).
+        Every caller of the jit tracer (sweep grids included) and the reference's ``TraceOptions`` take
+        them from here, so no tool traces under other rules than ``eval``."""
+        engine = self.engine
+        return {"relation_bonus": engine.relation_bonus, "tau_admits": engine.guidance_admits,
+                "direction": engine.direction, "used": engine.used_triples}
 
     def _fit(self, capacity: int, n: int) -> int:
         """Padded batch size for ``n`` runs: the configured ``capacity``, or the next power of two

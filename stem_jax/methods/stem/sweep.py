@@ -144,9 +144,11 @@ def default_grid_batch() -> int | None:
     return 1 if jax.default_backend() == "cpu" else None
 
 
-@functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus", "tau_admits", "grid_batch"))
+@functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus", "tau_admits", "direction",
+                                             "used", "grid_batch"))
 def trace_grid_batch(kg: Any, batch: TraceBatch, hyper: Hyper, *, shapes: Any, precision: bool,
-                     relation_bonus: bool = False, tau_admits: bool = True, grid_batch: int | None = None) -> Any:
+                     relation_bonus: bool = False, tau_admits: bool = True, direction: str = "undirected",
+                     used: str = "run", grid_batch: int | None = None) -> Any:
     """:func:`trace_batch` for P grid points in one compiled call: ``batch.anchor``/``anchor_score``
     [P, B], ``batch.guidance`` [P, B, G], ``hyper`` fields [P]; the KG and the plan fields are shared.
 
@@ -155,7 +157,8 @@ def trace_grid_batch(kg: Any, batch: TraceBatch, hyper: Hyper, *, shapes: Any, p
     def one(xs):
         anchor, score, guidance, h = xs
         return trace_batch(kg, batch._replace(anchor=anchor, anchor_score=score, guidance=guidance), h,
-                           shapes=shapes, precision=precision, relation_bonus=relation_bonus, tau_admits=tau_admits)
+                           shapes=shapes, precision=precision, relation_bonus=relation_bonus, tau_admits=tau_admits,
+                           direction=direction, used=used)
 
     xs = (batch.anchor, batch.anchor_score, batch.guidance, hyper)
     if grid_batch is None or grid_batch >= batch.anchor.shape[0]:
@@ -227,8 +230,7 @@ def trace_grid(pipeline: StemPipeline, runs: Sequence[Run], guidance: np.ndarray
                                         guidance=jnp.asarray(rows))
                 began = time.perf_counter()
                 out = trace_grid_batch(pipeline.kg, batch, traced, shapes=shapes, precision=precision,
-                                       relation_bonus=pipeline.engine.relation_bonus,
-                                       tau_admits=pipeline.engine.guidance_admits, grid_batch=grid_batch)
+                                       grid_batch=grid_batch, **pipeline.tracer_switches())
                 host = jax.device_get(out)  # one device->host transfer for the whole grid
                 timings["trace"] += time.perf_counter() - began
                 for p in range(n_points):
