@@ -249,7 +249,12 @@ class PlanStore:
         return out
 
     def as_planner(self) -> Callable[[Question, KGIndex | None], list[SchemaGraph]]:
-        """The evaluator's per-question planner, reading schema graphs from this store."""
+        """The evaluator's per-question planner, reading schema graphs from this store.
+
+        Its ``beams`` attribute (qid -> scored beam, as :func:`~stem_jax.plan.base.precomputed_planner`
+        gives) carries each plan's stored probability, which :meth:`StemPipeline.plan_all` uses to rank
+        answers across beams: without it every beam would get the default 1/(rank+1) and a store would
+        answer differently from the planner that wrote it. The sidecar's JSON keeps the exact float."""
         beams = self.beams()
 
         def plan(question: Question, index: KGIndex | None = None) -> list[SchemaGraph]:
@@ -259,6 +264,7 @@ class PlanStore:
                                  "  how to fix: write the store for the same dataset, split and --limit")
             return [entry.schema for entry in beams[question.qid]]
 
+        plan.beams = beams  # type: ignore[attr-defined]
         return plan
 
 
