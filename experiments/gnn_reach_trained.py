@@ -3,7 +3,7 @@
 the exact reach-aware forward (method=reach, the default) and the plain batched forward (method=full).
 
     STEM_DATA_DIR=../shared/data python experiments/gnn_reach_trained.py --limit 0 --methods reach,full \
-        --checkpoint /work/runs/gnn-metaqa --record
+        --checkpoint runs/gnn-metaqa-1000 --record
 
 ``--limit N`` takes the first N questions per hop (0: the full split, 38,851 questions, one oracle plan
 each). Each listed pass runs in turn in one process (a method's first pass compiles its shapes);
@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--limit", type=int, default=0, help="questions per hop (0: the whole split)")
     parser.add_argument("--methods", default="reach,full", help="passes, in order (default reach,full)")
-    parser.add_argument("--checkpoint", default=os.environ.get("GNN_CHECKPOINT", "/work/runs/gnn-metaqa"),
-                        help="train-gnn run folder (default $GNN_CHECKPOINT or /work/runs/gnn-metaqa)")
+    parser.add_argument("--checkpoint", default=os.environ.get("GNN_CHECKPOINT", "runs/gnn-metaqa-1000"),
+                        help="train-gnn run folder (default $GNN_CHECKPOINT or runs/gnn-metaqa-1000)")
     parser.add_argument("--no-prefetch", dest="prefetch", action="store_false",
                         help="build the next chunk's subgraphs only after this chunk's forward")
     parser.add_argument("--label", default="", help="suffix of the result file names")

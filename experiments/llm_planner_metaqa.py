@@ -1,6 +1,6 @@
 """The LLM planner (SGDA + SAGB) against real small models served on this CPU by llama.cpp, on MetaQA.
 
-    STEM_DATA_DIR=/work/shared/data nice -n 5 python experiments/llm_planner_metaqa.py --per-hop 10 \
+    STEM_DATA_DIR=../shared/data nice -n 5 python experiments/llm_planner_metaqa.py --per-hop 10 \
         --paraphrase-every 6 --models smollm2-135m --threads 1 --free-sample 6 --chunk 10
 
 (the sample that fitted a 2-core machine shared with other jobs; on an idle machine use --per-hop 300

@@ -1,6 +1,6 @@
 """Write experiments/data/metaqa_paraphrases.tsv: hand-written paraphrases of MetaQA question types.
 
-    STEM_DATA_DIR=/work/shared/data python experiments/make_metaqa_paraphrases.py   # ~10 s
+    STEM_DATA_DIR=../shared/data python experiments/make_metaqa_paraphrases.py   # ~10 s
 
 Every phrasing below was written for this project and deliberately avoids MetaQA's own wording
 ("helmed", "penned", "pictures", "performers", "cast", question forms MetaQA never uses such as
@@ -14,6 +14,7 @@ path, exactly as the oracle would.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -159,7 +160,9 @@ PARAPHRASES: dict[str, tuple[str, ...]] = {
 }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    # no options: the parser gives `--help` (and refuses stray arguments) instead of writing the file
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     from stem_jax.data.metaqa import find_kb, read_kb
     from stem_jax.data.types import SkipReport
     from stem_jax.kg.index import build_index

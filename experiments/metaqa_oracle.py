@@ -10,6 +10,7 @@ Writes experiments/results/metaqa-oracle.{json,md}; run folders go to runs/metaq
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -31,7 +32,9 @@ def run(extra: list[str]) -> int:
                  "--no-progress", *extra])
 
 
-def main_experiment() -> int:
+def main_experiment(argv: list[str] | None = None) -> int:
+    # no options: the parser gives `--help` (and refuses stray arguments) instead of starting the runs
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     results, rows = {}, []
     for name, flags in VARIANTS.items():
         out = Path("runs") / f"metaqa-oracle-{name.replace(' ', '-')}"

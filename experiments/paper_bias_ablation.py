@@ -1,8 +1,9 @@
 """Guidance-bias ablation (paper Table 7 analogue) as one 2×2 ``stem-jax sweep``: λ ∈ {1, 1.5} × τ ∈ {0, 0.5}.
 
-Command (repo root; needs the MetaQA index and a trained Triple-GNN, /work/cache/READY-gnn):
+Command (repo root; needs the MetaQA index and a trained Triple-GNN, `--gnn-checkpoint`, default
+$GNN_CHECKPOINT or runs/gnn-metaqa-1000):
 
-    STEM_DATA_DIR=/work/shared/data STEM_CACHE_DIR=/work/cache nice python experiments/paper_bias_ablation.py --subset 300
+    STEM_DATA_DIR=../shared/data nice python experiments/paper_bias_ablation.py --subset 300
 
 λ=1 removes the entity bias, τ=0 the triple bias; (1, 0) is "w/o both". The four rows are the four
 points of one vmapped sweep (same plans, same GNN rows), so they equal four ``stem-jax eval`` runs

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -23,8 +24,11 @@ from stem_jax.config import StemConfig, apply_overrides, default_cache_dir  # no
 from stem_jax.eval.metrics import MetricAccumulator, rog_question_metrics, strict_metrics  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
-RUNS = ROOT / "runs" / "paper"
-GNN = Path("/work/runs/gnn-metaqa-1000")
+# Relative to the working directory (the scripts run from the repo root), so the commands and paths
+# recorded in the results are the ones a fresh clone types, not this machine's.
+RUNS = Path("runs") / "paper"
+# the Triple-GNN run folder `stem-jax train-gnn --out runs/gnn-metaqa-1000` writes (experiments/README.md)
+GNN = Path(os.environ.get("GNN_CHECKPOINT", "runs/gnn-metaqa-1000"))
 
 
 def config(overrides: dict[str, str] | None = None) -> StemConfig:
@@ -58,7 +62,9 @@ class Base:
 
 
 def gnn_ready(checkpoint: Path = GNN) -> bool:
-    return (Path("/work/cache/READY-gnn").exists() or not Path("/work/cache").exists()) and checkpoint.exists()
+    """Whether ``checkpoint`` is a train-gnn run folder with at least one saved step."""
+    steps = Path(checkpoint) / "checkpoints"
+    return (Path(checkpoint) / "model.json").is_file() and steps.is_dir() and any(steps.iterdir())
 
 
 def read_records(run: Path) -> list[dict[str, Any]]:

@@ -1,8 +1,9 @@
 """K' sweep (paper Figures 6-7 analogue): guidance size |T|·K', K' = 1..8, one ``stem-jax sweep`` call.
 
-Command (repo root; needs the MetaQA index and a trained Triple-GNN, /work/cache/READY-gnn):
+Command (repo root; needs the MetaQA index and a trained Triple-GNN, `--gnn-checkpoint`, default
+$GNN_CHECKPOINT or runs/gnn-metaqa-1000):
 
-    STEM_DATA_DIR=/work/shared/data STEM_CACHE_DIR=/work/cache nice python experiments/paper_k_prime.py --subset 200
+    STEM_DATA_DIR=../shared/data nice python experiments/paper_k_prime.py --subset 200
 
 MetaQA-partial test, 1-3 hop stratified subset (``--subset`` per hop), oracle planner, λ/τ/θ at their
 defaults. The GNN's top rows are computed once; each K' only cuts them, and all 8 points are traced

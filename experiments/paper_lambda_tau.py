@@ -1,8 +1,9 @@
 """λ×τ grids (paper Figures 8-9 analogue) with ``stem-jax sweep``, and what the one-call grid costs.
 
-Command (repo root; MetaQA index ready; GNN guidance when /work/cache/READY-gnn exists, else none):
+Command (repo root; MetaQA index ready; GNN guidance when a trained Triple-GNN is at
+`--gnn-checkpoint` (default $GNN_CHECKPOINT or runs/gnn-metaqa-1000), else none):
 
-    STEM_DATA_DIR=/work/shared/data STEM_CACHE_DIR=/work/cache nice python experiments/paper_lambda_tau.py --subset 300
+    STEM_DATA_DIR=../shared/data nice python experiments/paper_lambda_tau.py --subset 300
 
 Runs three ``stem-jax sweep`` commands on MetaQA-partial 2-hop test (the ``--subset`` stratified
 questions, lowest sha256(qid)), oracle planner: the 42-point grid λ 1.2..2.7 (6) × τ 0.2..2.0 (7) in

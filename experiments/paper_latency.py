@@ -2,7 +2,7 @@
 
 Command (repo root; needs the MetaQA index):
 
-    STEM_DATA_DIR=/work/shared/data STEM_CACHE_DIR=/work/cache nice python experiments/paper_latency.py --subset 30
+    STEM_DATA_DIR=../shared/data nice python experiments/paper_latency.py --subset 30
 
 ``stem_jax.Engine.retrieve([question])`` one question at a time (the serving case) on a stratified
 ``--subset`` per hop of MetaQA-partial test, oracle planner, no guidance, small compiled batches

@@ -2,7 +2,7 @@
 
 Command (repo root; needs the MetaQA index, the trained pattern planner and, for the guidance rows, a Triple-GNN):
 
-    STEM_DATA_DIR=/work/shared/data STEM_CACHE_DIR=/work/cache python experiments/paper_main.py --limit 300
+    STEM_DATA_DIR=../shared/data python experiments/paper_main.py --limit 300
 
 Evaluates through ``stem_jax.Engine`` into resumable run folders ``runs/paper/main-<planner>-<guidance>/``
 (rerunning resumes; the other paper_* scripts read these folders), one MetaQA load shared by all rows.

@@ -2,7 +2,7 @@
 
 Command (repo root; needs the MetaQA index):
 
-    STEM_DATA_DIR=/work/shared/data STEM_CACHE_DIR=/work/cache nice python experiments/paper_strategy.py --subset 200
+    STEM_DATA_DIR=../shared/data nice python experiments/paper_strategy.py --subset 200
 
 MetaQA-partial test, stratified ``--subset`` questions per hop, oracle planner, no guidance, engine
 defaults otherwise. Greedy only: every schema graph traced with Precision (Algorithm 2, one binding

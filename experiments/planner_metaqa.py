@@ -1,6 +1,6 @@
 """Planners on MetaQA-partial: schema P/R/F1, strategy accuracy, planning speed, end-to-end Hit@1/F1.
 
-    STEM_DATA_DIR=/work/shared/data python experiments/planner_metaqa.py --e2e-limit 300
+    STEM_DATA_DIR=../shared/data python experiments/planner_metaqa.py --e2e-limit 300
 
 Needs (built once, resumable):
     stem-jax index --dataset metaqa          # KG embedding caches (~1 h on 2 busy CPU cores)

@@ -12,6 +12,7 @@ run folders go to runs/metaqa-pattern-*. Writes experiments/results/planner-meta
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -28,7 +29,9 @@ VARIANTS = {
 ORACLE = {"paper defaults": "oracle, paper defaults", "relation bonus": "oracle, relation bonus"}
 
 
-def main_experiment() -> int:
+def main_experiment(argv: list[str] | None = None) -> int:
+    # no options: the parser gives `--help` (and refuses stray arguments) instead of starting the runs
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     results, rows = {}, []
     oracle_path = Path("experiments/results/metaqa-oracle.json")
     if oracle_path.is_file():

@@ -3,7 +3,7 @@ hub degree and frontier width, on synthetic power-law KGs (0.1M, 1M, 10M triples
 
 Command (from the repo root):
 
-    STEM_DATA_DIR=/work/shared/data nice python experiments/scale_curves.py --sizes 100000,1000000,10000000
+    STEM_DATA_DIR=../shared/data nice python experiments/scale_curves.py --sizes 100000,1000000,10000000
 
 Each KG runs in its own child process (so peak RSS is that KG's alone) with a time limit
 (``--limit`` seconds). Synthetic KG with m triples: m/5 entities, 64 relations, head and tail drawn
@@ -32,6 +32,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs += [("synthetic", s) for s in sizes if s > 1_000_000]  # the largest last: a timeout loses only it
     results = []
     for kind, size in jobs:
-        out = Path(f"/tmp/scale-{os.getpid()}-{kind}-{size}.json")
+        out = Path(tempfile.gettempdir()) / f"scale-{os.getpid()}-{kind}-{size}.json"
         cmd = [sys.executable, __file__, "--child-kind", kind, "--child-size", str(size), "--child-out", str(out),
                "--dim", str(args.dim), "--reps", str(args.reps), "--configs", args.configs]
         if args.old_tracer:
