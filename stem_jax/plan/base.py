@@ -11,12 +11,12 @@ generation and synthetic-data export talk to a language model through :class:`LL
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from stem_jax.data.types import Question
 from stem_jax.kg.index import KGIndex
-from stem_jax.plan.schema import SchemaGraph
+from stem_jax.plan.schema import SchemaGraph, SchemaTriple, is_placeholder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +47,42 @@ class SingleQuestionPlanner:
 
     def plan_batch(self, questions: Sequence[Question]) -> list[list[ScoredSchema]]:
         return [[ScoredSchema(s) for s in self.fn(q, self.index)] for q in questions]
+
+
+def display_named_schema(schema: SchemaGraph, names: Mapping[str, str] | None) -> SchemaGraph:
+    """``schema`` with every constant that is a KG id in ``names`` written as its display name.
+
+    The oracle builds schema graphs from gold paths over KG ids (``Q1``); every other planner writes
+    the names the question text uses (``Kismet``), and the pipeline matches topics, embeds schema
+    texts and derives pattern templates by those names. With opaque ids the oracle's plans must
+    read the same way. Two constants sharing one name would merge into one node, so such a schema
+    keeps its ids (the pipeline anchors an id exactly too).
+    """
+    if not names:
+        return schema
+    constants = schema.constants()
+    renamed = {c: names.get(c, c) for c in constants}
+    if len(set(renamed.values())) < len(constants) or all(k == v for k, v in renamed.items()):
+        return schema
+
+    def node(name: str) -> str:
+        return name if is_placeholder(name) else renamed[name]
+
+    return dataclasses.replace(
+        schema, triples=tuple(SchemaTriple(node(t.head), t.relation, node(t.tail)) for t in schema.triples),
+        answer=node(schema.answer))
+
+
+def display_named(plan: Callable[[Question, KGIndex | None], list[SchemaGraph]],
+                  names: Mapping[str, str] | None) -> Callable[[Question, KGIndex | None], list[SchemaGraph]]:
+    """``plan`` (the oracle's) with its schema constants written as display names (:func:`display_named_schema`)."""
+    if not names:
+        return plan
+
+    def named(question: Question, index: KGIndex | None = None) -> list[SchemaGraph]:
+        return [display_named_schema(schema, names) for schema in plan(question, index)]
+
+    return named
 
 
 @runtime_checkable

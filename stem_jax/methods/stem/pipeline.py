@@ -198,7 +198,10 @@ class StemPipeline:
                     if anchor < 0 and not named:
                         skipped["topic entity not in KG"] += 1
                         continue
-                    anchor_name = match_anchor(schema, self.display(topic))
+                    # a plan may name the topic by its KG id (an oracle over opaque ids) or by the
+                    # display name the question uses (every other planner): the id, when named, is exact
+                    anchor_name = (topic if topic in schema.constants()
+                                   else match_anchor(schema, self.display(topic)))
                     if anchor_name is None:
                         skipped["no schema node matches the topic entity"] += 1
                         continue
