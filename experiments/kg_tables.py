@@ -61,8 +61,9 @@ def _conventions_label(conv: dict[str, Any] | None) -> str:
     return ", ".join(str((conv or {}).get(k)) for k in CONVENTION_KEYS)
 
 
-def _pct(value: float | None) -> float | str:
-    return "" if value is None else round(100 * value, 2)
+def _pct(value: float | None) -> str:
+    # strings: markdown_table pads floats to three decimals ("98.780"); percent with two decimals reads better
+    return "" if value is None else f"{100 * value:.2f}"
 
 
 def _groups(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -114,7 +115,7 @@ def build_tables(dataset: str, planners: list[str], variants: list[str], runs: P
                 for group, summary in _groups(metrics):
                     mean = summary["mean"]
                     rows.append([label, group, planner, VARIANTS[slug][0], summary.get("n", ""), _pct(mean["hit"]),
-                                 _pct(mean["hit_at_1"]), _pct(mean["f1"]), effective.get("theta"), key])
+                                 _pct(mean["hit_at_1"]), _pct(mean["f1"]), str(effective.get("theta")), key])
         bound = data_bound(data.questions, index, names, excludes_topic=data.excludes_topic)
         section["bounds"]["data"] = {"label": "data's own bound (gold path as written, directed)"
                                      + (", topic dropped as the data's answers never include it"
