@@ -2,9 +2,16 @@
 
     from stem_jax import Engine
 
-    engine = Engine.open("metaqa", planner="pattern")          # index, embeddings, encoder, planner
-    answer = engine.ask("what films did [Michelle Trachtenberg] star in")
+    engine = Engine.open("demo")                 # index, embeddings, encoder, the pattern planner
+    answer = engine.ask("which actors appear in The Rimloumjaith")
     print(answer.answers[:5], answer.chains[:3], answer.stage_ms)
+
+The default planner is ``pattern``, as the CLI's: learned from the training split by ``stem-jax
+train-planner``. On the demo KG it is trained on first use (a few seconds, announced on stderr) and
+saved where ``train-planner`` saves it; other datasets ask for ``train-planner`` first. The
+``oracle`` planner plans from the dataset's gold relation path, so it answers only the split's own
+questions: a free-text question is looked up in the loaded split word for word (case and spacing
+aside), and one it cannot plan is a :class:`StemError` saying why.
 
 :class:`Engine` owns every loaded resource (KG index, TensorStore embedding tables, the encoder,
 the planner, the optional Triple-GNN guidance provider and, per retrieval method, the compiled
@@ -19,6 +26,7 @@ import dataclasses
 import hashlib
 import os
 import re
+import sys
 import threading
 import time
 from collections import Counter
@@ -49,6 +57,11 @@ def _quiet(_: str) -> None:
     pass
 
 
+def _normalised(text: str) -> str:
+    """Question text for a word-for-word lookup: case, spacing and a final ? or . aside."""
+    return " ".join(text.lower().split()).rstrip("?. ")
+
+
 @dataclasses.dataclass(frozen=True)
 class GuidanceSpec:
     """The global guidance graph: ``none``, or ``gnn`` with a ``train-gnn`` run folder."""
@@ -59,7 +72,15 @@ class GuidanceSpec:
 
 @dataclasses.dataclass
 class Answer:
-    """One question's retrieval, readable: ranked answers, evidence, chains and timings."""
+    """One question's retrieval, readable: ranked answers, evidence, chains and timings.
+
+    ``chains``: for each answer, best-ranked first, up to 3 shortest walks through the evidence from a
+    topic entity to it (:func:`stem_jax.answer.chains.answer_chains`), so every chain ends at an
+    answer and the first k chains end at answers among the first k. Methods that write their own
+    chains (SAFE, SCR) keep theirs.
+
+    ``reason``: set when the planner made no plan for the question, saying why (the oracle planner
+    on a question without a gold relation path); None otherwise, also when plans found no answer."""
 
     question: Question
     answers: list[tuple[str, float]]
@@ -68,6 +89,7 @@ class Answer:
     stage_ms: dict[str, float]
     record: dict[str, Any]
     topic_link: dict[str, Any] | None = None  # how the topic entity was found (``ask`` without an id)
+    reason: str | None = None  # why there is no answer, when the planner could not plan the question
 
     @property
     def best(self) -> str | None:
@@ -189,7 +211,7 @@ class Engine:
     """
 
     def __init__(self, dataset_spec: DatasetSpec, dataset: Dataset, index: KGIndex, encoder: Any, embeddings: Any,
-                 config: StemConfig, *, cache_root: Path, planner: PlannerSpec = PlannerSpec(),
+                 config: StemConfig, *, cache_root: Path, planner: PlannerSpec = PlannerSpec("pattern"),
                  guidance: GuidanceSpec = GuidanceSpec(), method_options: dict[str, dict[str, Any]] | None = None,
                  show_progress: bool = False, log: Log = _quiet, embed_rows: list[list[Any]] | None = None):
         self.dataset_spec = dataset_spec
@@ -213,18 +235,20 @@ class Engine:
         self._methods: dict[str, RetrievalMethod] = {}
         self._linker: Any = None
         self._by_name: dict[str, str] | None = None
+        self._by_text: dict[str, Question] | None = None
         self._lock = threading.RLock()  # see the class docstring: one call at a time
 
     @classmethod
     def open(cls, dataset: str | DatasetSpec = "demo", *, config: StemConfig | None = None,
-             planner: str | PlannerSpec = "oracle", guidance: str | Path | GuidanceSpec | None = None,
+             planner: str | PlannerSpec = "pattern", guidance: str | Path | GuidanceSpec | None = None,
              cache_dir: Path | str | None = None, rebuild: bool = False, show_progress: bool = False,
              log: Log | None = None, method_options: dict[str, dict[str, Any]] | None = None,
              **dataset_fields: Any) -> Engine:
         """Load ``dataset`` (a name plus DatasetSpec fields such as ``split=``, ``hops=``, ``limit=``, or a
         spec), build its index and embedding caches, and return an engine.
 
-        ``planner`` is a planner name or a :class:`PlannerSpec`; ``guidance`` is None, ``"gnn"`` with
+        ``planner`` is a planner name or a :class:`PlannerSpec` (default ``pattern``, as the CLI's; on the
+        demo KG trained on first use, see the module docstring); ``guidance`` is None, ``"gnn"`` with
         the checkpoint in ``method_options``, a checkpoint folder, or a :class:`GuidanceSpec`. ``log``
         receives progress lines (default: silent).
 
@@ -263,10 +287,37 @@ class Engine:
         """The :class:`~stem_jax.plan.base.BatchPlanner` (None when plans come from a plan store)."""
         with self._lock:
             if self._planner is None and self.planner_spec.plans is None:
+                self._train_on_first_use()
                 self._planner, self.planner_info = build_planner(
                     self.planner_spec, self.config, self.dataset, self.index, cache_root=self.cache_root,
                     dataset_spec=self.dataset_spec, encoder=self.encoder)
             return self._planner
+
+    def _train_on_first_use(self) -> None:
+        """Train the demo's pattern planner where ``stem-jax train-planner`` saves it, when it is missing.
+
+        Only for :data:`~stem_jax.plan.training.AUTO_TRAIN_DATASETS` (seconds of training) and the default
+        planner folder: other datasets, or an explicit ``path``, keep the "run train-planner" error."""
+        from stem_jax.plan.factory import default_planner_path
+        from stem_jax.plan.training import AUTO_TRAIN_DATASETS, train_default_planner
+
+        spec = self.planner_spec
+        if spec.name not in ("pattern", "hybrid") or spec.path is not None:
+            return
+        if self.dataset_spec.name not in AUTO_TRAIN_DATASETS:
+            return
+        path = default_planner_path(self.cache_root, self.config, self.dataset.name)
+        if path.exists():
+            return
+        # stderr, also for the silent Python API: a pause of seconds and a folder written into the cache
+        print(f"no trained pattern planner for {self.dataset.name} yet: training one on its "
+              f"{self.dataset.name}/train questions (first use only; `stem-jax train-planner --dataset "
+              f"{self.dataset.name}` does the same) ...", file=sys.stderr, flush=True)
+        began = time.perf_counter()
+        train_default_planner(self.dataset_spec, self.config, path, encoder=self.encoder, cache_root=self.cache_root,
+                              show_progress=self.show_progress, log=_quiet)
+        print(f"trained the {self.dataset.name} pattern planner in {time.perf_counter() - began:.1f}s; saved {path}",
+              file=sys.stderr, flush=True)
 
     def _stored_plans(self) -> Any:
         with self._lock:
@@ -327,7 +378,28 @@ class Engine:
         if topic is not None and (not isinstance(topic, str) or not topic.strip()):
             raise StemError(f"topic={topic!r:.60}: expected an entity name (str)\n  how to fix: pass e.g. topic=\"Tom Hanks\"")
         with self._lock:
+            if self._plans_from_gold():
+                return self._split_question(text)
             return self._question(text, topic, qid)
+
+    def _plans_from_gold(self) -> bool:
+        return self.planner_spec.name == "oracle" and self.planner_spec.plans is None
+
+    def _split_question(self, text: str) -> tuple[Question, dict]:
+        """The loaded split's question with this text (the oracle plans from its gold path), or why not."""
+        if self._by_text is None:
+            self._by_text = {}
+            for q in self.dataset.questions:
+                self._by_text.setdefault(_normalised(q.text), q)
+        found = self._by_text.get(_normalised(_BRACKET.sub(lambda m: m.group(1), text)))
+        if found is None:
+            where = f"{self.dataset.name}/{self.dataset_spec.split}"
+            raise StemError(f"the oracle planner plans from the dataset's gold relation path, and {text!r:.80} is not "
+                            f"a question of {where} ({len(self.dataset.questions)} questions, compared word for "
+                            "word, case and spacing aside)\n  how to fix: use the pattern planner (--planner pattern; "
+                            "planner=\"pattern\" in Engine.open), or ask a question of the split as written")
+        names = [self.display(e) for e in found.topic_entities]
+        return found, {"mentions": names, "entities": names, "match": ["split question"], "qid": found.qid}
 
     def _question(self, text: str, topic: str | None, qid: str | None) -> tuple[Question, dict]:
         qid = qid or "ask/" + hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -387,7 +459,7 @@ class Engine:
             return self._retrieve(items, method)
 
     def _retrieve(self, items: list[str | Question], method: str) -> list[Answer]:
-        from stem_jax.answer.chains import reasoning_chains
+        from stem_jax.answer.chains import answer_chains
         from stem_jax.eval.records import make_record
 
         parsed: list[tuple[Question, dict | None]] = [
@@ -400,16 +472,32 @@ class Engine:
         retrievals = chosen.retrieve(batch)
         total_ms = 1000 * (time.perf_counter() - began) / max(len(batch), 1)
         answers = []
+        index = chosen.context.index
         for (question, link), retrieval in zip(parsed, retrievals, strict=True):
             record = make_record(chosen.context, question, retrieval, chosen.name)
             evidence = [tuple(t) for t in record.get("evidence", [])]
-            roots = [self.display(t) for t in question.topic_entities]
-            chains = record.get("chains") or reasoning_chains(evidence, roots)
+            # from all the evidence (the record lists at most 256 triples), by KG id (names may repeat)
+            chains = record.get("chains") or answer_chains(
+                index.triple_strings(sorted(set(retrieval.evidence))), question.topic_entities,
+                [index.entities[e] for e, _ in retrieval.answers], display=self.display)
             stage_ms = dict(record.get("ms", {}))
             stage_ms["total"] = round(total_ms, 3)
             answers.append(Answer(question, list(zip(record["prediction"], record.get("scores", []), strict=False)),
-                                  evidence, chains, stage_ms, record, link))
+                                  evidence, chains, stage_ms, record, link,
+                                  self._no_plan_reason(question, record) if method in ("stem", "safe") else None))
         return answers
+
+    def _no_plan_reason(self, question: Question, record: dict[str, Any]) -> str | None:
+        """Why the planner made no plan for ``question`` (the oracle: no gold path), else None."""
+        if record["prediction"] or record.get("plans") or not self._plans_from_gold():
+            return None
+        from stem_jax.plan.oracle import gold_paths
+
+        found = gold_paths(question)
+        if found.paths:
+            return None
+        return (f"the oracle planner plans from the dataset's gold relation path, and question {question.qid} has "
+                f"none ({found.reason}); the pattern planner (--planner pattern) plans from the question's words")
 
     def warm_up(self, batch_questions: int = 1, *, method: str = "stem",
                 step_buckets: Sequence[int] | None = None) -> dict[str, Any]:

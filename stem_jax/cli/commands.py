@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import time
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from stem_jax.cli.engine_args import default_run_folder, embed, load, open_engin
 from stem_jax.cli.report import markdown_table, run_metadata, summary_table, write_report
 from stem_jax.config import as_dict, config_fields
 from stem_jax.data.types import Dataset
+from stem_jax.errors import StemError
 from stem_jax.eval.run_folder import short_hash
 from stem_jax.kg.index import KGIndex
 from stem_jax.kg.stats import question_subgraph_sizes
@@ -228,9 +230,10 @@ def method_options(args: argparse.Namespace) -> dict[str, dict]:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     """Answer one question (or several) with a loaded engine; print answers, evidence chains and timings."""
+    questions = list(args.question)
+    _check_quoted(questions)
     config = config_from_args(args)
     engine = open_engine(args, config, method_options=method_options(args))
-    questions = list(args.question)
     if args.warm:  # the first call compiles; time the second
         engine.retrieve(questions, method=args.method)
     answers = engine.retrieve(questions, method=args.method)
@@ -244,7 +247,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         if plans:
             print("plans: " + " || ".join(plans[: args.top]))
         if not answer.answers:
-            print("no answer found")
+            print(f"no answer: {answer.reason}" if answer.reason else "no answer found")
         for rank, (name, score) in enumerate(answer.answers[: args.top], 1):
             print(f"  {rank:2d}. {name}  ({score:.3f})")
         if answer.chains:
@@ -254,6 +257,16 @@ def cmd_ask(args: argparse.Namespace) -> int:
         timing = ", ".join(f"{k} {v:.1f}" for k, v in answer.stage_ms.items())
         print(f"ms: {timing}")
     return 0
+
+
+def _check_quoted(questions: list[str]) -> None:
+    """Several positional words, some of them single words, are one question typed without quotes."""
+    if len(questions) > 1 and any(len(q.split()) == 1 for q in questions):
+        joined = " ".join(questions)
+        raise StemError(f"ask got {len(questions)} questions ({', '.join(map(repr, questions[:4]))}"
+                        f"{', ...' if len(questions) > 4 else ''}): the question's words are separate arguments\n"
+                        f"  how to fix: quote the question, e.g. stem-jax ask {shlex.quote(joined)} (several "
+                        "questions: quote each one)")
 
 
 def _compile_counts() -> dict[str, int]:
