@@ -120,7 +120,7 @@ def test_default_folder_names_carry_a_settings_hash(data, tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     assert stem(data)[0] == 0 and stem(data, "--tracer.lam=1.2")[0] == 0
     folders = sorted(p.name for p in (tmp_path / "runs").iterdir())
-    assert len(folders) == 2 and all(re.fullmatch(r"metaqa-test-oracle-[0-9a-f]{8}", f) for f in folders)
+    assert len(folders) == 2 and all(re.fullmatch(r"metaqa-q.txt-oracle-[0-9a-f]{8}", f) for f in folders)
 
 
 # ----- rows 8-10: --out is a file, corrupt predictions, two writers -----

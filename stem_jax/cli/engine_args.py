@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -54,4 +55,8 @@ def open_engine(args: argparse.Namespace, config: StemConfig, *, force_guidance:
 
 
 def default_run_folder(args: argparse.Namespace, dataset_name: str, label: str) -> Path:
-    return Path("runs") / f"{dataset_name}-{args.split}-{label}"
+    """``runs/<dataset>-<split or --questions file name>-<label>``: two question sources never share one."""
+    source = args.split
+    if getattr(args, "questions", None) is not None:
+        source = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(args.questions).name).strip("-.") or "questions"
+    return Path("runs") / f"{dataset_name}-{source}-{label}"

@@ -127,7 +127,10 @@ def fingerprint_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> l
 
 def _short(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= 40 else text[:37] + "..."
+    if len(text) <= 40:
+        return text
+    # a long string is most often a path, whose end (the file name) tells two values apart
+    return "..." + text[-37:] if isinstance(value, str) else text[:37] + "..."
 
 
 def non_finite_fields(record: Any, path: str = "") -> list[str]:
@@ -454,13 +457,64 @@ def path_stamp(path: Path | str | None) -> dict[str, Any] | None:
     return {"path": str(path), "sha256": digest.hexdigest()[:16]}
 
 
+def content_stamp(path: Path | str) -> dict[str, Any]:
+    """sha256 over every file of a folder (relative name and full bytes) or of one file: what a small
+    input such as a trained planner holds, so retraining it in place is seen even when sizes and the
+    file names stay the same. Lock files and a writer's temporary files (``.*``, ``*.tmp*``) are left out."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")
+                       and ".tmp" not in p.name)
+    else:
+        return {"path": str(path), "exists": False}
+    for file in files:
+        digest.update(f"{file.relative_to(path).as_posix() if file != path else file.name}\x1f".encode())
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\x1e")
+    return {"path": str(path), "sha256": digest.hexdigest()[:16]}
+
+
+def question_source(spec: Any) -> dict[str, Any]:
+    """Where a run's questions come from, beyond the split: an explicit question file (``--questions``,
+    and MetaQA's ``--qtypes``), or for ``files`` KGs the ``<split>.jsonl|.txt`` the loader picks. Empty
+    for a built-in split, so run folders of those keep their fingerprint.
+
+    Identity (the resolved path), not content: an edited file is handled question by question
+    (``questions.json`` digests recompute exactly the changed questions), while two different files
+    of one KG (``test.jsonl`` and ``test.txt``) must never share a folder."""
+    source: dict[str, Any] = {}
+    for key in ("questions", "qtypes"):
+        value = getattr(spec, key, None)
+        if value is not None:
+            source[key] = str(Path(value).resolve())
+    if "questions" not in source and getattr(spec, "name", None) == "files":
+        from stem_jax.data.files import find_questions
+
+        folder = spec.data_dir or (Path(spec.triples).parent if spec.triples is not None else None)
+        found = find_questions(Path(folder), spec.split) if folder is not None else None
+        if found is not None:
+            source["questions"] = str(Path(found).resolve())
+    return source
+
+
 def engine_fingerprint(engine: Any, method: str) -> dict[str, Any]:
     """The results fingerprint of ``engine`` (a :class:`stem_jax.engine.Engine`) evaluating with ``method``."""
     from stem_jax.kg.embeddings import kg_fingerprint
+    from stem_jax.plan.factory import default_planner_path
 
-    planner = dataclasses.asdict(engine.planner_spec)
-    planner["path_stamp"] = path_stamp(engine.planner_spec.path)
-    planner["plans_stamp"] = path_stamp(engine.planner_spec.plans)
+    spec = engine.planner_spec
+    planner = dataclasses.asdict(spec)
+    planner["path_stamp"] = path_stamp(spec.path)
+    planner["plans_stamp"] = path_stamp(spec.plans)
+    if spec.plans is None and spec.name in ("pattern", "hybrid"):  # hybrid falls back to the pattern planner
+        # the trained files themselves (the default folder included): retraining in place changes results
+        trained = spec.path or default_planner_path(engine.cache_root, engine.config, engine.dataset.name)
+        planner["content"] = content_stamp(trained)
     guidance = dataclasses.asdict(engine.guidance_spec)
     guidance["checkpoint_stamp"] = path_stamp(engine.guidance_spec.checkpoint)
     options = {k: {name: path_stamp(v) if isinstance(v, Path) else v for name, v in opts.items()}
@@ -469,7 +523,8 @@ def engine_fingerprint(engine: Any, method: str) -> dict[str, Any]:
         config=engine.config, method=method,
         planner=planner if method in ("stem", "safe") else None,
         kg=kg_fingerprint(engine.index), encoder=engine.encoder.name,
-        data={"dataset": engine.dataset.name, "split": engine.dataset_spec.split},
+        data={"dataset": engine.dataset.name, "split": engine.dataset_spec.split,
+              **question_source(engine.dataset_spec)},
         extra={"guidance": guidance if method == "stem" else None, "method_options": options,
                "effective": _effective(engine.method(method))},
     )
