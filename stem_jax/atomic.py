@@ -9,22 +9,28 @@ from pathlib import Path
 from typing import Any
 
 
-def write_text_atomic(target: Path, text: str) -> None:
-    """Write ``text`` to ``target`` so a kill leaves either the old or the new file, never half.
+def write_bytes_atomic(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` so a kill leaves either the old or the new file, never half.
 
-    The temp file lives in the same folder (same filesystem, so ``os.replace`` is atomic) and is
+    The temp file lives in the same folder (same filesystem, so ``os.replace`` is atomic), has a
+    unique name (two writers never share one, as a fixed ``*.tmp`` name would make them do) and is
     fsynced before the rename.
     """
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(target: Path, text: str) -> None:
+    """:func:`write_bytes_atomic` of ``text`` in UTF-8."""
+    write_bytes_atomic(target, text.encode("utf-8"))
 
 
 def write_json_atomic(target: Path, payload: dict[str, Any]) -> None:

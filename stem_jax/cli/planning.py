@@ -102,7 +102,7 @@ def cmd_train_planner(args: argparse.Namespace) -> int:
     from stem_jax.cli.engine_args import load
     from stem_jax.data.splits import hash_split
     from stem_jax.plan.factory import training_split
-    from stem_jax.plan.pattern import TrainConfig, train_pattern_planner
+    from stem_jax.plan.pattern import TrainConfig, planner_lock, train_pattern_planner
 
     config = config_from_args(args)
     if args.split is None:
@@ -124,12 +124,14 @@ def cmd_train_planner(args: argparse.Namespace) -> int:
                               config.encoder.chunk_rows, progress=not args.no_progress, desc="encode questions")
         return table.array.astype(np.float32)
 
-    began = time.perf_counter()
-    planner = train_pattern_planner(train, val, encoder, names=dataset.entity_names, config=train_config, embed=embed)
     out = args.out or default_planner_path(args, config, dataset.name)
-    planner.report.update({"dataset": dataset.name, "split": args.split, "val_fraction": args.val_fraction,
-                           "meta": run_metadata(), "seconds": time.perf_counter() - began})
-    planner.save(out)
+    with planner_lock(out):  # a second train-planner into this folder is refused now, not after training
+        began = time.perf_counter()
+        planner = train_pattern_planner(train, val, encoder, names=dataset.entity_names, config=train_config,
+                                        embed=embed)
+        planner.report.update({"dataset": dataset.name, "split": args.split, "val_fraction": args.val_fraction,
+                               "meta": run_metadata(), "seconds": time.perf_counter() - began})
+        planner.save(out)
     table = _report_table(planner.report)
     print(f"\nvalidation ({args.val_fraction:.0%} of {dataset.name}/{args.split} by qid hash):\n")
     print(table)

@@ -63,6 +63,16 @@ def default_planner_path(cache_root: Path, config: StemConfig, dataset_name: str
     return cache_root / dataset_name / "planners" / f"pattern-{slug}"
 
 
+def train_planner_flags(dataset_name: str) -> str:
+    """The ``--dataset`` flags that make ``train-planner`` train for ``dataset_name``: a files KG's
+    name (``files-<folder>``) is no ``--dataset`` choice, its folder or triples file says which KG."""
+    from stem_jax.data.registry import DATASETS
+
+    if dataset_name in DATASETS:
+        return f"--dataset {dataset_name}"
+    return "--dataset files with this command's --data-dir (or --triples) flags"
+
+
 def training_split(dataset_name: str, requested: str | None) -> str:
     """MetaQA has no train QA text here, so its learned parts train on dev (hash-split by qid)."""
     return requested or ("dev" if dataset_name == "metaqa" else "train")
@@ -96,7 +106,7 @@ def build_planner(spec: PlannerSpec, config: StemConfig, dataset: Dataset, index
         path = spec.path or default_planner_path(cache_root, config, dataset.name)
         if not Path(path).exists():
             raise StemError(f"no trained pattern planner at {path}\n  how to fix: run `stem-jax train-planner "
-                            f"--dataset {dataset.name}` first (or pass --planner-path)")
+                            f"{train_planner_flags(dataset.name)}` first (or pass --planner-path)")
         planner = PatternPlanner.load(path, encoder=encoder, method=spec.method, beam=config.planner.beam,
                                       min_prob=config.planner.min_prob, names=names, index=index)
         planner.name = f"pattern-{spec.method}"

@@ -39,11 +39,12 @@ group (the paper's Table 15), and against the per-template majority baseline it 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ from stem_jax.plan.templates import SLOT, Template, template_of
 from stem_jax.text import mask_topics, topic_names, unique_texts, word_dropout
 
 KNN_TEMPERATURE = 0.01  # chosen on MetaQA validation (0.05 / 0.02 / 0.01: 0.94 / 0.997 / 1.0 top-1)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: arrays file named by its sha256 in planner.json (atomic save); 1 still loads
 
 
 # ---------------------------------------------------------------------------------------------
@@ -469,51 +470,201 @@ class PatternPlanner:
 
     # ----- persistence ------------------------------------------------------------------------
     def save(self, folder: Path) -> None:
-        """``planner.json`` (templates, config, training report) + ``arrays.npz`` (head params, kNN bank)."""
+        """``planner.json`` (templates, config, training report) + ``arrays-<sha>.npz`` (head params, kNN bank).
+
+        One atomic unit: the arrays go to a new file named by their sha256, then ``planner.json``,
+        which names that file and its hash, replaces the old one in one rename, and only then are
+        older arrays files removed. A kill at any point leaves the old planner or the new one, never
+        a mixed pair; :meth:`load` checks the hash. The folder is locked (:func:`planner_lock`) while
+        it is written, so a second writer is refused instead of sharing temp files.
+
+        Raises:
+          StemError: the folder cannot be written, or another process is writing it.
+        """
+        import hashlib
+        import io
+
         from flax.traverse_util import flatten_dict
 
+        from stem_jax.atomic import write_bytes_atomic, write_text_atomic
+
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
         flat = {"params/" + "/".join(k): np.asarray(v) for k, v in flatten_dict(self.params).items()}
         arrays = {**flat, "bank": self.bank.astype(np.float16), "bank_targets": self.bank_targets,
                   "bank_breadth": self.bank_breadth, "prior_breadth": self.prior_breadth}
-        tmp = folder / "arrays.tmp.npz"
-        np.savez_compressed(tmp, **arrays)
-        tmp.replace(folder / "arrays.npz")
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, **arrays)
+        data = buffer.getvalue()
+        digest = hashlib.sha256(data).hexdigest()
+        name = f"arrays-{digest[:16]}.npz"
         meta = {
             "format_version": FORMAT_VERSION, "kind": "pattern", "encoder": self.encoder_name,
             "config": dataclasses.asdict(self.config), "templates": [t.to_json() for t in self.templates],
-            "report": self.report,
+            "report": self.report, "arrays": name, "arrays_sha256": digest,
         }
-        (folder / "planner.json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
+        text = json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n"
+        with planner_lock(folder):
+            try:
+                write_bytes_atomic(folder / name, data)
+                write_text_atomic(folder / PLANNER_FILE, text)
+                for stale in folder.glob("arrays*.npz"):
+                    if stale.name != name:
+                        stale.unlink(missing_ok=True)
+            except OSError as err:
+                raise StemError(f"{folder}: cannot write the pattern planner ({err.strerror or err})\n"
+                                "  how to fix: make the folder writable, or pass --out a writable folder") from None
 
     @classmethod
     def load(cls, folder: Path, encoder: TextEncoder | None = None, **overrides: Any) -> PatternPlanner:
-        """Read a planner saved by :meth:`save`; ``overrides`` set method/beam/min_prob/names."""
+        """Read a planner saved by :meth:`save`; ``overrides`` set method/beam/min_prob/names.
+
+        Raises:
+          StemError: one line naming the file when the planner is missing, torn, altered or a mixed
+            pair (the arrays' sha256 differs from ``planner.json``'s, or their shapes disagree with its
+            templates), with the fix: retrain it.
+        """
+        import hashlib
+        import io
+
         from flax.traverse_util import unflatten_dict
 
         folder = Path(folder)
-        meta_path = folder / "planner.json"
+        meta_path = folder / PLANNER_FILE
+
+        def damaged(path: Path, why: str) -> StemError:
+            return StemError(f"{path}: damaged pattern planner ({why})\n  how to fix: retrain it with "
+                             f"`stem-jax train-planner` (--out {folder}), or pass --planner-path a good copy")
+
         if not meta_path.is_file():
-            raise StemError(f"{folder}: no trained pattern planner here (planner.json missing)\n"
-                            "  how to fix: run `stem-jax train-planner` first, or pass --planner-path")
-        meta = json.loads(meta_path.read_text())
-        if meta.get("format_version") != FORMAT_VERSION or meta.get("kind") != "pattern":
-            raise StemError(f"{meta_path}: not a pattern planner of format {FORMAT_VERSION}\n"
+            found = sorted(p.name for p in folder.glob("arrays*.npz")) if folder.is_dir() else []
+            if found:
+                raise damaged(meta_path, f"missing beside {', '.join(found)}")
+            raise StemError(f"{folder}: no trained pattern planner here ({PLANNER_FILE} missing)\n"
+                            "  how to fix: run `stem-jax train-planner` first (--out this folder), or pass --planner-path")
+
+        try:
+            meta = json.loads(meta_path.read_bytes())
+        except (OSError, ValueError) as err:
+            raise damaged(meta_path, f"unreadable JSON: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+                          ) from None
+        if not isinstance(meta, dict):
+            raise damaged(meta_path, "not a JSON object")
+        version = meta.get("format_version")
+        if meta.get("kind") != "pattern" or version not in (1, FORMAT_VERSION):
+            raise StemError(f"{meta_path}: not a pattern planner of format 1 or {FORMAT_VERSION}\n"
                             "  how to fix: retrain with `stem-jax train-planner`")
-        with np.load(folder / "arrays.npz") as data:
-            arrays = {k: data[k] for k in data.files}
+        if version == 1:  # before atomic saves: a fixed name, no hash (the shape checks below still apply)
+            arrays_path = folder / "arrays.npz"
+        else:
+            name, digest = meta.get("arrays"), meta.get("arrays_sha256")
+            if not isinstance(name, str) or not isinstance(digest, str) or Path(name).name != name or not name:
+                raise damaged(meta_path, "no arrays file named")
+            arrays_path = folder / name
+        try:
+            data = arrays_path.read_bytes()
+        except FileNotFoundError:
+            raise damaged(arrays_path, f"missing, named by {PLANNER_FILE}") from None
+        except OSError as err:
+            raise damaged(arrays_path, f"unreadable: {err.strerror or err}") from None
+        if version != 1 and hashlib.sha256(data).hexdigest() != digest:
+            raise damaged(arrays_path, f"its sha256 differs from the one {PLANNER_FILE} records: altered, "
+                          "truncated, or from another training run")
+        try:
+            with np.load(io.BytesIO(data)) as npz:
+                arrays = {k: npz[k] for k in npz.files}
+        except Exception as err:  # noqa: BLE001 - zip, zlib, pickle and format errors all mean "damaged"
+            raise damaged(arrays_path, f"not a readable .npz: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+                          ) from None
         params = unflatten_dict({tuple(k.split("/")[1:]): v for k, v in arrays.items() if k.startswith("params/")})
-        planner = cls(
-            templates=tuple(Template.from_json(t) for t in meta["templates"]),
-            params=params, config=TrainConfig(**meta["config"]), bank=arrays["bank"],
-            bank_targets=arrays["bank_targets"], bank_breadth=arrays["bank_breadth"],
-            prior_breadth=arrays["prior_breadth"], encoder_name=meta["encoder"], encoder=encoder,
-            report=meta.get("report", {}),
-        )
+        try:
+            planner = cls(
+                templates=tuple(Template.from_json(t) for t in meta["templates"]),
+                params=params, config=TrainConfig(**meta["config"]), bank=arrays["bank"],
+                bank_targets=arrays["bank_targets"], bank_breadth=arrays["bank_breadth"],
+                prior_breadth=arrays["prior_breadth"], encoder_name=meta["encoder"], encoder=encoder,
+                report=meta.get("report", {}),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError, StemError) as err:
+            raise damaged(meta_path, f"missing or malformed field {err}") from None
+        problem = planner._shape_problem()
+        if problem:
+            raise damaged(arrays_path, f"{problem}: the arrays and {PLANNER_FILE} come from different training runs")
         for key, value in overrides.items():
             setattr(planner, key, value)
         return planner
+
+    def _shape_problem(self) -> str | None:
+        """Why the arrays cannot belong to these templates (a mixed pair), or None."""
+        t = len(self.templates)
+        try:
+            sizes = {"template logits": self.params["template"]["bias"].shape[0],
+                     "Breadth logits": self.params["breadth"]["bias"].shape[0],
+                     "kNN bank targets": self.bank_targets.shape[1], "Breadth prior": self.prior_breadth.shape[0]}
+            rows = {len(self.bank), len(self.bank_targets), len(self.bank_breadth)}
+            width = self.params["hidden"]["kernel"].shape[0]
+        except (KeyError, IndexError, TypeError, AttributeError) as err:
+            return f"arrays missing ({err})"
+        wrong = [f"{k} {v}" for k, v in sizes.items() if v != t]
+        if wrong:
+            return f"{', '.join(wrong)} for {t} templates"
+        if len(rows) != 1 or self.bank.ndim != 2 or self.bank.shape[1] != width:
+            return "the kNN bank's shape disagrees with the head's"
+        return None
+
+
+PLANNER_FILE = "planner.json"
+_HELD: dict[tuple[Path, int], int] = {}  # (folder, thread) -> depth: save() inside a held planner_lock
+
+
+@contextlib.contextmanager
+def planner_lock(folder: Path) -> Iterator[None]:
+    """Hold the planner folder ``folder`` (created if needed) for this thread while it is trained and saved.
+
+    An exclusive ``flock`` on ``folder/.lock``, which holds the writer's pid: a second
+    ``train-planner`` to the same folder is refused with one line naming that pid, instead of both
+    writing and one destroying the other's files. Re-entrant within a thread (``save`` inside a
+    command that holds the lock already).
+
+    Raises:
+      StemError: the folder cannot be created or locked, or another process (or thread) holds it.
+    """
+    import errno
+    import fcntl
+    import os
+    import threading
+
+    folder = Path(folder)
+    key = (folder.resolve(), threading.get_ident())
+    if key in _HELD:
+        _HELD[key] += 1
+        try:
+            yield
+        finally:
+            _HELD[key] -= 1
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise StemError(f"{folder}: cannot write the pattern planner folder ({err.strerror or err})\n"
+                        "  how to fix: make it writable, or pass --out a writable folder") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        os.close(fd)
+        if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        holder = (folder / ".lock").read_text(encoding="utf-8", errors="replace").strip() or "unknown"
+        raise StemError(f"{folder}: another stem-jax process (pid {holder}) is writing a pattern planner here\n"
+                        "  how to fix: wait for it to finish, or pass another --out") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        _HELD[key] = 1
+        yield
+    finally:
+        _HELD.pop(key, None)
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------------------------------
