@@ -118,7 +118,7 @@ def open_embeddings(config: StemConfig, dataset: Dataset, index: KGIndex, cache_
     from stem_jax.kg.embeddings import build_kg_embeddings, cache_folder
 
     encoder = get_encoder(config.encoder)
-    folder = cache_folder(cache_root, dataset.name, index, encoder)
+    folder = cache_folder(cache_root, dataset.name, index, encoder, names=dataset.entity_names)
     log(f"embedding cache: {folder}")
     embeddings = build_kg_embeddings(index, encoder, folder, chunk_rows=config.encoder.chunk_rows,
                                      names=dataset.entity_names, rebuild=rebuild, progress=show_progress)

@@ -52,7 +52,7 @@ def _engine_conventions(args: argparse.Namespace, config, dataset: Dataset, inde
     from stem_jax.methods.stem.settings import effective_settings
 
     root = getattr(args, "cache_dir", None) or default_cache_dir()
-    folder = cache_folder(root, dataset.name, index, get_encoder(config.encoder))
+    folder = cache_folder(root, dataset.name, index, get_encoder(config.encoder), names=dataset.entity_names)
 
     class _Located:  # what effective_settings reads from an embedding cache: where its tables live
         class triples:  # noqa: N801

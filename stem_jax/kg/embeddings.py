@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
 from stem_jax.encoder.base import TextEncoder
-from stem_jax.encoder.cache import EmbeddingTable, open_or_build
+from stem_jax.encoder.cache import EmbeddingTable, open_or_build, texts_fingerprint
 from stem_jax.kg.index import KGIndex, relation_text, serialize_triple
+from stem_jax.zarr_table import MANIFEST
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,10 +40,63 @@ def kg_fingerprint(index: KGIndex) -> str:
     return index.fingerprint
 
 
-def cache_folder(cache_root: Path, dataset: str, index: KGIndex, encoder: TextEncoder) -> Path:
-    """``<root>/<dataset>/kg-<fingerprint>/<encoder>``: a new KG or encoder never reuses old rows."""
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", encoder.name)[:64]
-    return Path(cache_root) / dataset / f"kg-{kg_fingerprint(index)}" / slug
+def _names_key(index: KGIndex, names: dict[str, str] | None) -> str:
+    """``""``, or ``-names-<sha>`` when ``names`` change what the encoder sees for some entity: the KG
+    fingerprint covers the triples' ids, and two loads of one KG with other display names must not
+    share rows."""
+    if not names or all(names.get(e, e) == e for e in index.entities):
+        return ""
+    return "-names-" + texts_fingerprint([names.get(e, e) for e in index.entities])[:12]
+
+
+def _slug(encoder: TextEncoder) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", encoder.name)[:64]
+
+
+def cache_folder(cache_root: Path, dataset: str, index: KGIndex, encoder: TextEncoder,
+                 names: dict[str, str] | None = None) -> Path:
+    """``<root>/kg-<fingerprint>/<encoder>``: keyed by the KG's content and the encoder only, so the same
+    KG loaded under another dataset name (``--dataset files`` over an exported demo or MetaQA) reuses
+    its rows, and a new KG or encoder never does. ``names`` (entity id -> display name) add a key
+    when they change the encoded texts.
+
+    Caches built before this layout sit at ``<root>/<dataset>/kg-<fingerprint>/<encoder>``; when the
+    new folder does not exist yet, such a folder is used in place (no copy, no re-encoding): this
+    dataset's own first, else another dataset's whose stored strings are exactly this KG's texts.
+    """
+    root = Path(cache_root)
+    key, slug = f"kg-{kg_fingerprint(index)}{_names_key(index, names)}", _slug(encoder)
+    folder = root / key / slug
+    if folder.exists():
+        return folder
+    own = root / dataset / key / slug
+    if own.is_dir():
+        return own  # exactly where this dataset's cache has always been: open_or_build checks its strings
+    others = sorted(p for p in root.glob(f"*/{key}/{slug}") if p.is_dir() and p != own)
+    if others:
+        texts = kg_texts(index, names)
+        for legacy in others:
+            if _holds(legacy, texts, encoder):
+                return legacy
+    return folder
+
+
+def _holds(folder: Path, texts: dict[str, list[str]], encoder: TextEncoder) -> bool:
+    """Whether every table manifest in ``folder`` was built by ``encoder`` for exactly ``texts``."""
+    found = False
+    for kind, strings in texts.items():
+        manifest = folder / f"{kind}.zarr" / MANIFEST
+        if not manifest.is_file():
+            continue
+        try:
+            data = json.loads(manifest.read_bytes())
+        except (OSError, ValueError):
+            return False
+        if not isinstance(data, dict) or data.get("encoder") != encoder.name or \
+                data.get("texts_sha256") != texts_fingerprint(strings):
+            return False
+        found = True
+    return found
 
 
 def build_kg_embeddings(
