@@ -3,12 +3,217 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import difflib
+import functools
+import inspect
+import re
+import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 from stem_jax import validation
 from stem_jax.config import StemConfig, apply_overrides, config_fields, default_cache_dir
-from stem_jax.data.registry import DATASETS, DatasetSpec
+from stem_jax.data.registry import DATASETS, DatasetSpec, dataset_hint
 from stem_jax.errors import StemError
+
+# ---------------------------------------------------------------------------------------------
+# The parser: short help pages, short errors with close matches
+# ---------------------------------------------------------------------------------------------
+
+# Sections of StemConfig in the order --help-all shows them; "seed" is the one top-level field.
+CONFIG_SECTIONS = tuple(f.name for f in dataclasses.fields(StemConfig))
+# What STEM itself reads; the peer methods' sections (scr, safe) only matter with --method scr|safe.
+STEM_SECTIONS = ("tracer", "guidance", "gnn", "planner", "subgraph", "encoder", "engine", "seed")
+METHOD_SECTIONS = {
+    "stem": STEM_SECTIONS,
+    "safe": ("safe", "planner", "subgraph", "encoder", "engine", "seed"),
+    "scr": ("scr", "subgraph", "encoder", "engine", "seed"),
+}
+DEFAULTS_NOTE = ("defaults: the best measured configuration, with θ and the KG's conventions from `stem-jax "
+                 "calibrate` where stored; --engine.preset=paper: the paper's literal engine")
+
+
+class StemParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose help leads with the command's own flags and whose errors are short.
+
+    * ``--help`` shows a one-line usage and every flag except the engine settings (``--tracer.*``,
+      ``--engine.*``, ...: 150-odd lines), which ``--help-all`` adds, limited to the sections the
+      command (and, for ``eval``/``ask``/``serve``, the ``--method`` given before it) reads.
+    * An error is one line plus where to look, not the whole usage: an unknown flag or choice names
+      its closest matches among this command's flags (config flags included) or choices.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.config_sections: tuple[str, ...] | None = None  # None: every section is relevant
+        self.method_sections = False  # True: --help-all follows --method (eval, ask, serve)
+
+    # ----- help -----
+    def compact_usage(self) -> str:
+        """``prog [options] POSITIONALS``: the full usage lists 200-odd flags."""
+        positionals = [a for a in self._actions if not a.option_strings and a.help is not argparse.SUPPRESS]
+        formatter = self._get_formatter()
+        formatter.add_usage(None, positionals, [], prefix="")
+        tail = formatter.format_help().strip()[len(self.prog):]
+        return f"{self.prog} [options]{tail}"
+
+    def config_groups(self) -> list[Any]:
+        return [g for g in self._action_groups if getattr(g, "stem_section", None)]
+
+    def shown_sections(self, method: str | None) -> tuple[str, ...]:
+        if self.method_sections:
+            return METHOD_SECTIONS.get(method or "stem", STEM_SECTIONS)
+        return self.config_sections or CONFIG_SECTIONS
+
+    def format_help(self, full: bool = False, method: str | None = None) -> str:  # type: ignore[override]
+        formatter = self._get_formatter()
+        formatter.add_usage(self.compact_usage().replace("%", "%%"), self._actions, self._mutually_exclusive_groups)
+        formatter.add_text(self.description)
+        config_groups = self.config_groups()
+        hidden_flags: list[str] = []  # advanced flags --help leaves out
+        for group in self._action_groups:
+            if group not in config_groups:
+                actions = group._group_actions
+                if not full:
+                    actions = [a for a in actions if not getattr(a, "stem_advanced", False)]
+                    hidden_flags += [a.option_strings[0] for a in group._group_actions if a not in actions]
+                formatter.start_section(group.title)
+                formatter.add_text(group.description)
+                formatter.add_arguments(actions)
+                formatter.end_section()
+        if not full and (config_groups or hidden_flags):
+            what = [f"{len(hidden_flags)} more flags ({', '.join(hidden_flags[:2])}, ...)"] if hidden_flags else []
+            if config_groups:
+                count = sum(len(g._group_actions) for g in config_groups)
+                what.append(f"{count} engine settings (--tracer.theta=0.7, ...; {DEFAULTS_NOTE})")
+            formatter.add_text(f"`{self.prog} --help-all` adds {' and '.join(what)}.")
+        if full and config_groups:
+            shown = self.shown_sections(method)
+            formatter.add_text(f"engine settings, any field as --section.field=VALUE; {DEFAULTS_NOTE}.")
+            for group in config_groups:
+                if group.stem_section in shown:
+                    formatter.start_section(group.title)
+                    formatter.add_arguments(group._group_actions)
+                    formatter.end_section()
+            hidden = [g for g in config_groups if g.stem_section not in shown]
+            if hidden:
+                names = ", ".join(f"--{g.stem_section}.* ({len(g._group_actions)})" for g in hidden)
+                more = (" (shown with --method safe|scr before --help-all)" if self.method_sections
+                        else " (accepted, not read by this command)")
+                formatter.add_text(f"not listed: {names}{more}.")
+        formatter.add_text(self.epilog)
+        return formatter.format_help()
+
+    def print_help(self, file: Any = None, *, full: bool = False, method: str | None = None) -> None:  # type: ignore[override]
+        self._print_message(self.format_help(full=full, method=method), file or sys.stdout)
+
+    def format_usage(self) -> str:
+        return f"usage: {self.compact_usage()}\n"
+
+    # ----- errors -----
+    def error(self, message: str) -> NoReturn:
+        listing = "the commands" if self._subparsers is not None else "this command's flags"
+        self.exit(2, f"{self.prog}: error: {message}\n  `{self.prog} --help` lists {listing}\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            command = isinstance(action, argparse._SubParsersAction)
+            name = "command" if command else "dataset" if action.dest == "dataset" else "choice"
+            hint = dataset_hint(str(value)) if action.dest == "dataset" else None
+            if hint:  # webqsp -> --dataset rog: the way in, not a list of names
+                message = f"unknown dataset {value!r}: {hint}"
+            else:
+                close = closest(str(value), choices)
+                guess = f"; did you mean {' or '.join(close)}?" if close else ""
+                message = f"unknown {name} {value!r}{guess} (choose from {', '.join(choices)})"
+            if command:  # "argument COMMAND: ..." says nothing more than "unknown command"
+                raise argparse.ArgumentError(None, message)
+            raise argparse.ArgumentError(action, message)
+
+    def unrecognized(self, extras: Sequence[str]) -> NoReturn:
+        """An error for arguments no flag of this command takes, with the closest flags."""
+        options = [o for o in self._option_string_actions if o.startswith("--")]
+        guesses: list[str] = []
+        for extra in extras:
+            if extra.startswith("-"):
+                guesses += close_flags(extra.split("=", 1)[0], options)
+        guess = ""
+        if guesses:
+            guess = f"; did you mean {' or '.join(dict.fromkeys(guesses))}?"
+        words = "argument" if len(extras) == 1 else "arguments"
+        self.error(f"unrecognized {words}: {' '.join(extras)}{guess}")
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and getattr(self, "strict_extras", False):
+            # A subcommand's leftovers: reported here, where this command's flags are known, rather
+            # than by the top parser, which only knows the command names.
+            self.unrecognized(extras)
+        return namespace, extras
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.unrecognized(extras)
+        return namespace
+
+
+class StemSubParser(StemParser):
+    """A subcommand's parser: leftovers are its own error (see :meth:`StemParser.parse_known_args`)."""
+
+    strict_extras = True
+
+
+def closest(word: str, candidates: Iterable[str], *, cutoff: float = 0.6, spread: float = 0.1) -> list[str]:
+    """The candidates most like ``word`` (difflib ratio >= ``cutoff``), best first: only those within
+    ``spread`` of the best, so one clear match is suggested alone."""
+    scored = sorted(((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in candidates), reverse=True)
+    scored = [(r, c) for r, c in scored if r >= cutoff]
+    return [c for r, c in scored[:3] if r >= scored[0][0] - spread] if scored else []
+
+
+def close_flags(flag: str, options: Iterable[str]) -> list[str]:
+    """The flags of ``options`` a user most likely meant by ``flag``: the config field of that name
+    (``--theta`` -> ``--tracer.theta``), else the closest spellings."""
+    options = list(options)
+    leaf = flag.lstrip("-").replace("-", "_")
+    by_field = [o for o in options if "." in o and o.rsplit(".", 1)[1] == leaf]
+    return by_field[:3] or closest(flag, options)
+
+
+class _HelpAll(argparse.Action):
+    """``--help-all``: the help page with the engine settings this command reads."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        assert isinstance(parser, StemParser)
+        parser.print_help(full=True, method=getattr(namespace, "method", None))
+        parser.exit()
+
+
+def add_help_all(parser: argparse.ArgumentParser) -> None:
+    """``--help-all`` on ``parser``, once (the data and config flags both need it)."""
+    if "--help-all" not in parser._option_string_actions:
+        parser.add_argument("--help-all", action=_HelpAll,
+                            help="this help with every flag, engine settings included")
+
+
+@functools.cache
+def _field_comments(cls: type) -> dict[str, str]:
+    """The trailing ``# comment`` of each field in a config dataclass's source: its help text."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):  # no source (frozen install): the help shows defaults only
+        return {}
+    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^\s+(\w+): [^=\n]+=[^#\n]*#\s*(.+)$", source, re.M)}
 
 
 def parse_hops(text: str) -> tuple[int, ...]:
@@ -28,40 +233,95 @@ def positive_int(text: str) -> int:
 
 
 def add_dataset_flags(parser: argparse.ArgumentParser, default: str = "demo") -> None:
+    """The data flags. Their help says what each means per dataset; the per-loader file flags
+    (--kb, --triples, ...) are marked advanced: ``--help`` leaves them to ``--help-all``."""
+    add_help_all(parser)
     group = parser.add_argument_group("data")
-    group.add_argument("--dataset", choices=DATASETS, default=default,
-                       help=f"which dataset (default: {default}; 'demo' is generated, the others read --data-dir)")
-    group.add_argument("--split", default="test", help="split to load: test, dev (demo also: train)")
-    group.add_argument("--hops", type=parse_hops, default=(1, 2, 3), help="hop counts to load, e.g. 1,2 (default 1,2,3)")
-    group.add_argument("--data-dir", type=Path, default=None,
-                       help="folder holding metaqa/ and fb15k-237/ (default: $STEM_DATA_DIR)")
-    group.add_argument("--questions", type=Path, default=None,
-                       help="your own MetaQA-format question file (question with [topic]<TAB>a1|a2)")
-    group.add_argument("--qtypes", type=Path, default=None, help="qtype file matching --questions line by line")
-    group.add_argument("--kb", type=Path, default=None, help="MetaQA KB file (default: kb.txt, else the partial KB)")
-    group.add_argument("--rog-path", type=Path, default=None, help="RoG .jsonl/.parquet file or dataset folder")
-    group.add_argument("--triples", type=Path, default=None,
-                       help="files: head,relation,tail file (.tsv/.csv/.jsonl; default <data-dir>/triples.*)")
-    group.add_argument("--entity-names", type=Path, default=None, help="files: id<TAB>name file for entities")
-    group.add_argument("--relation-names", type=Path, default=None, help="files: id<TAB>name file for relations")
-    group.add_argument("--delimiter", default=None, help="files: field separator (e.g. '|' or tab; default by extension)")
-    group.add_argument("--limit", type=positive_int, default=None, help="keep the first N questions per hop (quick runs)")
-    group.add_argument("--strict", action="store_true", help="stop at the first bad input line instead of skipping it")
+    group.add_argument("--dataset", choices=DATASETS, default=default, metavar="NAME",
+                       help=f"demo (generated), metaqa, wc2014[-p1|-p2|-c], files (your KG), rog (WebQSP, CWQ), "
+                       f"fb15k-237; default {default}")
+    group.add_argument("--split", default="test", metavar="NAME",
+                       help="test (default), dev, train (files: <split>.jsonl; wc2014: seeded 8:1:1; metaqa: no "
+                       "train)")
+    group.add_argument("--hops", type=parse_hops, default=(1, 2, 3), metavar="LIST",
+                       help="hop counts, e.g. 1,2 (default 1,2,3): metaqa reads those N-hop/ folders; files, rog keep all")
+    group.add_argument("--data-dir", type=Path, default=None, metavar="DIR",
+                       help="files: your KG's folder (triples.tsv, <split>.jsonl); metaqa, wc2014, fb15k-237: "
+                       "the folder holding metaqa/, wc2014/, fb15k-237/ (default $STEM_DATA_DIR)")
+    group.add_argument("--questions", type=Path, default=None, metavar="FILE",
+                       help="your own questions (files: JSONL or text; metaqa: 'question with [topic]<TAB>a1|a2')")
+    advanced = [
+        group.add_argument("--qtypes", type=Path, default=None, metavar="FILE",
+                           help="metaqa: relation-path type of each --questions line (the oracle needs it)"),
+        group.add_argument("--kb", type=Path, default=None, metavar="FILE",
+                           help="metaqa: KB file (default: kb.txt, else the partial KB)"),
+        group.add_argument("--rog-path", type=Path, default=None, metavar="PATH",
+                           help="rog: RoG .jsonl/.parquet file or dataset folder (WebQSP, CWQ)"),
+        group.add_argument("--triples", type=Path, default=None, metavar="FILE",
+                           help="files: head,relation,tail file (.tsv/.csv/.jsonl; default <data-dir>/triples.*)"),
+        group.add_argument("--entity-names", type=Path, default=None, metavar="FILE",
+                           help="files: id<TAB>name file for entities"),
+        group.add_argument("--relation-names", type=Path, default=None, metavar="FILE",
+                           help="files: id<TAB>name file for relations"),
+        group.add_argument("--delimiter", default=None, metavar="SEP",
+                           help="files: field separator (e.g. '|' or tab; default by extension)"),
+    ]
+    group.add_argument("--limit", type=positive_int, default=None, metavar="N",
+                       help="keep the first N questions per hop (quick runs)")
+    advanced.append(group.add_argument("--strict", action="store_true",
+                                       help="stop at the first bad input line instead of skipping it"))
+    mark_advanced(*advanced)
+
+
+def use_training_split(parser: argparse.ArgumentParser) -> None:
+    """``--split`` of a training command: by default the dataset's training split (what
+    :func:`stem_jax.plan.factory.training_split` says: dev for MetaQA, which ships no train QA text,
+    train for every other dataset); :func:`training_split_of` resolves it once the dataset is known."""
+    parser.set_defaults(split=None)
+    action = parser._option_string_actions["--split"]
+    action.help = ("split to train on (default: train; dev for metaqa, which has no train QA text), hash-split "
+                   "by question id into train/validation; files: <data-dir>/<split>.jsonl")
+
+
+def training_split_of(args: argparse.Namespace) -> str:
+    """``args.split``, or the dataset's training split when --split was left out (see use_training_split)."""
+    from stem_jax.plan.factory import training_split
+
+    return training_split(args.dataset, args.split)
+
+
+def mark_advanced(*actions: argparse.Action) -> None:
+    """Flags ``--help`` leaves to ``--help-all`` (rarely needed, or for one dataset or planner only)."""
+    for action in actions:
+        action.stem_advanced = True  # type: ignore[attr-defined]
 
 
 def add_cache_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("cache")
-    group.add_argument("--cache-dir", type=Path, default=None,
-                       help="where embeddings live (default: $STEM_CACHE_DIR or ~/.cache/stem_jax)")
-    group.add_argument("--rebuild", action="store_true", help="delete and recompute the embedding caches (KG tables and schema-triple texts)")
+    group.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
+                       help="default $STEM_CACHE_DIR or ~/.cache/stem_jax")
+    group.add_argument("--rebuild", action="store_true", help="recompute the embedding caches")
     group.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("config (paper defaults; any field as --section.field=VALUE)")
-    for name, default, _ in config_fields(StemConfig()):
-        group.add_argument(f"--{name}", dest=f"cfg:{name}", default=None, metavar=type(default).__name__.upper(),
-                           help=f"default {default}")
+    """Every :class:`StemConfig` field as ``--section.field=VALUE``, one group per section. A
+    :class:`StemParser` lists them under ``--help-all`` only (this adds that flag)."""
+    add_help_all(parser)
+    config = StemConfig()
+    groups: dict[str, Any] = {}
+    for name, default, _ in config_fields(config):
+        section, _, field = name.rpartition(".")
+        owner = getattr(config, section) if section else config
+        section = section or name  # a top-level field (seed) is its own section
+        if section not in groups:
+            doc = (type(owner).__doc__ or "").strip().splitlines()[0] if owner is not config else ""
+            groups[section] = parser.add_argument_group(f"--{section}.*: {doc}" if doc else f"--{section}")
+            groups[section].stem_section = section
+        comment = _field_comments(type(owner)).get(field, "").replace("%", "%%")  # help text is %-formatted
+        groups[section].add_argument(f"--{name}", dest=f"cfg:{name}", default=None,
+                                     metavar=type(default).__name__.upper(),
+                                     help=f"{comment} (default {default})" if comment else f"default {default}")
 
 
 def config_from_args(args: argparse.Namespace) -> StemConfig:
@@ -116,6 +376,18 @@ def disable_abbreviations(parser: argparse.ArgumentParser) -> None:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 disable_abbreviations(sub)
+
+
+def annotate_defaults(parser: argparse.ArgumentParser) -> None:
+    """Append ``(default: X)`` to the help of every flag with choices that does not say its default
+    (``--planner`` is oracle for eval but pattern for ask): this parser and every subparser below it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                annotate_defaults(sub)
+        elif (action.choices is not None and action.option_strings and action.default is not None
+              and action.help not in (None, argparse.SUPPRESS) and "default" not in action.help):
+            action.help = f"{action.help} (default: {action.default})"
 
 
 def check_out_path(path: Path | None) -> None:

@@ -12,7 +12,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stem_jax.cli.args import cache_root, check_out_path, config_from_args
+from stem_jax.cli.args import (
+    cache_root,
+    check_out_path,
+    config_from_args,
+    training_split_of,
+    use_training_split,
+)
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import GNNConfig, StemConfig, as_dict
 from stem_jax.data.types import Dataset, Question
@@ -24,10 +30,9 @@ def add_guidance_flags(parser: argparse.ArgumentParser, *, required: bool = Fals
     group = parser.add_argument_group("guidance graph (Triple-GNN)")
     if not required:
         group.add_argument("--guidance", choices=("none", "gnn"), default="none",
-                           help="none: no guidance graph (λ and τ have no effect); gnn: top |T|·K' entities of a "
-                           "trained Triple-GNN (--gnn-checkpoint), K' = --guidance.k_prime")
-    group.add_argument("--gnn-checkpoint", type=Path, default=None,
-                       help="run folder of `stem-jax train-gnn` (its latest checkpoint is used)")
+                           help="none (λ, τ unused), or gnn: the top |T|·K' entities of a trained Triple-GNN")
+    group.add_argument("--gnn-checkpoint", type=Path, default=None, metavar="DIR",
+                       help="a `stem-jax train-gnn` run folder")
 
 
 def subset(questions: list[Question], per_hop: int | None) -> list[Question]:
@@ -70,11 +75,11 @@ def add_train_gnn_parser(sub, add_dataset_flags, add_cache_flags, add_config_fla
     p = sub.add_parser(
         "train-gnn", help="train the Triple-GNN that builds the guidance graph (resumable)",
         description="Train the Triple-GNN (paper appendix A, C.1-C.2) with AdamW on balanced BCE: questions of "
-        "--split (hash-split by question id into train/val; MetaQA has no train QA text, so dev) planned by the "
-        "oracle, plus random-walk examples (reverse generation, Phase 1). Orbax checkpoints in --out; rerunning "
+        "--split (default: the dataset's train split, dev for MetaQA, which has no train QA text; hash-split by "
+        "question id into train/val) planned by the oracle, plus random-walk examples (reverse generation, Phase 1). Orbax checkpoints in --out; rerunning "
         "the same command resumes from the last one. Writes curves.png, history.json, train-summary.json.")
     add_dataset_flags(p)
-    p.set_defaults(split="dev")
+    use_training_split(p)
     add_cache_flags(p)
     add_config_flags(p)
     p.add_argument("--out", type=Path, default=None, help="run folder (default runs/gnn-<dataset>)")
@@ -114,6 +119,7 @@ def cmd_train_gnn(args: argparse.Namespace) -> int:
     from stem_jax.plan.oracle import OraclePlanner
 
     config = config_from_args(args)
+    args.split = training_split_of(args)
     started = time.perf_counter()
     tc = TrainConfig(steps=args.steps, graphs_per_step=args.graphs_per_step, lr=args.lr,
                      synthetic_ratio=args.synthetic_ratio, val_questions=args.val_questions,

@@ -1,7 +1,8 @@
 """``stem-jax``: the command-line entry point.
 
-Every command takes the paper's defaults (λ=1.5, τ=0.5, K'=4, θ=0.6, N=50, B=4, L=6) and lets any
-of them be overridden as ``--section.field=VALUE``; ``stem-jax config`` lists them all.
+Every command takes the engine's defaults (the best measured configuration; ``--engine.preset=paper``
+gives the paper's literal engine) and lets any field be overridden as ``--section.field=VALUE``;
+``stem-jax COMMAND --help-all`` lists the ones a command reads, ``stem-jax config`` every value.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ from pathlib import Path
 
 from stem_jax.cli import commands, distributed, gnn, planning, sweep
 from stem_jax.cli.args import (
+    STEM_SECTIONS,
+    StemParser,
+    StemSubParser,
     add_cache_flags,
     add_config_flags,
     add_dataset_flags,
+    annotate_defaults,
     disable_abbreviations,
+    mark_advanced,
     positive_int,
 )
 from stem_jax.cli.bench import add_bench_stages_parser
@@ -29,9 +35,10 @@ from stem_jax.methods import METHODS
 def add_method_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("retrieval method")
     group.add_argument("--method", choices=tuple(METHODS), default="stem",
-                       help="stem (default), or a peer method: safe (schema-aware subgraph matching), "
-                       "scr (stepwise contrastive reasoning; needs --scr-checkpoint)")
-    group.add_argument("--scr-checkpoint", type=Path, default=None, help="run folder of `stem-jax train-scr`")
+                       help="stem (default), or a peer: safe (schema-aware subgraph matching), scr (stepwise "
+                       "contrastive reasoning)")
+    group.add_argument("--scr-checkpoint", type=Path, default=None, metavar="DIR",
+                       help="--method scr: run folder of `stem-jax train-scr`")
 
 
 EXAMPLES = """examples:
@@ -52,14 +59,57 @@ EXAMPLES = """examples:
 """
 
 
+# The config sections each command reads, for --help-all (all stay accepted everywhere). eval, ask and
+# serve follow --method instead; a command not named here reads STEM's sections.
+CONFIG_SECTIONS = {
+    "demo": ("tracer", "guidance", "planner", "subgraph", "encoder", "engine", "seed"),
+    "index": ("encoder", "seed"),
+    "data-stats": ("subgraph", "engine", "seed"),
+    "train-planner": ("planner", "encoder", "seed"),
+    "plan": ("planner", "encoder", "seed"),
+    "train-gnn": ("gnn", "guidance", "subgraph", "encoder", "seed"),
+    "train-scr": ("scr", "subgraph", "encoder", "seed"),
+    "config": None,  # every section
+}
+METHOD_COMMANDS = ("eval", "ask", "serve")
+
+
+# Groups whose flags --help leaves to --help-all but for the ones named here: the planner's model,
+# server and scorer flags only matter for one planner, the multi-host flags for a cluster job.
+ADVANCED_GROUPS = {"planner": ("--planner", "--plans"), "several processes": ()}
+
+
+def mark_advanced_groups(parser: argparse.ArgumentParser) -> None:
+    """Mark the rarely needed flags of :data:`ADVANCED_GROUPS` in every subcommand (see mark_advanced)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                mark_advanced_groups(sub)
+    for group in parser._action_groups:
+        for title, keep in ADVANCED_GROUPS.items():
+            if (group.title or "").startswith(title):
+                mark_advanced(*[a for a in group._group_actions if not set(a.option_strings) & set(keep)])
+
+
+def set_config_sections(parser: argparse.ArgumentParser) -> None:
+    """Tell every subcommand's :class:`StemParser` which config sections its --help-all lists."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                if isinstance(sub, StemParser):
+                    sub.method_sections = name in METHOD_COMMANDS
+                    sub.config_sections = CONFIG_SECTIONS.get(name, STEM_SECTIONS)
+                set_config_sections(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = StemParser(
         prog="stem-jax",
         description="Structure-Tracing Evidence Mining (STEM) over knowledge graphs, in JAX.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=StemSubParser)
 
     demo = sub.add_parser("demo", help="run the pipeline on the generated demo KG (offline)",
                           description="Generate the demo KG, index it, encode it, and print a result table.")
@@ -96,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     gnn.add_guidance_flags(evaluate)
     add_method_flags(evaluate)
     distributed.add_distributed_flags(evaluate)
-    evaluate.add_argument("--out", type=Path, default=None,
+    evaluate.add_argument("--out", type=Path, default=None, metavar="DIR",
                           help="run folder (default runs/<dataset>-<split>-<planner>-<hash of the settings>)")
     evaluate.add_argument("--overwrite", action="store_true",
                           help="drop the predictions of a different run in --out instead of refusing to mix them")
@@ -104,16 +154,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     ask = sub.add_parser("ask", help="answer a question with a loaded engine (answers, evidence chains, timing)",
                          description="Load the dataset's KG, caches and planner once and answer the given question(s). "
-                         "Name the topic entity in [brackets], or leave them out and the entity linker finds it "
-                         "(exact, case-insensitive, then fuzzy match of the question's n-grams against entity names).")
-    ask.add_argument("question", nargs="+", help="question text, e.g. 'what films did [Tom Hanks] star in'")
+                         "Name the topic entity in [brackets], or the entity linker finds it (exact, case-insensitive, "
+                         "then fuzzy n-gram match). Plans come from the learned pattern planner unless --planner "
+                         "names another.")
+    ask.add_argument("question", nargs="+", metavar="QUESTION", help="e.g. 'what films did [Tom Hanks] star in'")
     add_dataset_flags(ask)
     add_cache_flags(ask)
     add_config_flags(ask)
     planning.add_planner_flags(ask, default="pattern")
     gnn.add_guidance_flags(ask)
     add_method_flags(ask)
-    ask.add_argument("--top", type=positive_int, default=10, help="answers and chains to print (default 10)")
+    ask.add_argument("--top", type=positive_int, default=10, metavar="N", help="answers and chains to print (default 10)")
     ask.add_argument("--warm", action="store_true", help="answer once to compile, then time a second call")
     ask.set_defaults(func=commands.cmd_ask)
     planning.add_train_planner_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
@@ -150,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_flags(config)
     config.set_defaults(func=commands.cmd_config)
     disable_abbreviations(parser)
+    annotate_defaults(parser)
+    mark_advanced_groups(parser)
+    set_config_sections(parser)
     return parser
 
 

@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from stem_jax.cli.args import config_from_args
+from stem_jax.cli.args import config_from_args, training_split_of, use_training_split
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import as_dict
 
@@ -15,12 +15,12 @@ def add_train_scr_parser(sub, add_dataset_flags, add_cache_flags, add_config_fla
     p = sub.add_parser(
         "train-scr", help="train SCR (stepwise contrastive reasoning) for --method scr (resumable)",
         description="Train SCR's relational GAT and question head with InfoNCE on teacher-forced reasoning steps "
-        "along the gold relation paths of --split (default dev; hash-split by question id into train/validation, "
-        "the same split as the planners; test is never read). Orbax checkpoints in --out; rerunning the same "
+        "along the gold relation paths of --split (default: the dataset's train split, dev for MetaQA; hash-split by "
+        "question id into train/validation, the same split as the planners; test is never read by default). Orbax checkpoints in --out; rerunning the same "
         "command resumes. Writes curves.png, history.json, train-summary.json and train-scr.{json,md}. "
         "Architecture and budget: --scr.dim, --scr.layers, --scr.steps, --scr.train_batch, --scr.lr, ...")
     add_dataset_flags(p)
-    p.set_defaults(split="dev")
+    use_training_split(p)
     add_cache_flags(p)
     add_config_flags(p)
     p.add_argument("--out", type=Path, default=None, help="run folder (default runs/scr-<dataset>)")
@@ -38,6 +38,7 @@ def cmd_train_scr(args: argparse.Namespace) -> int:
     from stem_jax.methods.scr.train import prepare_data, train_scr
 
     config = config_from_args(args)
+    args.split = training_split_of(args)
     started = time.perf_counter()
     dataset, index = load(args, config)
     encoder, embeddings, _ = embed(args, config, dataset, index)

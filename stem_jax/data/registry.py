@@ -19,6 +19,23 @@ from stem_jax.errors import DataError
 DATASETS = ("demo", "metaqa", "fb15k-237", "rog", "files", "wc2014", "wc2014-p1", "wc2014-p2", "wc2014-c")
 # WorldCup2014: every file, or one (they share one KB, hence one index, embedding cache and calibration)
 WC2014_SUBSETS = {"wc2014": ("P1", "P2", "C"), "wc2014-p1": ("P1",), "wc2014-p2": ("P2",), "wc2014-c": ("C",)}
+# Names users try that a loader above serves under another name: the CLI and load_dataset point there.
+DATASET_ALIASES = {
+    "webqsp": "WebQSP comes in through --dataset rog --rog-path PATH (RoG-format WebQSP: a .jsonl file, or a "
+              "folder with <split>.jsonl or data/<split>-*.parquet)",
+    "cwq": "CWQ comes in through --dataset rog --rog-path PATH (RoG-format CWQ: a .jsonl file, or a folder "
+           "with <split>.jsonl or data/<split>-*.parquet)",
+    "fb15k237": "use --dataset fb15k-237",
+    "fb15k": "only FB15k-237 is loaded here: use --dataset fb15k-237",
+    "worldcup2014": "use --dataset wc2014 (or wc2014-p1, wc2014-p2, wc2014-c for one file)",
+    "worldcup": "use --dataset wc2014 (or wc2014-p1, wc2014-p2, wc2014-c for one file)",
+}
+
+
+def dataset_hint(name: str) -> str | None:
+    """How to load ``name`` when it is not a dataset name but a user would reasonably try it
+    (``webqsp`` -> ``--dataset rog``), else None."""
+    return DATASET_ALIASES.get(name.strip().lower().replace("_", "").replace("-", ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +100,8 @@ def load_dataset(spec: DatasetSpec) -> Dataset:
                               seed=spec.seed, strict=spec.strict)
         dataset.questions = [q for q in dataset.questions if q.hops in spec.hops]
     else:
-        raise DataError(f"unknown dataset {spec.name!r}", fix=f"choose one of {', '.join(DATASETS)}")
+        raise DataError(f"unknown dataset {spec.name!r}",
+                        fix=dataset_hint(spec.name) or f"choose one of {', '.join(DATASETS)}")
     if spec.limit is not None:
         kept, seen = [], {}
         for q in dataset.questions:
