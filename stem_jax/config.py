@@ -1,4 +1,10 @@
-"""Frozen configuration dataclasses with the STEM paper's defaults.
+"""Frozen configuration dataclasses: the engine's defaults.
+
+The defaults are the best measured configuration, not the paper's literal engine: the paper's
+hyper-parameters (λ, τ, θ, K', N, B, L) keep its values, while the engine fields (relation bonus,
+exact anchoring, topic exclusion, beam ranking, ...) follow the evidence noted beside them and θ and
+the KG's conventions come from `stem-jax calibrate` where stored. ``--engine.preset=paper`` gives
+the paper-literal engine (:mod:`stem_jax.methods.stem.settings`).
 
 Every field can be overridden from the command line as ``--<section>.<field>=VALUE``
 (for example ``--tracer.lam=1.2 --tracer.theta=0.5``); see :func:`apply_overrides`.
