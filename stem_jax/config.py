@@ -164,7 +164,7 @@ class StemConfig:
     engine: EngineConfig = EngineConfig()
     scr: ScrConfig = ScrConfig()
     safe: SafeConfig = SafeConfig()
-    seed: int = 0
+    seed: int = 0  # the demo KG, WorldCup2014's 8:1:1 split, and planner, GNN and SCR training
 
 
 def default_data_dir() -> Path | None:

@@ -194,8 +194,10 @@ class _HelpAll(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        assert isinstance(parser, StemParser)
-        parser.print_help(full=True, method=getattr(namespace, "method", None))
+        if isinstance(parser, StemParser):
+            parser.print_help(full=True, method=getattr(namespace, "method", None))
+        else:  # a plain ArgumentParser's help lists every flag already
+            parser.print_help()
         parser.exit()
 
 
