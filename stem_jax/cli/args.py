@@ -143,8 +143,7 @@ class StemParser(argparse.ArgumentParser):
         guess = ""
         if guesses:
             guess = f"; did you mean {' or '.join(dict.fromkeys(guesses))}?"
-        words = "argument" if len(extras) == 1 else "arguments"
-        self.error(f"unrecognized {words}: {' '.join(extras)}{guess}")
+        self.error(f"unrecognized arguments: {' '.join(extras)}{guess}")  # argparse's words, which scripts match
 
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
