@@ -10,8 +10,8 @@ The default planner is ``pattern``, as the CLI's: learned from the training spli
 train-planner``. On the demo KG it is trained on first use (a few seconds, announced on stderr) and
 saved where ``train-planner`` saves it; other datasets ask for ``train-planner`` first. The
 ``oracle`` planner plans from the dataset's gold relation path, so it answers only the split's own
-questions: a free-text question is looked up in the loaded split word for word (case and spacing
-aside), and one it cannot plan is a :class:`StemError` saying why.
+questions: a question without a gold path is looked up in the loaded split word for word (case and
+spacing aside), and one it still cannot plan gets no answers and an :attr:`Answer.reason` saying why.
 
 :class:`Engine` owns every loaded resource (KG index, TensorStore embedding tables, the encoder,
 the planner, the optional Triple-GNN guidance provider and, per retrieval method, the compiled
@@ -236,6 +236,7 @@ class Engine:
         self._linker: Any = None
         self._by_name: dict[str, str] | None = None
         self._by_text: dict[str, Question] | None = None
+        self._qids: set[str] | None = None
         self._lock = threading.RLock()  # see the class docstring: one call at a time
 
     @classmethod
@@ -378,28 +379,23 @@ class Engine:
         if topic is not None and (not isinstance(topic, str) or not topic.strip()):
             raise StemError(f"topic={topic!r:.60}: expected an entity name (str)\n  how to fix: pass e.g. topic=\"Tom Hanks\"")
         with self._lock:
-            if self._plans_from_gold():
-                return self._split_question(text)
             return self._question(text, topic, qid)
 
     def _plans_from_gold(self) -> bool:
         return self.planner_spec.name == "oracle" and self.planner_spec.plans is None
 
-    def _split_question(self, text: str) -> tuple[Question, dict]:
-        """The loaded split's question with this text (the oracle plans from its gold path), or why not."""
+    def _with_gold_path(self, question: Question) -> Question:
+        """For the oracle planner: a question without a gold relation path that is, word for word (case,
+        spacing and a final ? aside), a question of the loaded split becomes that question."""
+        from stem_jax.plan.oracle import gold_paths
+
+        if gold_paths(question).paths:
+            return question
         if self._by_text is None:
             self._by_text = {}
             for q in self.dataset.questions:
                 self._by_text.setdefault(_normalised(q.text), q)
-        found = self._by_text.get(_normalised(_BRACKET.sub(lambda m: m.group(1), text)))
-        if found is None:
-            where = f"{self.dataset.name}/{self.dataset_spec.split}"
-            raise StemError(f"the oracle planner plans from the dataset's gold relation path, and {text!r:.80} is not "
-                            f"a question of {where} ({len(self.dataset.questions)} questions, compared word for "
-                            "word, case and spacing aside)\n  how to fix: use the pattern planner (--planner pattern; "
-                            "planner=\"pattern\" in Engine.open), or ask a question of the split as written")
-        names = [self.display(e) for e in found.topic_entities]
-        return found, {"mentions": names, "entities": names, "match": ["split question"], "qid": found.qid}
+        return self._by_text.get(_normalised(question.text), question)
 
     def _question(self, text: str, topic: str | None, qid: str | None) -> tuple[Question, dict]:
         qid = qid or "ask/" + hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -464,6 +460,8 @@ class Engine:
 
         parsed: list[tuple[Question, dict | None]] = [
             self.question(q) if isinstance(q, str) else (q, None) for q in items]
+        if self._plans_from_gold() and method in ("stem", "safe"):
+            parsed = [(self._with_gold_path(q), link) for q, link in parsed]
         batch = [q for q, _ in parsed]
         chosen = self.method(method)
         if hasattr(chosen, "forget"):  # plan again: a question asked twice is timed end to end both times
@@ -496,8 +494,17 @@ class Engine:
         found = gold_paths(question)
         if found.paths:
             return None
-        return (f"the oracle planner plans from the dataset's gold relation path, and question {question.qid} has "
-                f"none ({found.reason}); the pattern planner (--planner pattern) plans from the question's words")
+        why = f"it has none ({found.reason})"
+        if question.qid not in self._split_qids():
+            why = (f"it is not a question of {self.dataset.name}/{self.dataset_spec.split} ({len(self.dataset.questions)} "
+                   "questions, compared word for word, case and spacing aside)")
+        return (f"the oracle planner plans from the dataset's gold relation path, and {why}; the pattern planner "
+                "(--planner pattern, planner=\"pattern\") plans from the question's words")
+
+    def _split_qids(self) -> set[str]:
+        if self._qids is None:
+            self._qids = {q.qid for q in self.dataset.questions}
+        return self._qids
 
     def warm_up(self, batch_questions: int = 1, *, method: str = "stem",
                 step_buckets: Sequence[int] | None = None) -> dict[str, Any]:

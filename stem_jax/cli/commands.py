@@ -22,15 +22,32 @@ from stem_jax.kg.stats import question_subgraph_sizes
 from stem_jax.progress import progress
 
 
+def _number(value: float | int | str) -> str:
+    """A count as written in the CLI's tables: whole numbers as such, others with one decimal."""
+    if isinstance(value, float):
+        return f"{value:.0f}" if value.is_integer() else f"{value:.1f}"
+    return str(value)
+
+
+def _percent(share: float) -> str:
+    """A share in [0, 1] as a percentage with one decimal: the one precision of the demo's tables."""
+    return f"{100 * share:.1f}"
+
+
+def _numbers(rows: list[list]) -> list[list[str]]:
+    return [[_number(v) for v in row] for row in rows]
+
+
 def _subgraph_table(report: dict) -> str:
     rows = [
-        [key, g["questions"], g["nodes"]["p50"], g["nodes"]["p90"], g["nodes"]["max"], g["triples"]["mean"],
-         g["triples"]["p90"], g["triples"]["max"], g["answers_all_inside"], g["answers_any_inside"]]
+        [key, g["questions"], _number(g["nodes"]["p50"]), _number(g["nodes"]["p90"]), _number(g["nodes"]["max"]),
+         _number(g["triples"]["mean"]), _number(g["triples"]["p90"]), _number(g["triples"]["max"]),
+         _percent(g["answers_all_inside"]), _percent(g["answers_any_inside"])]
         for key, g in report.items()
     ]
     return markdown_table(
         ["hops", "questions", "nodes p50", "nodes p90", "nodes max", "triples mean", "triples p90", "triples max",
-         "all answers inside", "any answer inside"],
+         "all answers inside %", "any answer inside %"],
         rows,
     )
 
@@ -66,8 +83,9 @@ def _engine_conventions(args: argparse.Namespace, config, dataset: Dataset, inde
 
 
 def _upper_bound_table(summary: dict) -> str:
-    rows = [[g, s["n"], s["mean"]["hit"], s["mean"]["f1"], s["mean"]["exact_set"]] for g, s in summary["groups"].items()]
-    return markdown_table(["hops", "questions", "any gold reached", "F1", "exact gold set"], rows)
+    rows = [[g, s["n"], _percent(s["mean"]["hit"]), _percent(s["mean"]["f1"]), _percent(s["mean"]["exact_set"])]
+            for g, s in summary["groups"].items()]
+    return markdown_table(["hops", "questions", "any gold reached %", "F1 %", "exact gold set %"], rows)
 
 
 def cmd_data_stats(args: argparse.Namespace) -> int:
@@ -109,7 +127,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     dataset, index = load(args, config)
     start = time.perf_counter()
     encoder, _, rows = embed(args, config, dataset, index)
-    print(markdown_table(["table", "rows", "dim", "encoded now", "seconds", "strings/s"], rows))
+    print(markdown_table(["table", "rows", "dim", "encoded now", "seconds", "strings/s"], _numbers(rows)))
     truncated = getattr(encoder, "truncated", 0)
     if truncated:
         print(f"note: {truncated} string(s) were longer than encoder.max_length={config.encoder.max_length} tokens "
@@ -142,7 +160,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     dataset, index = load(args, config)
     encoder, embeddings, embed_rows = embed(args, config, dataset, index)
     print("\nEncoder cache (all-MiniLM-L6-v2 in Flax, float16 in TensorStore zarr3):\n")
-    print(markdown_table(["table", "rows", "dim", "encoded now", "seconds", "strings/s"], embed_rows))
+    print(markdown_table(["table", "rows", "dim", "encoded now", "seconds", "strings/s"], _numbers(embed_rows)))
     report = question_subgraph_sizes(dataset.questions, index, config.subgraph)
     print("\nPer-question subgraphs:\n")
     print(_subgraph_table(report))
@@ -163,7 +181,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         results[name] = evaluate(pipeline, dataset.questions, OraclePlanner().plan, folder,
                                  show_progress=not args.no_progress)
         thetas[name] = pipeline.theta
-    print("\nGold-path upper bound (follow the gold relation path):\n")
+    print("\nGold-path upper bound (follow the gold relation path; percent):\n")
     print(_upper_bound_table(upper))
     tables = []
     for name, summary in results.items():
@@ -173,7 +191,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     "best-score ranking, the plan's strategy)" if e.preset == "paper" else
                     f"engine defaults (relation bonus {'on' if e.relation_bonus else 'off'}, exact anchoring, "
                     f"topic excluded, beam ranking, strategy {e.strategy})"))
-        tables.append(f"{title}:\n\n{summary_table(summary)}")
+        tables.append(f"{title}; percent:\n\n{summary_table(summary, decimals=1)}")
         print(f"\nResult: {tables[-1]}")
     payload = {"meta": run_metadata(), "config": as_dict(config), "subgraphs": report, "anchoring": anchors,
                "gold_path_upper_bound": upper, "results": results, "seconds": time.perf_counter() - start}
@@ -229,7 +247,9 @@ def method_options(args: argparse.Namespace) -> dict[str, dict]:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    """Answer one question (or several) with a loaded engine; print answers, evidence chains and timings."""
+    """Answer one question (or several) with a loaded engine; print answers, evidence chains and timings.
+
+    Exit status 1 when a question could not be planned (its ``no answer:`` line says why), else 0."""
     questions = list(args.question)
     _check_quoted(questions)
     config = config_from_args(args)
@@ -256,7 +276,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
                 print(f"  {chain}")
         timing = ", ".join(f"{k} {v:.1f}" for k, v in answer.stage_ms.items())
         print(f"ms: {timing}")
-    return 0
+    # a question the planner could not plan at all (the oracle without a gold path) is a failure, not
+    # an empty answer: scripts see it in the exit status
+    return 1 if any(answer.reason for answer in answers) else 0
 
 
 def _check_quoted(questions: list[str]) -> None:

@@ -24,8 +24,9 @@ def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def summary_table(summary: dict) -> str:
-    """Per-hop metrics of a scored run (percent), the table `eval` and the demo print."""
+def summary_table(summary: dict, *, decimals: int | None = None) -> str:
+    """Per-hop metrics of a scored run (percent), the table `eval` and the demo print; ``decimals``: write
+    every percentage with that many decimals (the demo's one), else rounded to 2 and trimmed."""
     columns = [("hit", "Hit"), ("hit_at_1", "Hit@1"), ("f1", "F1"), ("precision", "Precision"), ("recall", "Recall"),
                ("rog_hit", "RoG Hit"), ("coverage", "Coverage"), ("overflow_questions", "overflowed")]
     rows = []
@@ -33,7 +34,8 @@ def summary_table(summary: dict) -> str:
     groups["all"] = summary["overall"]
     for name, stats in groups.items():
         mean = stats["mean"]
-        rows.append([name, stats["n"]] + [round(100 * mean[k], 2) if k in mean else "-" for k, _ in columns])
+        rows.append([name, stats["n"]] + [("-" if k not in mean else round(100 * mean[k], 2) if decimals is None
+                                           else f"{100 * mean[k]:.{decimals}f}") for k, _ in columns])
     return markdown_table(["hops", "questions"] + [title for _, title in columns], rows)
 
 
