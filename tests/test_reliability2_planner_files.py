@@ -171,7 +171,7 @@ def test_the_lock_is_reentrant_in_one_thread(trained, tmp_path):
 
 
 def test_missing_planner_hint_for_a_files_kg_names_valid_flags(tmp_path, capsys):
-    from tests.test_reliability2_opaque_ids import write_opaque_kg
+    from test_reliability2_opaque_ids import write_opaque_kg
 
     folder = write_opaque_kg(tmp_path / "okg")
     argv = ["eval", "--dataset", "files", "--data-dir", str(folder), "--encoder.name=hashing", "--cache-dir",

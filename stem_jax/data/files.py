@@ -46,7 +46,6 @@ skip naming ``file:line``, or a :class:`DataError` naming them with ``strict``.
 from __future__ import annotations
 
 import csv
-import io
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -69,6 +68,7 @@ class _Reader:
 
     def __init__(self, path: Path, skips: SkipReport, strict: bool):
         self.path, self.skips, self.strict = path, skips, strict
+        self.sep = "\t"  # the field separator in use (sniffed or given), for messages
 
     def bad(self, lineno: int, reason: str, fix: str, detail: str = "") -> None:
         if self.strict:
@@ -76,13 +76,20 @@ class _Reader:
                             fix=f"{fix}, or drop --strict to skip such lines")
         self.skips.skip(reason, f"{self.path}:{lineno} {detail}".strip())
 
-    def lines(self) -> Iterator[tuple[int, str]]:
-        """Decoded, non-blank lines with their numbers; undecodable bytes are a counted skip."""
+    def lines(self, blank: bool = False) -> Iterator[tuple[int, str]]:
+        """Decoded lines with their numbers (blank ones only with ``blank``); undecodable bytes are a counted skip."""
+        if self.path.is_dir():
+            raise DataError("a folder, not a file", path=str(self.path), fix="name the file itself")
         if not self.path.is_file():
             raise DataError("file not found", path=str(self.path), fix="check the path")
         for lineno, line in read_lines(self.path, self.skips, strict=self.strict):
-            if line.strip():
+            if blank or line.strip():
                 yield lineno, line
+
+
+def _scalar(value: Any) -> bool:
+    """A JSON value usable as an id or a name: a string or a number (``true`` is no id, ``null`` no name)."""
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
 
 
 def _base_suffix(path: Path) -> str:
@@ -109,33 +116,80 @@ def _split_rows(reader: _Reader, width: int, delimiter: str | None, what: str) -
                     if all(k in record for k in names):
                         fields = [record[k] for k in names]
                         break
-            if fields is None or not all(isinstance(f, (str, int, float)) for f in fields):
+            if fields is None or not all(_scalar(f) for f in fields):
                 reader.bad(lineno, f"malformed {what} record", f"write {{{', '.join(map(repr, keys[0]))}}} "
                            f"or a {width}-item list")
                 continue
             yield lineno, [str(f).strip() for f in fields]
         return
     use_csv = suffix == ".csv"
+    if use_csv and delimiter is not None and len(delimiter) != 1:
+        raise DataError(f"--delimiter {delimiter!r}: a CSV file's separator is one character", path=str(reader.path),
+                        fix="pass one character such as ';', or rename the file to .txt to split on a longer one")
     sep = delimiter if delimiter is not None else ("," if use_csv else "\t" if suffix == ".tsv" else None)
     first = True
-    for lineno, line in reader.lines():
-        if sep is None:  # sniff: the first separator that splits the first line into `width` fields
-            sep = next((s for s in ("\t", "|", ",") if len(line.split(s)) == width), "\t")
-        if use_csv:
-            fields = next(csv.reader(io.StringIO(line), delimiter=sep), [])
-        else:
-            fields = line.split(sep) if width == 3 else line.split(sep, 1)
+    records = _csv_records(reader, sep) if use_csv else _plain_records(reader, sep, width)
+    for lineno, last, fields, problem, raw in records:
+        span = f"lines {lineno}-{last}: " if last != lineno else ""
+        if fields is None:
+            reader.bad(lineno, f"malformed CSV record ({problem})",
+                       "close every quoted field (a quote inside one is written twice)", f"{span}".rstrip(": "))
+            continue
         fields = [f.strip() for f in fields]
         if first:
             first = False
             if tuple(f.lower() for f in fields) in _HEADERS:
                 continue
         if len(fields) != width or not all(fields):
-            shown = {"\t": "<TAB>"}.get(sep, sep)
+            shown = {"\t": "<TAB>"}.get(reader.sep or "", reader.sep)
             reader.bad(lineno, f"malformed {what} line (expected {width} non-empty fields separated by {shown!r})",
-                       "fix the line or pass --delimiter", repr(line[:80]))
+                       "fix the line or pass --delimiter", span + repr(raw[:80]))
             continue
         yield lineno, fields
+
+
+def _plain_records(reader: _Reader, sep: str | None, width: int) -> Iterator[tuple[int, int, list[str], str, str]]:
+    """(line, line, fields, "", line text) per non-blank line split on ``sep`` (sniffed from the first line when None)."""
+    for lineno, line in reader.lines():
+        if sep is None:  # sniff: the first separator that splits the first line into `width` fields
+            sep = next((s for s in ("\t", "|", ",") if len(line.split(s)) == width), "\t")
+        reader.sep = sep
+        yield lineno, lineno, (line.split(sep) if width == 3 else line.split(sep, 1)), "", line
+
+
+def _csv_records(reader: _Reader, sep: str) -> Iterator[tuple[int, int, list[str] | None, str, str]]:
+    """(first line, last line, fields or None, problem, text) per CSV record, parsed by the csv module.
+
+    A quoted field may hold the delimiter or a newline, so a record may span lines (read line by
+    line, such a field became a bogus triple of its first line and another of the rest). A quote
+    that never closes is one malformed record naming the lines it took, not a silent swallow.
+    """
+    reader.sep = sep
+    numbers: list[int] = []
+    texts: list[str] = []
+
+    def feed() -> Iterator[str]:
+        for lineno, text in reader.lines(blank=True):
+            numbers.append(lineno)
+            texts.append(text)
+            yield text + "\n"
+
+    rows = csv.reader(feed(), delimiter=sep, strict=True)
+    used = 0
+    while True:
+        try:
+            fields, problem = next(rows), ""
+        except StopIteration:
+            return
+        except csv.Error as err:
+            fields, problem = None, str(err)
+        if len(numbers) == used:  # nothing consumed: the input is exhausted
+            return
+        first, last, raw = numbers[used], numbers[-1], "\n".join(texts[used:])
+        used = len(numbers)
+        if fields is not None and not any(f.strip() for f in fields):
+            continue  # a blank line
+        yield first, last, fields, problem, raw
 
 
 def read_triples(path: Path, skips: SkipReport, *, delimiter: str | None = None, strict: bool = False) -> list[Triple]:
@@ -149,9 +203,10 @@ def read_triples(path: Path, skips: SkipReport, *, delimiter: str | None = None,
             continue
         triples[triple] = None
     if not triples:
-        raise DataError("the triples file has no usable triples", path=str(path),
-                        fix="write one head, relation, tail per line (see the skip reasons above: "
-                        + "; ".join(skips.lines()) + ")")
+        reasons = skips.lines()
+        raise DataError("the triples file has no usable triples"
+                        + (f" ({'; '.join(reasons)})" if reasons else " (it is empty)"), path=str(path),
+                        fix="write one head, relation, tail per line")
     return list(triples)
 
 
@@ -171,11 +226,20 @@ def read_name_file(path: Path, skips: SkipReport, *, known: set[str], what: str,
 
 
 def _rename_relations(triples: list[Triple], names: dict[str, str], path: Path) -> list[Triple]:
-    by_name: dict[str, str] = {}
-    for relation, name in names.items():
-        other = by_name.setdefault(name, relation)
+    """Relation ids replaced by their names; two relations that would end up with one label are an error.
+
+    A label is a relation's name, or its id when it has none: naming ``r1`` ``"r2"`` while ``r2`` keeps
+    its id would merge the two relations silently, as two ids with one name would.
+    """
+    by_label: dict[str, str] = {}
+    for relation in dict.fromkeys(r for _, r, _ in triples):
+        label = names.get(relation, relation)
+        other = by_label.setdefault(label, relation)
         if other != relation:
-            raise DataError(f"relations {other!r} and {relation!r} have the same name {name!r}", path=str(path),
+            first, second = sorted((other, relation), key=lambda r: r not in names)
+            clash = (f"relation {first!r} is named {label!r}, the id of relation {second!r}" if second not in names
+                     else f"relations {first!r} and {second!r} have the same name {label!r}")
+            raise DataError(f"{clash}: the two would merge into one", path=str(path),
                             fix="give every relation its own name (the name replaces the id in the KG)")
     return [(h, names.get(r, r), t) for h, r, t in triples]
 
@@ -199,9 +263,9 @@ def parse_gold_path(value: Any) -> tuple[PathStep, ...] | None:
 def _as_strings(value: Any) -> tuple[str, ...] | None:
     if value is None:
         return ()
-    if isinstance(value, (str, int, float)):
+    if _scalar(value):
         value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
+    if not isinstance(value, list) or not all(_scalar(v) for v in value):
         return None
     return tuple(dict.fromkeys(str(v).strip() for v in value if str(v).strip()))
 
@@ -277,7 +341,12 @@ def read_questions_jsonl(path: Path, builder: _QuestionBuilder, skips: SkipRepor
         if not isinstance(record, dict) or not isinstance(record.get("question"), str) or not record["question"].strip():
             bad("question record without a 'question' string", 'write {"id": ..., "question": "..."}')
             continue
-        qid = str(record.get("id", f"{path.stem}/{lineno}"))
+        qid = record.get("id", f"{path.stem}/{lineno}")
+        if not _scalar(qid) or isinstance(qid, float) or not str(qid).strip():
+            bad("id must be a non-empty string or an integer", "fix the id, or drop it for <file>/<line>",
+                f"(got {json.dumps(qid)})")
+            continue
+        qid = str(qid).strip()
         if qid in seen:
             bad("duplicate question id", "give every question its own id", repr(qid))
             continue
@@ -304,11 +373,14 @@ def read_questions_jsonl(path: Path, builder: _QuestionBuilder, skips: SkipRepor
                 bad("unknown relation in gold_path", "use relation ids or names of the KG", problem)
                 continue
         hops = record.get("hops")
-        if hops is not None and (not isinstance(hops, int) or hops < 1):
-            bad("hops must be a positive integer", "fix or drop the field")
+        if hops is not None and (isinstance(hops, bool) or not isinstance(hops, int) or hops < 1):
+            bad("hops must be a positive integer", "fix or drop the field", f"(got {json.dumps(hops)})")
+            continue
+        qtype = record.get("qtype")
+        if qtype is not None and (not isinstance(qtype, str) or not qtype.strip()):
+            bad("qtype must be a non-empty string", "fix or drop the field", f"(got {json.dumps(qtype)})")
             continue
         seen.add(qid)
-        qtype = record.get("qtype")
         questions.append(Question(
             qid=qid, text=_strip_brackets(record["question"]), topic_entities=topics, answers=answers,
             hops=hops if hops is not None else (len(gold) if gold else None),
@@ -337,12 +409,17 @@ def read_questions_text(path: Path, builder: _QuestionBuilder, skips: SkipReport
 
 
 def _first(folder: Path | None, candidates: tuple[str, ...]) -> Path | None:
+    """The first of ``candidates`` (or its ``.gz``) in ``folder``; one of those names that is not a file
+    is an error (a folder named ``test.jsonl`` read as "no questions" gave a 0-question run)."""
     if folder is None:
         return None
     for name in candidates:
         for path in (folder / name, folder / f"{name}.gz"):
             if path.is_file():
                 return path
+            if path.exists():
+                raise DataError("expected a file, found a folder or another non-file", path=str(path),
+                                fix="rename it, or pass the file to read explicitly")
     return None
 
 
@@ -376,6 +453,9 @@ def load_files(
     """
     if delimiter is not None and delimiter.lower() in ("tab", "\\t"):
         delimiter = "\t"  # a tab is awkward to type in a shell
+    if delimiter is not None and (not delimiter or "\n" in delimiter or "\r" in delimiter):
+        raise DataError(f"--delimiter {delimiter!r}: the field separator must be a character (or several) within a line",
+                        fix="pass e.g. --delimiter ',' or --delimiter '|' or --delimiter tab")
     if folder is not None and not folder.is_dir():
         raise DataError("KG folder not found", path=str(folder), fix="pass the folder holding triples.tsv")
     triples_path = triples or _first(folder, TRIPLE_NAMES)

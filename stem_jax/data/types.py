@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,10 +125,38 @@ def decode_line(raw: bytes, path: Path, lineno: int) -> str | DataError:
 
 def raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     """(line number, bytes) of a text file, split on b"\\n" only, so numbers match editors and qtype files
-    (``str.splitlines`` would also split on form feeds and Unicode separators inside a line); ``.gz`` is read through."""
+    (``str.splitlines`` would also split on form feeds and Unicode separators inside a line); ``.gz`` is read through.
+
+    Raises:
+      DataError: the file cannot be opened or read (permissions, a folder), or its gzip stream is not
+        gzip, corrupt or truncated: one line naming the file and the line reached, not a traceback.
+    """
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        yield from enumerate(handle, start=1)
+    lineno = 0
+    try:
+        with opener(path, "rb") as handle:
+            for lineno, raw in enumerate(handle, start=1):
+                yield lineno, raw
+    except gzip.BadGzipFile as err:
+        if lineno:  # a bad CRC or length at the end of the stream
+            raise DataError(f"damaged gzip file after line {lineno} ({err})", path=str(path),
+                            fix="compress the file again (or download it again)") from None
+        raise DataError(f"not a gzip file ({err})", path=str(path),
+                        fix="decompress it, or drop the .gz suffix if it is plain text") from None
+    except EOFError:
+        raise DataError(f"truncated gzip file: it ends inside line {lineno + 1}", path=str(path),
+                        fix="compress the file again (or download it again)") from None
+    except zlib.error as err:
+        raise DataError(f"corrupt gzip data after line {lineno} ({err})", path=str(path),
+                        fix="compress the file again (or download it again)") from None
+    except PermissionError:
+        raise DataError("cannot read the file (permission denied)", path=str(path),
+                        fix="make it readable (chmod a+r), or run as a user who may read it") from None
+    except IsADirectoryError:
+        raise DataError("a folder, not a file", path=str(path), fix="name the file itself") from None
+    except OSError as err:
+        raise DataError(f"cannot read the file ({err.strerror or err})", path=str(path),
+                        fix="check the file and the disk it is on") from None
 
 
 def read_lines(path: Path, skips: SkipReport, *, strict: bool = False) -> Iterator[tuple[int, str]]:
