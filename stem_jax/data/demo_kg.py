@@ -47,7 +47,7 @@ TEMPLATES: tuple[Template, ...] = (
     Template((_f("release_year"),), ("when was [{}] released", "in which year did [{}] come out")),
     Template((_f("produced_by"),), ("which studio produced [{}]", "who was the production company of [{}]")),
     Template((_f("born_in"),), ("where was [{}] born", "what is the birthplace of [{}]")),
-    Template((_f("starred_actors"), _b("starred_actors")),
+    Template((_b("starred_actors"), _f("starred_actors")),  # person <- film -> person: the co-actors
              ("who acted together with [{}]", "which actors shared a film with [{}]")),
     Template((_b("starred_actors"), _f("directed_by")),
              ("who directed the films starring [{}]", "which directors made movies with [{}] in the cast")),
