@@ -76,8 +76,8 @@ class Answer:
 
     ``chains``: for each answer, best-ranked first, up to 3 shortest walks through the evidence from a
     topic entity to it (:func:`stem_jax.answer.chains.answer_chains`), so every chain ends at an
-    answer and the first k chains end at answers among the first k. Methods that write their own
-    chains (SAFE, SCR) keep theirs.
+    answer and the first k chains end at answers among the first k; the same for every method (the
+    chains a method writes itself, SAFE's matches and SCR's paths, are in ``record["chains"]``).
 
     ``reason``: set when the planner made no plan for the question, saying why (the oracle planner
     on a question without a gold relation path); None otherwise, also when plans found no answer."""
@@ -474,8 +474,10 @@ class Engine:
         for (question, link), retrieval in zip(parsed, retrievals, strict=True):
             record = make_record(chosen.context, question, retrieval, chosen.name)
             evidence = [tuple(t) for t in record.get("evidence", [])]
-            # from all the evidence (the record lists at most 256 triples), by KG id (names may repeat)
-            chains = record.get("chains") or answer_chains(
+            # from all the evidence (the record lists at most 256 triples), by KG id (names may repeat); for
+            # every method, so that each chain is a reason for an answer (SAFE's matches, SCR's paths stay
+            # in record["chains"]: SAFE's include matches that end at no answer)
+            chains = answer_chains(
                 index.triple_strings(sorted(set(retrieval.evidence))), question.topic_entities,
                 [index.entities[e] for e, _ in retrieval.answers], display=self.display)
             stage_ms = dict(record.get("ms", {}))
