@@ -13,7 +13,7 @@ import pytest
 from stem_jax.cli.args import training_split_of
 from stem_jax.cli.main import build_parser, main
 from stem_jax.config import config_fields
-from stem_jax.data.registry import DatasetSpec, load_dataset
+from stem_jax.data.registry import DATASETS, DatasetSpec, load_dataset
 from stem_jax.errors import DataError
 
 
@@ -47,7 +47,7 @@ def test_ask_help_is_short_and_names_the_default_planner(capsys):
     lines = out.splitlines()
     assert rc == 0 and len(lines) < 60, len(lines)  # was 270 lines with every config flag
     assert "--scr.lr" not in out and "--safe." not in out and "--tracer.lam" not in out
-    assert "(default: pattern)" in out and "pattern planner" in out
+    assert "(default: pattern)" in out and "Default planner: pattern" in " ".join(out.split())
     assert "--help-all" in lines[-4] + lines[-3] + lines[-2] + lines[-1]  # the one way to the rest, at the end
     assert "paper defaults" not in out and "--engine.preset=paper" in out.replace("\n", " ")
     # the command's own flags come before the shared data/cache/planner groups
@@ -112,6 +112,14 @@ def test_webqsp_and_cwq_point_to_the_rog_loader(name, shown, capsys):
     assert rc == 2 and f"{shown} comes in through --dataset rog --rog-path" in err and len(err.splitlines()) <= 3
     with pytest.raises(DataError, match="--dataset rog"):  # the Python API says the same
         load_dataset(DatasetSpec(name=name))
+
+
+def test_dataset_help_names_every_dataset(capsys):
+    _, out, _ = run(["index", "--help"], capsys)
+    text = " ".join(out.split())
+    for name in DATASETS:
+        base, _, subset = name.partition("-") if name.startswith("wc2014-") else (name, "", "")
+        assert base in text and (not subset or f"-{subset}" in text), name
 
 
 def test_data_flag_help_is_dataset_neutral(capsys):

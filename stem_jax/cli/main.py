@@ -155,8 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask = sub.add_parser("ask", help="answer a question with a loaded engine (answers, evidence chains, timing)",
                          description="Load the dataset's KG, caches and planner once and answer the given question(s). "
                          "Name the topic entity in [brackets], or the entity linker finds it (exact, case-insensitive, "
-                         "then fuzzy n-gram match). Plans come from the learned pattern planner unless --planner "
-                         "names another.")
+                         "then fuzzy n-gram match).")
     ask.add_argument("question", nargs="+", metavar="QUESTION", help="e.g. 'what films did [Tom Hanks] star in'")
     add_dataset_flags(ask)
     add_cache_flags(ask)
@@ -167,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--top", type=positive_int, default=10, metavar="N", help="answers and chains to print (default 10)")
     ask.add_argument("--warm", action="store_true", help="answer once to compile, then time a second call")
     ask.set_defaults(func=commands.cmd_ask)
+    ask.description += f" Default planner: {ask.get_default('planner')} (--planner picks another)."
     planning.add_train_planner_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
     planning.add_plan_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
     gnn.add_train_gnn_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags)
