@@ -316,7 +316,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         owner = getattr(config, section) if section else config
         section = section or name  # a top-level field (seed) is its own section
         if section not in groups:
-            doc = (type(owner).__doc__ or "").strip().splitlines()[0] if owner is not config else ""
+            doc = (type(owner).__doc__ or "").strip().splitlines()[0].rstrip(".") if owner is not config else ""
             groups[section] = parser.add_argument_group(f"--{section}.*: {doc}" if doc else f"--{section}")
             groups[section].stem_section = section
         comment = _field_comments(type(owner)).get(field, "").replace("%", "%%")  # help text is %-formatted
