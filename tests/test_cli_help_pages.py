@@ -139,3 +139,16 @@ def test_training_commands_default_to_the_datasets_training_split(command, datas
     assert training_split_of(explicit) == "dev"
     _, out, _ = run([command, "--help"], capsys)
     assert "default: train; dev for metaqa" in " ".join(out.split())
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["calibrate"], ["--split NAME test, dev or train (default dev;", "(quick runs); default 150"]),
+    (["bench", "stages"], ["(default 2)"]),
+    (["eval"], ["(default test;", "(default 1,2,3)"]),
+    (["train-planner"], ["split to train on (default: train; dev for metaqa"]),
+])
+def test_data_help_names_the_default_the_command_sets(argv, expected, capsys):
+    _, out, _ = run([*argv, "--help"], capsys)  # calibrate and bench change the defaults with set_defaults
+    text = " ".join(out.split())
+    for snippet in expected:
+        assert snippet in text, snippet

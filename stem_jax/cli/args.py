@@ -9,7 +9,7 @@ import functools
 import inspect
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -68,6 +68,9 @@ class StemParser(argparse.ArgumentParser):
         return self.config_sections or CONFIG_SECTIONS
 
     def format_help(self, full: bool = False, method: str | None = None) -> str:  # type: ignore[override]
+        for action in self._actions:  # help that names a default set_defaults may have changed
+            if getattr(action, "stem_help", None) is not None:
+                action.help = action.stem_help(action.default).replace("%", "%%")
         formatter = self._get_formatter()
         formatter.add_usage(self.compact_usage().replace("%", "%%"), self._actions, self._mutually_exclusive_groups)
         formatter.add_text(self.description)
@@ -238,14 +241,19 @@ def add_dataset_flags(parser: argparse.ArgumentParser, default: str = "demo") ->
     (--kb, --triples, ...) are marked advanced: ``--help`` leaves them to ``--help-all``."""
     add_help_all(parser)
     group = parser.add_argument_group("data")
-    group.add_argument("--dataset", choices=DATASETS, default=default, metavar="NAME",
-                       help=f"demo (generated), metaqa, wc2014[-p1|-p2|-c], files (your KG), rog (WebQSP, CWQ), "
-                       f"fb15k-237; default {default}")
-    group.add_argument("--split", default="test", metavar="NAME",
-                       help="test (default), dev, train (files: <split>.jsonl; wc2014: seeded 8:1:1; metaqa: no "
-                       "train)")
-    group.add_argument("--hops", type=parse_hops, default=(1, 2, 3), metavar="LIST",
-                       help="hop counts, e.g. 1,2 (default 1,2,3): metaqa reads those N-hop/ folders; files, rog keep all")
+    # The help of --dataset, --split, --hops and --limit names the default a command sets with
+    # set_defaults (calibrate: dev and 150, bench: 2-hop, training commands: the training split),
+    # so it is written when the help is (stem_help, see StemParser.format_help).
+    live_help(group.add_argument("--dataset", choices=DATASETS, default=default, metavar="NAME"),
+              lambda d: f"demo (generated), metaqa, wc2014[-p1|-p2|-c], files (your KG), rog (WebQSP, CWQ), "
+              f"fb15k-237; default {d}")
+    live_help(group.add_argument("--split", default="test", metavar="NAME"),
+              lambda d: f"test, dev or train (default {d}; files: <split>.jsonl; wc2014: seeded 8:1:1; metaqa: no "
+              "train)" if d is not None else "split to train on (default: train; dev for metaqa, which has no "
+              "train QA text), hash-split by question id into train/validation; files: <data-dir>/<split>.jsonl")
+    live_help(group.add_argument("--hops", type=parse_hops, default=(1, 2, 3), metavar="LIST"),
+              lambda d: f"hop counts, e.g. 1,2 (default {','.join(map(str, d))}): metaqa reads those N-hop/ "
+              "folders; files, rog keep all")
     group.add_argument("--data-dir", type=Path, default=None, metavar="DIR",
                        help="files: your KG's folder (triples.tsv, <split>.jsonl); metaqa, wc2014, fb15k-237: "
                        "the folder holding metaqa/, wc2014/, fb15k-237/ (default $STEM_DATA_DIR)")
@@ -267,8 +275,8 @@ def add_dataset_flags(parser: argparse.ArgumentParser, default: str = "demo") ->
         group.add_argument("--delimiter", default=None, metavar="SEP",
                            help="files: field separator (e.g. '|' or tab; default by extension)"),
     ]
-    group.add_argument("--limit", type=positive_int, default=None, metavar="N",
-                       help="keep the first N questions per hop (quick runs)")
+    live_help(group.add_argument("--limit", type=positive_int, default=None, metavar="N"),
+              lambda d: "keep the first N questions per hop (quick runs)" + ("" if d is None else f"; default {d}"))
     advanced.append(group.add_argument("--strict", action="store_true",
                                        help="stop at the first bad input line instead of skipping it"))
     mark_advanced(*advanced)
@@ -278,10 +286,7 @@ def use_training_split(parser: argparse.ArgumentParser) -> None:
     """``--split`` of a training command: by default the dataset's training split (what
     :func:`stem_jax.plan.factory.training_split` says: dev for MetaQA, which ships no train QA text,
     train for every other dataset); :func:`training_split_of` resolves it once the dataset is known."""
-    parser.set_defaults(split=None)
-    action = parser._option_string_actions["--split"]
-    action.help = ("split to train on (default: train; dev for metaqa, which has no train QA text), hash-split "
-                   "by question id into train/validation; files: <data-dir>/<split>.jsonl")
+    parser.set_defaults(split=None)  # its help then describes the training split (add_dataset_flags)
 
 
 def training_split_of(args: argparse.Namespace) -> str:
@@ -289,6 +294,12 @@ def training_split_of(args: argparse.Namespace) -> str:
     from stem_jax.plan.factory import training_split
 
     return training_split(args.dataset, args.split)
+
+
+def live_help(action: argparse.Action, text: Callable[[Any], str]) -> None:
+    """Give ``action`` a help text written from its default when the help is shown."""
+    action.stem_help = text  # type: ignore[attr-defined]
+    action.help = text(action.default).replace("%", "%%")
 
 
 def mark_advanced(*actions: argparse.Action) -> None:
