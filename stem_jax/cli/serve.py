@@ -113,6 +113,10 @@ def add_bench_serve_parser(bench_sub) -> None:
                    help="send split question ids (any planner, oracle included) or their bracketed text")
     p.add_argument("--max-outstanding", dest="max_outstanding", type=positive_int, default=512,
                    help="requests in flight at most; sends beyond are counted as dropped (default 512)")
+    p.add_argument("--warm", type=int, default=16, help="questions answered once, untimed, before the load (default 16)")
+    p.add_argument("--repeat", action="store_true",
+                   help="timed requests cycle through the --warm questions (each answered before, as `ask --warm` "
+                   "times); default: fresh questions, never sent before")
     p.add_argument("--label", default=None, help="row label (default max-batch-<server's max batch>)")
     p.add_argument("--out", type=Path, default=None, help="where to write results (default runs/bench)")
     p.add_argument("--record", action="store_true", help="write into experiments/results/ instead of --out")
@@ -127,7 +131,8 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
     from stem_jax.serve.bench import plot, run_load, table
 
     result = asyncio.run(run_load(args.url, args.rates, duration=args.duration, questions=args.questions,
-                                  by=args.by, max_outstanding=args.max_outstanding))
+                                  by=args.by, max_outstanding=args.max_outstanding, warm=args.warm,
+                                  repeat=args.repeat))
     server = result["server"]
     label = args.label or f"max-batch-{server['serve']['max_batch']}"
     headers, rows = table(result["rows"])

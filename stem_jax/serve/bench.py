@@ -3,14 +3,27 @@
 For each offered rate, requests are sent at Poisson arrival times (seeded) for ``duration`` seconds,
 whatever the server's answers take (open loop, like vLLM's ``benchmark_serving``), at most
 ``max_outstanding`` in flight (beyond that a send is counted as ``dropped``, so the generator itself
-stays bounded). Per rate: end-to-end latency p50/p95/p99 of successful requests, achieved throughput,
-errors by status, and the server's batch sizes over that window (from its ``/metrics`` histogram,
-read before and after).
+stays bounded). Latency is measured from each request's scheduled arrival, so a generator that falls
+behind cannot hide queueing; how late the sends went out is reported beside it (``send_late_ms``).
+Per rate: end-to-end latency p50/p95/p99 of successful requests, achieved throughput, errors by
+status, and the server's batch sizes over that window (from its ``/metrics`` histogram, read before
+and after).
+
+Questions are fresh by default: the rates walk on through the split's questions, so no question is
+sent twice until the list runs out (a server answers a repeated question from its prepared plans,
+which would flatter it); ``repeat`` cycles through the ``warm`` questions answered before the timed
+load instead (every request then a second call, as ``stem-jax ask --warm`` times).
+
+The client is a small HTTP/1.1 keep-alive client on asyncio streams with uvicorn's C parser
+(httptools, in the serve extra). httpx's async client was the bottleneck at a few hundred requests in
+flight (measured: 498 of 500 profile samples busy in httpcore's connection pool, whose request
+assignment scans every connection per request; MetaQA 2-hop topped out at 46 req/s offered 200).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 import time
@@ -19,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlparse
 
-import httpx
+import httptools
 import numpy as np
 
 from stem_jax.errors import StemError
@@ -28,6 +41,81 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _BUCKET = re.compile(r'^stem_batch_questions_bucket\{le="([^"]+)"\} ([0-9.e+]+)$')
 _SUM = re.compile(r"^stem_batch_questions_(sum|count) ([0-9.e+]+)$")
 _SECONDS = re.compile(r"^stem_batch_seconds_sum ([0-9.e+]+)$")
+
+
+class _Response:
+    """httptools callbacks for one response: status, body, and whether the server keeps the connection."""
+
+    def __init__(self) -> None:
+        self.body: list[bytes] = []
+        self.done = False
+
+    def on_body(self, data: bytes) -> None:
+        self.body.append(data)
+
+    def on_message_complete(self) -> None:
+        self.done = True
+
+
+class LoopbackClient:
+    """HTTP/1.1 keep-alive client for a server on this machine: one connection per request in flight,
+    reused once its response is read (so at most as many connections as requests ever in flight)."""
+
+    def __init__(self, url: str, timeout: float = 60.0):
+        parsed = urlparse(checked_url(url))
+        self.host, self.port = parsed.hostname, parsed.port or 80
+        self.timeout = timeout
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self._host_header = f"{self.host}:{self.port}".encode()
+
+    async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        """``(status, body)``; a connection the server closed is replaced and the request sent once more."""
+        for attempt in (0, 1):
+            reused = bool(self._idle)
+            reader, writer = self._idle.pop() if reused else await asyncio.open_connection(self.host, self.port)
+            try:
+                return await asyncio.wait_for(self._exchange(reader, writer, method, path, body), self.timeout)
+            except (ConnectionError, asyncio.IncompleteReadError, EOFError):
+                writer.close()
+                if not reused or attempt:  # a fresh connection failed: a real error
+                    raise
+            except BaseException:
+                writer.close()
+                raise
+        raise AssertionError("unreachable")
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, method: str, path: str,
+                        body: bytes | None) -> tuple[int, bytes]:
+        head = [f"{method} {path} HTTP/1.1".encode(), b"host: " + self._host_header]
+        if body is not None:
+            head += [b"content-type: application/json", b"content-length: " + str(len(body)).encode()]
+        writer.write(b"\r\n".join(head) + b"\r\n\r\n" + (body or b""))
+        response = _Response()
+        parser = httptools.HttpResponseParser(response)
+        while not response.done:
+            chunk = await reader.read(1 << 16)
+            if not chunk:
+                raise EOFError("the server closed the connection before answering")
+            parser.feed_data(chunk)
+        if parser.should_keep_alive():
+            self._idle.append((reader, writer))
+        else:
+            writer.close()
+        return parser.get_status_code(), b"".join(response.body)
+
+    async def get_json(self, path: str) -> Any:
+        status, body = await self.request("GET", path)
+        if status != 200:
+            raise StemError(f"GET {path} answered {status}: {body[:200]!r}\n  how to fix: is it a stem-jax serve?")
+        return json.loads(body)
+
+    async def get_text(self, path: str) -> str:
+        return (await self.request("GET", path))[1].decode()
+
+    async def close(self) -> None:
+        for _, writer in self._idle:
+            writer.close()
+        self._idle.clear()
 
 
 def checked_url(url: str) -> str:
@@ -74,74 +162,94 @@ def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
             "p99": float(np.percentile(arr, 99)), "mean": float(arr.mean())}
 
 
-async def _one_rate(client: httpx.AsyncClient, url: str, bodies: list[dict], rate: float, duration: float,
-                    max_outstanding: int, timeout: float, seed: int) -> dict[str, Any]:
+async def _one_rate(client: LoopbackClient, bodies: Sequence[bytes], rate: float, duration: float,
+                    max_outstanding: int, seed: int) -> dict[str, Any]:
+    """One offered rate; ``bodies`` are sent in order (the caller picks fresh or repeated questions)."""
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1.0 / rate, size=max(1, int(rate * duration * 1.5) + 8)))
     arrivals = arrivals[arrivals < duration]
     latencies: list[float] = []
+    late: list[float] = []
     statuses: Counter = Counter()
     outstanding = 0
     dropped = 0
 
-    async def send(body: dict) -> None:
+    async def send(body: bytes, due: float) -> None:
         nonlocal outstanding
-        began = time.perf_counter()
+        late.append(1000 * (time.perf_counter() - due))
         try:
-            response = await client.post(url + "/v1/ask", json=body, timeout=timeout)
-            statuses[str(response.status_code)] += 1
-            if response.status_code == 200:
-                latencies.append(1000 * (time.perf_counter() - began))
-        except httpx.HTTPError as err:
+            status, _ = await client.request("POST", "/v1/ask", body)
+            statuses[str(status)] += 1
+            if status == 200:
+                latencies.append(1000 * (time.perf_counter() - due))
+        except (TimeoutError, OSError, EOFError, httptools.HttpParserError) as err:
             statuses[type(err).__name__] += 1
         finally:
             outstanding -= 1
 
-    before = batch_histogram((await client.get(url + "/metrics")).text)
+    before = batch_histogram(await client.get_text("/metrics"))
     tasks = []
+    sent = 0
     start = time.perf_counter()
-    for i, at in enumerate(arrivals):
-        delay = start + at - time.perf_counter()
+    for at in arrivals:
+        due = start + at
+        delay = due - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
         if outstanding >= max_outstanding:
             dropped += 1
             continue
         outstanding += 1
-        tasks.append(asyncio.create_task(send(bodies[i % len(bodies)])))
+        tasks.append(asyncio.create_task(send(bodies[sent % len(bodies)], due)))
+        sent += 1
     await asyncio.gather(*tasks)
     wall = time.perf_counter() - start
-    after = batch_histogram((await client.get(url + "/metrics")).text)
+    after = batch_histogram(await client.get_text("/metrics"))
     ok = statuses.get("200", 0)
     return {"offered_rps": rate, "sent": len(tasks), "dropped": dropped, "ok": ok,
             "errors": {k: v for k, v in statuses.items() if k != "200"}, "wall_s": wall,
             "throughput_rps": ok / wall if wall > 0 else 0.0, "latency_ms": _percentiles(latencies),
-            **batch_delta(before, after)}
+            "send_late_ms": _percentiles(late), **batch_delta(before, after)}
 
 
 async def run_load(url: str, rates: Sequence[float], *, duration: float = 10.0, questions: int = 64,
                    by: str = "qid", max_outstanding: int = 512, timeout: float = 60.0, warm: int = 16,
-                   seed: int = 0) -> dict[str, Any]:
-    """Offered-load sweep against ``url``; returns the server's info and one row per rate."""
-    url = checked_url(url)
-    limits = httpx.Limits(max_connections=max_outstanding, max_keepalive_connections=max_outstanding)
-    async with httpx.AsyncClient(limits=limits) as client:
-        info = (await client.get(url + "/v1/info")).json()
-        listed = (await client.get(url + "/v1/questions", params={"limit": questions})).json()["questions"]
+                   repeat: bool = False, seed: int = 0) -> dict[str, Any]:
+    """Offered-load sweep against ``url``; returns the server's info and one row per rate.
+
+    ``warm`` questions are answered first, untimed (first calls may still compile or fill caches).
+    Timed requests then take fresh questions, walking on through the ``questions`` listed across the
+    rates (``repeat``: cycle through the warm questions instead, each then answered before)."""
+    client = LoopbackClient(url, timeout)
+    try:
+        info = await client.get_json("/v1/info")
+        listed = (await client.get_json(f"/v1/questions?limit={int(questions)}"))["questions"]
         if not listed:
             raise StemError("the server's split has no questions to send\n  how to fix: serve a dataset split")
-        bodies = [{"qid": q["qid"]} if by == "qid" else {"question": q["question"]} for q in listed]
-        for body in bodies[:warm]:  # untimed: first calls may still compile or fill caches
-            await client.post(url + "/v1/ask", json=body, timeout=timeout)
-        rows = []
+        bodies = [json.dumps({"qid": q["qid"]} if by == "qid" else {"question": q["question"]}).encode()
+                  for q in listed]
+        warm = min(max(int(warm), 1 if repeat else 0), len(bodies))
+        for body in bodies[:warm]:
+            await client.request("POST", "/v1/ask", body)
+        pool = bodies[:warm] if repeat else bodies[warm:] or bodies
+        rows, total = [], 0  # timed requests so far: the next rate starts at question `total` of the pool
         for i, rate in enumerate(rates):
-            rows.append(await _one_rate(client, url, bodies, float(rate), duration, max_outstanding, timeout, seed + i))
+            cursor = total % len(pool)
+            ordered = pool[cursor:] + pool[:cursor]
+            row = await _one_rate(client, ordered, float(rate), duration, max_outstanding, seed + i)
+            # requests that re-sent a question already timed (or, with repeat, answered in the warm pass)
+            reused = row["sent"] if repeat else max(0, min(row["sent"], total + row["sent"] - len(pool)))
+            row["questions"] = {"listed": len(listed), "warm": warm, "repeat": repeat, "reused": reused}
+            total += row["sent"]
+            rows.append(row)
+    finally:
+        await client.close()
     return {"server": info, "rows": rows}
 
 
 def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     headers = ["offered req/s", "sent", "ok", "errors", "throughput req/s", "p50 ms", "p95 ms", "p99 ms",
-               "batches", "mean batch", "engine ms/batch"]
+               "batches", "mean batch", "engine ms/batch", "send late p99 ms"]
     out = []
     for r in rows:
         lat = r["latency_ms"]
@@ -149,7 +257,8 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
         errors = sum(r["errors"].values()) + r["dropped"]
         out.append([r["offered_rps"], r["sent"], r["ok"], errors, round(r["throughput_rps"], 1), *fmt,
                     r["batches"], round(r["mean_batch"], 2),
-                    round(r["engine_ms_per_batch"], 1) if "engine_ms_per_batch" in r else "-"])
+                    round(r["engine_ms_per_batch"], 1) if "engine_ms_per_batch" in r else "-",
+                    round(r["send_late_ms"]["p99"], 1) if r.get("send_late_ms", {}).get("p99") is not None else "-"])
     return headers, out
 
 
