@@ -336,16 +336,52 @@ class _FakeEngine:
         return [Answer(q, [(q.text.upper(), 1.0)], [], [], {"total": 1.0}, {}) for q in questions]
 
 
-def test_lone_request_waits_at_most_max_wait():
+def test_lone_request_is_not_held_for_company():
     fake = _FakeEngine()
-    batcher = Batcher(fake, max_batch=8, max_wait_ms=50, queue_size=8)
+    batcher = Batcher(fake, max_batch=8, max_wait_ms=300, queue_size=8)
     began = time.perf_counter()
     (future,) = batcher.submit([Job("a", "stem")])
     answer = future.result(10)
     waited = time.perf_counter() - began
     batcher.close()
     assert answer.answers == [("A", 1.0)] and answer.topic_link == {"mentions": ["a"]}
-    assert 0.04 <= waited < 1.0, waited  # held for the wait (to gather a batch), and not much longer
+    assert waited < 0.15, waited  # no recent arrivals: nobody to wait for (held the whole 0.3 s before)
+
+
+def test_dense_arrivals_are_gathered_within_max_wait():
+    gate = threading.Event()
+    fake = _FakeEngine(gate=gate)
+    batcher = Batcher(fake, max_batch=8, max_wait_ms=150, queue_size=16)
+    first = batcher.submit([Job("a", "stem")])  # alone: goes at once, and blocks the engine at the gate
+    deadline = time.time() + 30
+    while batcher.depth:
+        assert time.time() < deadline
+        time.sleep(0.002)
+    began = time.perf_counter()
+    rest = [batcher.submit([Job(t, "stem")])[0] for t in "bcd"]  # a few ms apart: company is expected
+    assert batcher.expects_company
+    gate.set()
+    answers = [f.result(10) for f in first + rest]
+    waited = time.perf_counter() - began
+    batcher.close()
+    assert [a.answers[0][0] for a in answers] == ["A", "B", "C", "D"]
+    assert fake.calls == [["a"], ["b", "c", "d"]]  # gathered into one batch ...
+    assert 0.1 <= waited < 1.0, waited  # ... held for the wait (it did not fill to max_batch), not much longer
+
+
+def test_waiting_stops_once_arrivals_are_sparse():
+    fake = _FakeEngine()
+    batcher = Batcher(fake, max_batch=8, max_wait_ms=50, queue_size=64)
+    for f in batcher.submit([Job(t, "stem") for t in "abcdef"]):  # one request of six: a burst
+        f.result(10)
+    assert batcher.expects_company
+    time.sleep(0.4)  # then a question after 0.4 s of silence: the mean gap jumps past the 50 ms wait
+    (future,) = batcher.submit([Job("g", "stem")])
+    assert not batcher.expects_company
+    began = time.perf_counter()
+    future.result(10)
+    assert time.perf_counter() - began < 0.04
+    batcher.close()
 
 
 def test_batches_fill_to_max_batch_and_isolate_errors():
