@@ -39,7 +39,7 @@ class StemParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose help leads with the command's own flags and whose errors are short.
 
     * ``--help`` shows a one-line usage and every flag except the engine settings (``--tracer.*``,
-      ``--engine.*``, ...: 150-odd lines), which ``--help-all`` adds, limited to the sections the
+      ``--engine.*``, ...: about 200 lines) and the per-dataset/LLM flags, which ``--help-all`` adds, limited to the sections the
       command (and, for ``eval``/``ask``/``serve``, the ``--method`` given before it) reads.
     * An error is one line plus where to look, not the whole usage: an unknown flag or choice names
       its closest matches among this command's flags (config flags included) or choices.
@@ -103,7 +103,7 @@ class StemParser(argparse.ArgumentParser):
             hidden = [g for g in config_groups if g.stem_section not in shown]
             if hidden:
                 names = ", ".join(f"--{g.stem_section}.* ({len(g._group_actions)})" for g in hidden)
-                more = (" (shown with --method safe|scr before --help-all)" if self.method_sections
+                more = (" (another --method before --help-all lists them)" if self.method_sections
                         else " (accepted, not read by this command)")
                 formatter.add_text(f"not listed: {names}{more}.")
         formatter.add_text(self.epilog)
@@ -252,7 +252,7 @@ def add_dataset_flags(parser: argparse.ArgumentParser, default: str = "demo") ->
               "train)" if d is not None else "split to train on (default: train; dev for metaqa, which has no "
               "train QA text), hash-split by question id into train/validation; files: <data-dir>/<split>.jsonl")
     live_help(group.add_argument("--hops", type=parse_hops, default=(1, 2, 3), metavar="LIST"),
-              lambda d: f"hop counts, e.g. 1,2 (default {','.join(map(str, d))}): metaqa reads those N-hop/ "
+              lambda d: f"hop counts, e.g. 1,2 (default {','.join(map(str, d)) if d else 'all'}): metaqa reads those N-hop/ "
               "folders; files, rog keep all")
     group.add_argument("--data-dir", type=Path, default=None, metavar="DIR",
                        help="files: your KG's folder (triples.tsv, <split>.jsonl); metaqa, wc2014, fb15k-237: "
