@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import re
 import time
 from collections import Counter
@@ -188,6 +189,7 @@ async def _one_rate(client: LoopbackClient, bodies: Sequence[bytes], rate: float
             outstanding -= 1
 
     before = batch_histogram(await client.get_text("/metrics"))
+    load_before = os.getloadavg()[0]  # the machine is shared: every row says how busy it was
     tasks = []
     sent = 0
     start = time.perf_counter()
@@ -209,7 +211,8 @@ async def _one_rate(client: LoopbackClient, bodies: Sequence[bytes], rate: float
     return {"offered_rps": rate, "sent": len(tasks), "dropped": dropped, "ok": ok,
             "errors": {k: v for k, v in statuses.items() if k != "200"}, "wall_s": wall,
             "throughput_rps": ok / wall if wall > 0 else 0.0, "latency_ms": _percentiles(latencies),
-            "send_late_ms": _percentiles(late), **batch_delta(before, after)}
+            "send_late_ms": _percentiles(late), "load_avg_1m": [load_before, os.getloadavg()[0]],
+            **batch_delta(before, after)}
 
 
 async def run_load(url: str, rates: Sequence[float], *, duration: float = 10.0, questions: int = 64,
@@ -249,7 +252,7 @@ async def run_load(url: str, rates: Sequence[float], *, duration: float = 10.0, 
 
 def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     headers = ["offered req/s", "sent", "ok", "errors", "throughput req/s", "p50 ms", "p95 ms", "p99 ms",
-               "batches", "mean batch", "engine ms/batch", "send late p99 ms"]
+               "batches", "mean batch", "engine ms/batch", "send late p99 ms", "load avg 1m"]
     out = []
     for r in rows:
         lat = r["latency_ms"]
@@ -258,7 +261,8 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
         out.append([r["offered_rps"], r["sent"], r["ok"], errors, round(r["throughput_rps"], 1), *fmt,
                     r["batches"], round(r["mean_batch"], 2),
                     round(r["engine_ms_per_batch"], 1) if "engine_ms_per_batch" in r else "-",
-                    round(r["send_late_ms"]["p99"], 1) if r.get("send_late_ms", {}).get("p99") is not None else "-"])
+                    round(r["send_late_ms"]["p99"], 1) if r.get("send_late_ms", {}).get("p99") is not None else "-",
+                    "-".join(f"{x:.1f}" for x in r["load_avg_1m"]) if "load_avg_1m" in r else "-"])
     return headers, out
 
 
