@@ -300,6 +300,7 @@ class Engine:
         Only for :data:`~stem_jax.plan.training.AUTO_TRAIN_DATASETS` (seconds of training) and the default
         planner folder: other datasets, or an explicit ``path``, keep the "run train-planner" error."""
         from stem_jax.plan.factory import default_planner_path
+        from stem_jax.plan.pattern import PLANNER_FILE
         from stem_jax.plan.training import AUTO_TRAIN_DATASETS, train_default_planner
 
         spec = self.planner_spec
@@ -308,7 +309,7 @@ class Engine:
         if self.dataset_spec.name not in AUTO_TRAIN_DATASETS:
             return
         path = default_planner_path(self.cache_root, self.config, self.dataset.name)
-        if path.exists():
+        if (path / PLANNER_FILE).exists():  # not the folder: an interrupted train-planner leaves its .lock
             return
         # stderr, also for the silent Python API: a pause of seconds and a folder written into the cache
         print(f"no trained pattern planner for {self.dataset.name} yet: training one on its "

@@ -49,7 +49,7 @@ def test_api_defaults_to_the_pattern_planner_and_trains_it_on_first_use(first_us
     assert (cache / "demo" / "planners" / "pattern-hashing" / "planner.json").is_file()
     report = json.loads((cache / "demo" / "planners" / "pattern-hashing" / "planner.json").read_text())["report"]
     assert report["split"] == "train" and report["trained_on_first_use"]
-    assert not list((cache / "demo" / "planners").glob("*.tmp-*"))  # saved atomically, nothing left behind
+    assert [p.name for p in (cache / "demo" / "planners").iterdir()] == ["pattern-hashing"]
 
 
 def test_second_open_reuses_the_trained_planner(first_use, cache, capsys):
@@ -159,3 +159,14 @@ def test_demo_tables_write_percentages_with_one_decimal():
                        "triples": {"mean": 8.2667, "p90": 11.0, "max": 20}, "answers_all_inside": 1.0,
                        "answers_any_inside": 0.5}}
     assert "| 1-hop | 3 | 85.5 | 12 | 21 | 8.3 | 11 | 20 | 100.0 | 50.0 |" in _subgraph_table(sizes)
+
+
+def test_an_interrupted_train_planner_folder_is_trained_again(tmp_path, capsys):
+    """A planner folder holding only train-planner's .lock (killed mid-training) is not a planner."""
+    folder = tmp_path / "demo" / "planners" / "pattern-hashing"
+    folder.mkdir(parents=True)
+    (folder / ".lock").write_text("12345\n")
+    engine = Engine.open("demo", config=apply_overrides(StemConfig(), FAST), cache_dir=tmp_path, limit=4)
+    assert engine.ask(QUESTION).best in _gold(engine, QUESTION)
+    assert "trained the demo pattern planner" in capsys.readouterr().err
+    assert (folder / "planner.json").is_file()

@@ -9,8 +9,6 @@ demo KG (whose planner trains in seconds), so ``stem-jax ask ... --dataset demo`
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,13 +28,16 @@ def train_default_planner(dataset_spec: DatasetSpec, config: StemConfig, out: Pa
                           cache_root: Path, val_fraction: float = 0.1, epochs: int | None = None,
                           show_progress: bool = False, log: Callable[[str], None] = print) -> Any:
     """Train the pattern planner on ``dataset_spec``'s training split (all hops, no limit) as
-    ``stem-jax train-planner`` does with its defaults, and save it to ``out`` atomically (a folder
-    renamed into place, so an interrupted run never leaves a half-written planner). Returns it."""
+    ``stem-jax train-planner`` does with its defaults, and save it to ``out``. Returns it.
+
+    The folder is held with :func:`~stem_jax.plan.pattern.planner_lock` from before training, as
+    ``train-planner`` holds it (a concurrent writer is a :class:`StemError` naming its pid), and the
+    save is atomic (:meth:`~stem_jax.plan.pattern.PatternPlanner.save`)."""
     from stem_jax.data.splits import hash_split
     from stem_jax.encoder import get_encoder
     from stem_jax.encoder.cache import open_or_build, texts_fingerprint
     from stem_jax.plan.factory import training_split
-    from stem_jax.plan.pattern import TrainConfig, train_pattern_planner
+    from stem_jax.plan.pattern import TrainConfig, planner_lock, train_pattern_planner
 
     spec = dataclasses.replace(dataset_spec, split=training_split(dataset_spec.name, None), hops=DatasetSpec().hops,
                                limit=None, questions=None, qtypes=None)
@@ -53,19 +54,11 @@ def train_default_planner(dataset_spec: DatasetSpec, config: StemConfig, out: Pa
                               config.encoder.chunk_rows, progress=show_progress, desc="encode questions")
         return table.array.astype(np.float32)
 
-    began = time.perf_counter()
-    planner = train_pattern_planner(train, val, encoder, names=dataset.entity_names, config=train_config,
-                                    embed=embed, log=log)
-    planner.report.update({"dataset": dataset.name, "split": spec.split, "val_fraction": val_fraction,
-                           "seconds": time.perf_counter() - began, "trained_on_first_use": True})
-    out = Path(out)
-    staging = out.with_name(f"{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    planner.save(staging)
-    try:
-        staging.rename(out)
-    except OSError:  # another process saved one first: keep theirs (same data, same seed)
-        shutil.rmtree(staging, ignore_errors=True)
-        if not out.exists():
-            raise
+    with planner_lock(Path(out)):
+        began = time.perf_counter()
+        planner = train_pattern_planner(train, val, encoder, names=dataset.entity_names, config=train_config,
+                                        embed=embed, log=log)
+        planner.report.update({"dataset": dataset.name, "split": spec.split, "val_fraction": val_fraction,
+                               "seconds": time.perf_counter() - began, "trained_on_first_use": True})
+        planner.save(Path(out))
     return planner
