@@ -19,6 +19,11 @@ def write_bytes_atomic(target: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
+            try:  # mkstemp makes the file owner-only (0600): keep the replaced file's mode, else a plain file's
+                mode = target.stat().st_mode & 0o777
+            except OSError:
+                mode = 0o644
+            os.fchmod(handle.fileno(), mode)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())

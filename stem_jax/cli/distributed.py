@@ -53,6 +53,11 @@ def join_processes(args: argparse.Namespace) -> tuple[int, int]:
         raise StemError(f"--process-id must be in 0..{count - 1}, got {pid}")
     import jax
 
+    # Each process scores its own share into its own shard with no collectives between processes, so
+    # one process dying must not take the others down: by default the coordination service turns a
+    # missed heartbeat into a fatal error in every other task (rc 134 and a C++ stack dump, after it had
+    # written its complete shard). Recoverable mode keeps a task's failure to itself.
+    jax.config.update("jax_enable_recoverability", True)
     jax.distributed.initialize(coordinator_address=coordinator, num_processes=count, process_id=pid)
     return jax.process_index(), jax.process_count()
 

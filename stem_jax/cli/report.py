@@ -63,8 +63,25 @@ def run_metadata() -> dict[str, Any]:
 
 
 def write_report(out_dir: Path, name: str, payload: dict[str, Any], markdown: str) -> tuple[Path, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write ``<out_dir>/<name>.json`` and ``.md``, each atomically (a kill never leaves half a report).
+
+    Raises:
+      StemError: the folder or a file cannot be written (read-only, full disk): one line naming the
+        file, and that the work already in the folder (a run's predictions) is kept.
+    """
+    from stem_jax.atomic import write_text_atomic
+    from stem_jax.errors import StemError
+
     json_path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
-    json_path.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
-    md_path.write_text(markdown + "\n")
+    text = json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n"
+    target = out_dir
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for target, body in ((json_path, text), (md_path, markdown + "\n")):
+            write_text_atomic(target, body)
+    except OSError as err:
+        kept = " (the predictions beside it are kept)" if (out_dir / "predictions.jsonl").is_file() else ""
+        raise StemError(f"{target}: cannot write the {name} report ({err.strerror or err}){kept}\n"
+                        "  how to fix: make the folder writable and run the same command again (a run resumes and only "
+                        "writes the report), or pass --out a writable folder") from None
     return json_path, md_path
