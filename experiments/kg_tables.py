@@ -78,15 +78,19 @@ def _groups(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return groups
 
 
-def _run_eval(subset: str, planner: str, slug: str, runs: Path) -> tuple[dict[str, Any], list[str], float]:
+def _run_eval(subset: str, planner: str, slug: str, runs: Path) -> tuple[dict[str, Any], list[str], float, dict]:
+    """One eval; also says whether it only re-scored a finished folder, and the wall time recorded before."""
     out = runs / f"{subset}-{planner}-{slug}"
+    before = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").is_file() else None
     command = ["eval", "--dataset", subset, "--split", "test", "--planner", planner, "--no-progress",
                "--out", str(out), *VARIANTS[slug][1]]
     began = time.perf_counter()
     if main(command) != 0:
         raise SystemExit(f"kg_tables: `stem-jax {' '.join(command)}` failed; fix the error above and re-run "
                          f"(finished run folders under {runs} are reused)")
-    return json.loads((out / "metrics.json").read_text()), command, time.perf_counter() - began
+    previous = {"rescored": before is not None,
+                "previous_wall_seconds": before.get("wall_seconds") if before else None}
+    return json.loads((out / "metrics.json").read_text()), command, time.perf_counter() - began, previous
 
 
 def prepare(dataset: str, limit: int) -> list[str]:
@@ -114,14 +118,14 @@ def build_tables(dataset: str, planners: list[str], variants: list[str], runs: P
         used_by: dict[str, list[str]] = {}
         for planner in planners:
             for slug in variants:
-                metrics, command, seconds = _run_eval(subset, planner, slug, runs)
+                metrics, command, seconds, previous = _run_eval(subset, planner, slug, runs)
                 effective = metrics.get("effective", {})
                 conv = effective.get("conventions") or {}
                 key = _conventions_label(conv)
                 used.setdefault(key, conv)
                 used_by.setdefault(key, []).append(slug)
                 section["rows"][f"{planner}/{slug}"] = {
-                    "command": "stem-jax " + " ".join(command), "seconds_this_call": round(seconds, 1),
+                    "command": "stem-jax " + " ".join(command), "seconds_this_call": round(seconds, 1), **previous,
                     "eval_wall_seconds": metrics.get("wall_seconds"), "theta": effective.get("theta"),
                     "theta_source": effective.get("theta_source"), "calibrated": effective.get("calibrated"),
                     "conventions": conv, "conventions_source": effective.get("conventions_source"),
@@ -172,6 +176,8 @@ def main_(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     prepared = prepare(args.dataset, args.calibrate_limit) if args.prepare else []
     results, rows = build_tables(args.dataset, args.planners, variants, runs)
+    rescored = sum(r.get("rescored", False) for sec in results.values() for r in sec["rows"].values())
+    total = sum(len(sec["rows"]) for sec in results.values())
     meta = run_metadata() | {"load_average_1_5_15_start": [round(x, 2) for x in load_before],
                              "load_average_1_5_15_end": [round(x, 2) for x in os.getloadavg()]}
     table = markdown_table(["KG", "hops", "planner", "row", "questions", "Hit", "Hit@1", "F1", "θ",
@@ -179,7 +185,9 @@ def main_(argv: list[str] | None = None) -> int:
     command = "python experiments/kg_tables.py " + " ".join(argv if argv is not None else sys.argv[1:])
     header = (f"Command: `{command}`  \nMachine: {meta['machine']}, {meta['cpu_count']} CPUs, {meta['backend']}, "
               f"jax {meta['jax']}, commit {meta['commit']}, load average at start {meta['load_average_1_5_15_start']}"
-              f" / end {meta['load_average_1_5_15_end']}, {time.perf_counter() - began:.0f} s\n\n"
+              f" / end {meta['load_average_1_5_15_end']}, {time.perf_counter() - began:.0f} s"
+              + (f" ({rescored} of {total} rows re-scored from finished run folders, their trace time not included;"
+                 " `previous_wall_seconds` in the JSON)" if rescored else "") + "\n\n"
               "Test split, percent. θ and the conventions of the calibrated rows come from the dev calibration "
               "stored beside the KG's embeddings (`stem-jax calibrate`); the paper's conventions are θ 0.6, "
               "undirected matching, each triple once per run, topic excluded. Bounds need no planner or encoder.\n")
