@@ -19,6 +19,7 @@ from stem_jax.cli.args import (
     add_cache_flags,
     add_config_flags,
     add_dataset_flags,
+    add_help_all,
     annotate_defaults,
     disable_abbreviations,
     mark_advanced,
@@ -99,6 +100,7 @@ def set_config_sections(parser: argparse.ArgumentParser) -> None:
                 if isinstance(sub, StemParser):
                     sub.method_sections = name in METHOD_COMMANDS
                     sub.config_sections = CONFIG_SECTIONS.get(name, STEM_SECTIONS)
+                add_help_all(sub)  # every command takes it, also those with nothing more to show
                 set_config_sections(sub)
 
 
