@@ -9,15 +9,17 @@ these names, explicit ``--triples`` / ``--questions`` / ``--entity-names`` / ``-
     train.jsonl, dev.jsonl, test.jsonl   (or train.txt ...: one question per line), chosen by --split
 
 Triples: one ``head, relation, tail`` per line. The format follows the extension (``.tsv`` tab,
-``.csv`` comma with CSV quoting, ``.jsonl`` objects ``{"head", "relation", "tail"}`` or 3-item lists,
+``.csv`` comma with CSV quoting, read by the csv module, so a quoted field may hold the delimiter or a
+newline, ``.jsonl`` objects ``{"head", "relation", "tail"}`` or 3-item lists of strings or numbers,
 anything else: the first of tab, ``|`` or comma that splits the first line into three); ``--delimiter``
 overrides it. A first line ``head<TAB>relation<TAB>tail`` (or subject/predicate/object, h/r/t,
 source/relation/target) is a header and skipped.
 
 Entity names are display names: entities keep their ids in the KG (two entities may share a name)
 and the encoder, the linker and the answers read the names. A relation name replaces the relation's
-id everywhere (KG, gold paths, evidence chains), as MetaQA's relations are words already; two ids
-with one name are an error. Without a name, the text of a relation is derived from its id by
+id everywhere (KG, gold paths, evidence chains), as MetaQA's relations are words already; two
+relations that would end up with one label (two ids with one name, or a name that is the id of an
+unnamed relation) are an error, as the two would merge. Without a name, the text of a relation is derived from its id by
 :func:`stem_jax.kg.index.relation_text` (``film.film.directed_by`` -> "film directed by").
 
 Questions, JSONL: one object per line::
@@ -25,8 +27,8 @@ Questions, JSONL: one object per line::
     {"id": "q1", "question": "who directed Kismet", "topic_entities": ["Kismet"],
      "answers": ["William Dieterle"], "gold_path": ["directed_by"]}
 
-``id`` (default ``<file>/<line>``) must be unique: a resumed ``eval`` finds its finished questions
-by it. ``topic_entities`` are entity ids or (unique) names; without them the entity linker finds
+``id`` (a string or an integer; default ``<file>/<line>``) must be unique: a resumed ``eval`` finds
+its finished questions by it. ``topic_entities`` are entity ids or (unique) names; without them the entity linker finds
 the topic in the text (``[brackets]`` mark it explicitly). ``answers`` may be empty (no metrics
 then). ``gold_path`` lists the relations from the first topic entity to the answers; a relation
 walked backwards (tail to head) is written ``"^directed_by"`` or ``{"relation": "directed_by",
@@ -39,8 +41,10 @@ found by the entity linker; blank lines and lines starting with ``#`` are ignore
 ``--limit N`` keeps the first N questions per hop count; ``--hops`` does not filter these questions
 (their hop counts are the user's, not MetaQA's 1-3).
 
-Every bad line (malformed, undecodable bytes, unknown entity or relation, duplicate) is a counted
-skip naming ``file:line``, or a :class:`DataError` naming them with ``strict``.
+Every bad line (malformed, undecodable bytes, unknown entity or relation, duplicate, a JSON field of
+the wrong type such as ``"hops": true`` or ``"id": null``) is a counted skip naming ``file:line``, or a
+:class:`DataError` naming them with ``strict``. A file that cannot be read (permissions, a damaged
+``.gz``, a folder where a file should be) is a :class:`DataError` naming it.
 """
 
 from __future__ import annotations
