@@ -62,6 +62,8 @@ def test_question_source_names_the_file_a_files_kg_reads(demo_kg, tmp_path):
     assert question_source(DatasetSpec(name="demo")) == {}  # a built-in split: the split says it all
     assert question_source(DatasetSpec(name="metaqa", questions=tmp_path / "q.txt", qtypes=tmp_path / "t.txt")) == {
         "questions": str((tmp_path / "q.txt").resolve()), "qtypes": str((tmp_path / "t.txt").resolve())}
+    assert question_source(DatasetSpec(name="rog", rog_path=tmp_path / "cwq")) == {
+        "rog_path": str((tmp_path / "cwq").resolve())}
 
 
 def test_two_question_sources_get_two_default_folders_and_never_mix(demo_kg, tmp_path, monkeypatch):

@@ -481,14 +481,14 @@ def content_stamp(path: Path | str) -> dict[str, Any]:
 
 def question_source(spec: Any) -> dict[str, Any]:
     """Where a run's questions come from, beyond the split: an explicit question file (``--questions``,
-    and MetaQA's ``--qtypes``), or for ``files`` KGs the ``<split>.jsonl|.txt`` the loader picks. Empty
-    for a built-in split, so run folders of those keep their fingerprint.
+    MetaQA's ``--qtypes``, RoG's ``--rog-path``), or for ``files`` KGs the ``<split>.jsonl|.txt`` the
+    loader picks. Empty for a built-in split, so run folders of those keep their fingerprint.
 
     Identity (the resolved path), not content: an edited file is handled question by question
     (``questions.json`` digests recompute exactly the changed questions), while two different files
     of one KG (``test.jsonl`` and ``test.txt``) must never share a folder."""
     source: dict[str, Any] = {}
-    for key in ("questions", "qtypes"):
+    for key in ("questions", "qtypes", "rog_path"):
         value = getattr(spec, key, None)
         if value is not None:
             source[key] = str(Path(value).resolve())
