@@ -28,8 +28,9 @@ planner learns exactly that mapping, and nothing about answers:
    (after the first) are dropped.
 
 Templated training data repeats its wordings (MetaQA dev: 35k questions, 526 distinct masked
-texts), so the head trains on distinct wordings plus word-dropout copies
-(:func:`train_pattern_planner`).
+texts), so the head trains on distinct wordings plus word-dropout copies, within fixed budgets of
+copies and optimiser steps (:func:`train_pattern_planner`): training time follows the distinct
+wordings, not the questions.
 
 Strategy is honest guesswork: the oracle labels a question *Precision* iff it has exactly one
 gold answer (appendix C), which depends on the entity, not the wording. The head can only learn
@@ -150,7 +151,12 @@ class TrainConfig:
     learning_rate: float = 3e-3
     weight_decay: float = 1e-4
     strategy_weight: float = 1.0
-    augment: int = 8  # word-dropout copies of each distinct training wording
+    augment: int = 8  # word-dropout copies of each distinct training wording (at most; see augment_budget)
+    # Fixed budgets, so training time grows with the distinct wordings only, and no faster than they do:
+    # a data set with many wordings gets fewer copies of each (at least one), and fewer epochs once an
+    # epoch is long (MetaQA, 526 wordings, stays within both: 8 copies, 100 epochs).
+    augment_budget: int = 8192  # word-dropout copies in all
+    max_steps: int = 3000  # optimiser steps in all (epochs are cut to fit)
     word_dropout: float = 0.2  # chance of dropping each word (never the masked topic) in a copy
     augment_weight: float = 0.5  # loss weight of a copy (an original wording weighs 1)
     knn_k: int = 16
@@ -174,6 +180,12 @@ def _head_module(n_templates: int, hidden: int, dropout: float, input_dropout: f
     return PatternHead()
 
 
+def train_epochs(n: int, config: TrainConfig) -> int:
+    """Epochs of ``n`` training rows within ``config.max_steps`` optimiser steps (at least 1, at most ``epochs``)."""
+    steps_per_epoch = -(-n // config.batch_size)
+    return max(1, min(config.epochs, config.max_steps // max(steps_per_epoch, 1)))
+
+
 def train_head(
     x: np.ndarray, targets: np.ndarray, breadth: np.ndarray, config: TrainConfig = TrainConfig(),
     log: Callable[[str], None] | None = None, weights: np.ndarray | None = None,
@@ -181,8 +193,9 @@ def train_head(
     """Fit :class:`PatternHead` with optax AdamW; returns Flax params and per-epoch losses.
 
     ``breadth`` may be soft (the Breadth share of the questions sharing a wording); ``weights``
-    scale each row's loss. Batches have a fixed size (the last one padded and masked), so the
-    step compiles once.
+    scale each row's loss. The rows go to the device once and each epoch is one jitted
+    ``lax.scan`` over fixed-size batches (the last one padded and masked): one dispatch and one
+    host sync per epoch, not per step. At most ``config.max_steps`` steps (:func:`train_epochs`).
     """
     import jax
     import jax.numpy as jnp
@@ -195,13 +208,17 @@ def train_head(
     key = jax.random.key(config.seed)
     key, init_key = jax.random.split(key)
     params = model.init(init_key, jnp.zeros((1, x.shape[1]), jnp.float32))["params"]
-    steps_per_epoch = -(-n // config.batch_size)
-    schedule = optax.cosine_decay_schedule(config.learning_rate, steps_per_epoch * config.epochs)
+    size = config.batch_size
+    steps_per_epoch = -(-n // size)
+    epochs = train_epochs(n, config)
+    schedule = optax.cosine_decay_schedule(config.learning_rate, steps_per_epoch * epochs)
     optimizer = optax.adamw(schedule, weight_decay=config.weight_decay)
     opt_state = optimizer.init(params)
     has_gold = (targets.sum(axis=1) > 0).astype(np.float32)
     if weights is not None:
         has_gold = has_gold * np.asarray(weights, np.float32)
+    data = jax.device_put((np.asarray(x, np.float32), np.asarray(targets, np.float32),
+                           np.asarray(breadth, np.float32), has_gold))
 
     def loss_fn(params, xb, yb, bb, mb, gb, rng):
         logits, blogits = model.apply({"params": params}, xb, train=True, rngs={"dropout": rng})
@@ -214,30 +231,31 @@ def train_head(
         return total, (ce * weight).sum() / jnp.maximum(weight.sum(), 1.0)
 
     @jax.jit
-    def step(params, opt_state, xb, yb, bb, mb, gb, rng):
-        (loss, ce), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, xb, yb, bb, mb, gb, rng)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss, ce
+    def epoch(params, opt_state, key, data, take, mask):
+        x_all, y_all, b_all, g_all = data
+
+        def step(carry, batch):
+            params, opt_state, key = carry
+            idx, mb = batch
+            key, sub = jax.random.split(key)
+            (loss, ce), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+                params, x_all[idx], y_all[idx], b_all[idx], mb, g_all[idx], sub)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state, key), (loss, ce)
+
+        (params, opt_state, key), (losses, ces) = jax.lax.scan(step, (params, opt_state, key), (take, mask))
+        return params, opt_state, key, losses.mean(), ces.mean()
 
     rng = np.random.default_rng(config.seed)
     history = []
-    size = config.batch_size
-    for epoch in range(config.epochs):
-        order = rng.permutation(n)
-        losses, ces = [], []
-        for start in range(0, n, size):
-            idx = order[start : start + size]
-            pad = size - len(idx)
-            take = np.concatenate([idx, np.zeros(pad, np.int64)])
-            mask = np.concatenate([np.ones(len(idx), np.float32), np.zeros(pad, np.float32)])
-            key, sub = jax.random.split(key)
-            params, opt_state, loss, ce = step(params, opt_state, x[take], targets[take], breadth[take], mask,
-                                               has_gold[take], sub)
-            losses.append(float(loss))
-            ces.append(float(ce))
-        history.append({"epoch": epoch + 1, "loss": float(np.mean(losses)), "template_ce": float(np.mean(ces))})
-        if log and (epoch + 1) % max(1, config.epochs // 5) == 0:
-            log(f"  epoch {epoch + 1}/{config.epochs}: loss {history[-1]['loss']:.4f} "
+    padded = steps_per_epoch * size
+    mask = np.concatenate([np.ones(n, np.float32), np.zeros(padded - n, np.float32)]).reshape(steps_per_epoch, size)
+    for done in range(epochs):
+        take = np.concatenate([rng.permutation(n), np.zeros(padded - n, np.int64)]).reshape(steps_per_epoch, size)
+        params, opt_state, key, loss, ce = epoch(params, opt_state, key, data, take, mask)
+        history.append({"epoch": done + 1, "loss": float(loss), "template_ce": float(ce)})
+        if log and (done + 1) % max(1, epochs // 5) == 0:
+            log(f"  epoch {done + 1}/{epochs}: loss {history[-1]['loss']:.4f} "
                 f"(template CE {history[-1]['template_ce']:.4f})")
     return jax.device_get(params), history
 
@@ -700,6 +718,12 @@ def strategy_accuracy(breadth_prob: np.ndarray, probs: np.ndarray, breadth: np.n
     }
 
 
+def augment_copies(n_distinct: int, config: TrainConfig) -> int:
+    """Word-dropout copies of each distinct wording: ``config.augment``, fewer when the wordings are
+    so many that ``config.augment_budget`` copies in all would be exceeded (at least one each)."""
+    return max(1, min(config.augment, config.augment_budget // max(n_distinct, 1)))
+
+
 def train_pattern_planner(
     train_questions: Sequence[Question],
     val_questions: Sequence[Question],
@@ -714,9 +738,11 @@ def train_pattern_planner(
 
     Templated data repeats wordings (MetaQA dev: 35k questions, 526 distinct masked texts), so
     training runs on the *distinct* masked wordings, each counted once, with the template
-    distribution and the Breadth share of the questions behind it as soft targets, plus
-    ``config.augment`` word-dropout copies of each (generic robustness to unseen wordings; no
-    synonym lists). ``embed`` (default ``encoder.encode``) lets callers cache embeddings. The
+    distribution and the Breadth share of the questions behind it as soft targets, plus up to
+    ``config.augment`` distinct word-dropout copies of each (generic robustness to unseen wordings; no
+    synonym lists), fewer when ``config.augment_budget`` copies in all would be exceeded
+    (:func:`augment_copies`), and at most ``config.max_steps`` optimiser steps. Every distinct text is
+    encoded once. ``embed`` (default ``encoder.encode``) lets callers cache embeddings. The
     kNN baseline's bank is the distinct training wordings. The report (``planner.report``) holds
     validation template accuracy for the head and the kNN baseline, strategy accuracy against
     the oracle, and two strategy baselines: always Breadth, and the per-template majority.
@@ -733,17 +759,23 @@ def train_pattern_planner(
     breadth = np.bincount(inverse, weights=train.breadth, minlength=n_distinct).astype(np.float32) / counts
     targets /= counts[:, None]
     rng = np.random.default_rng(config.seed)
+    copies = augment_copies(n_distinct, config)
     augmented, source = [], []
     for i, text in enumerate(distinct):
-        for _ in range(config.augment):
+        made = {text}  # a copy equal to its wording, or to an earlier copy of it, adds nothing but weight
+        for _ in range(copies):
             variant = word_dropout(text, rng, config.word_dropout)
-            if variant != text:
+            if variant not in made:
+                made.add(variant)
                 augmented.append(variant)
                 source.append(i)
     log(f"pattern planner: {len(train.texts)} training questions ({n_distinct} distinct masked wordings, "
-        f"+{len(augmented)} word-dropout copies), {len(train.templates)} templates, {len(val.texts)} validation "
-        f"questions; skipped: train {dict(train.skipped)}, val {dict(val.skipped)}")
-    x_all = np.asarray(embed(distinct + augmented), np.float32)
+        f"+{len(augmented)} word-dropout copies, up to {copies} each), {len(train.templates)} templates, "
+        f"{len(val.texts)} validation questions; {train_epochs(n_distinct + len(augmented), config)} epochs; "
+        f"skipped: train {dict(train.skipped)}, val {dict(val.skipped)}")
+    # each distinct text is encoded once (copies of two wordings may coincide, or equal another wording)
+    texts, rows_of = unique_texts(distinct + augmented)
+    x_all = np.asarray(embed(texts), np.float32)[rows_of]
     val_distinct, val_inverse = unique_texts(val.texts)
     x_val = (np.asarray(embed(val_distinct), np.float32)[val_inverse] if val.texts
              else np.zeros((0, x_all.shape[1]), np.float32))
@@ -762,6 +794,7 @@ def train_pattern_planner(
     )
     report: dict[str, Any] = {
         "train_questions": len(train.texts), "distinct_wordings": n_distinct, "augmented_wordings": len(augmented),
+        "copies_per_wording": copies, "encoded_texts": len(texts), "epochs": len(history),
         "val_questions": len(val.texts), "templates": len(train.templates),
         "skipped_train": dict(train.skipped), "skipped_val": dict(val.skipped),
         "embed_seconds": embed_seconds, "train_seconds": train_seconds, "history": history,
