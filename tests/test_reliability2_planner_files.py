@@ -179,3 +179,23 @@ def test_missing_planner_hint_for_a_files_kg_names_valid_flags(tmp_path, capsys)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "--dataset files " in err and "--dataset files-okg" not in err, err
+
+
+def test_two_train_planner_processes_on_one_folder_give_one_planner_and_at_most_one_refusal(tmp_path):
+    """The issue's race for real: both start together; the loser (if they overlap) is refused with the
+    winner's pid, never a crash or a damaged file, and what is left in the folder loads."""
+    folder = tmp_path / "p"
+    argv = ["train-planner", "--dataset", "demo", "--encoder.name=hashing", "--no-progress", "--limit", "60",
+            "--epochs", "20", "--out", str(folder)]
+    code = "import sys; from stem_jax.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    procs = [subprocess.Popen([sys.executable, "-c", code, *argv, "--cache-dir", str(tmp_path / f"c{i}")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (0, 1)]
+    results = [(p.wait(timeout=600), p.stdout.read(), p.stderr.read()) for p in procs]
+    codes = sorted(rc for rc, _, _ in results)
+    assert codes in ([0, 0], [0, 2]), results
+    for rc, _, err in results:
+        assert "Traceback" not in err
+        if rc == 2:
+            assert "is writing a pattern planner here" in err and "pid" in err
+    assert PatternPlanner.load(folder).templates
+    assert len(list(folder.glob("arrays*.npz"))) == 1 and not list(folder.glob("*.tmp*"))
