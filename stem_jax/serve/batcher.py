@@ -8,8 +8,8 @@ when a batch mixes methods). A lone question is therefore delayed by at most ``m
 
 It waits only when company is expected: when the recent gap between arriving questions (an
 exponentially weighted mean) is shorter than the wait. At low load a question then goes to the
-engine at once instead of paying the whole wait for nobody (MetaQA 2-hop, 2 cores: the 5 ms wait was
-the largest serving cost over ``stem-jax ask --warm`` at 2 requests/s); under load the questions
+engine at once instead of paying the whole wait for nobody (the issue's target is a low-load p50
+within 5 ms of ``stem-jax ask --warm``: a 5 ms wait alone would spend it); under load the questions
 that arrive while a batch runs form the next batch anyway, and the wait still fills batches between.
 
 Each question is turned into a :class:`Question` on its own (``Engine.question``), so an unknown
