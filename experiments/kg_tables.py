@@ -121,6 +121,11 @@ def build_tables(dataset: str, planners: list[str], variants: list[str], runs: P
                 metrics, command, seconds, previous = _run_eval(subset, planner, slug, runs)
                 effective = metrics.get("effective", {})
                 conv = effective.get("conventions") or {}
+                if effective.get("calibration"):  # where θ/conventions came from (no path: it names this machine)
+                    found = effective["calibration"]
+                    section["calibration"] = {k: found.get(k) for k in ("theta", "split", "questions", "conventions",
+                                                                         "source") if found.get(k) is not None}
+                    section["calibration"]["shipped"] = "path" not in found
                 key = _conventions_label(conv)
                 used.setdefault(key, conv)
                 used_by.setdefault(key, []).append(slug)
@@ -155,6 +160,20 @@ def build_tables(dataset: str, planners: list[str], variants: list[str], runs: P
                              _pct(s["mean"]["f1"]), "", conv_label])
         results[label] = section
     return results, rows
+
+
+def calibration_notes(results: dict[str, Any]) -> str:
+    """One line per KG: the dev calibration its calibrated rows used."""
+    lines = []
+    for label, section in results.items():
+        cal = section.get("calibration")
+        if cal:
+            where = f"shipped with the package ({cal['source']})" if cal.get("shipped") else "`stem-jax calibrate`"
+            lines.append(f"- {label}: θ {cal.get('theta')} and conventions ({_conventions_label(cal.get('conventions'))})"
+                         f" chosen on {cal.get('questions')} {cal.get('split')} questions, {where}")
+        else:
+            lines.append(f"- {label}: no stored calibration applied; the calibrated rows ran at the config's values")
+    return "Calibration used by the calibrated rows:\n\n" + "\n".join(lines) + "\n"
 
 
 def main_(argv: list[str] | None = None) -> int:
@@ -193,7 +212,8 @@ def main_(argv: list[str] | None = None) -> int:
               "undirected matching, each triple once per run, topic excluded. Bounds need no planner or encoder.\n")
     payload = {"meta": meta, "command": command, "seconds": time.perf_counter() - began, "variants": variants, "prepared": prepared,
                "results": results}
-    paths = write_report(args.out, f"kg-{args.dataset}-test", payload, header + "\n" + table)
+    paths = write_report(args.out, f"kg-{args.dataset}-test", payload,
+                         header + "\n" + table + "\n\n" + calibration_notes(results))
     print(table)
     print(f"wrote {paths[0]} and {paths[1]}")
     return 0
