@@ -50,11 +50,15 @@ class _Response:
     def __init__(self) -> None:
         self.body: list[bytes] = []
         self.done = False
+        self.keep_alive = False
+        self.parser: Any = None
 
     def on_body(self, data: bytes) -> None:
         self.body.append(data)
 
     def on_message_complete(self) -> None:
+        # llhttp answers should_keep_alive only inside the callbacks: after them it reads False
+        self.keep_alive = bool(self.parser.should_keep_alive())
         self.done = True
 
 
@@ -92,13 +96,13 @@ class LoopbackClient:
             head += [b"content-type: application/json", b"content-length: " + str(len(body)).encode()]
         writer.write(b"\r\n".join(head) + b"\r\n\r\n" + (body or b""))
         response = _Response()
-        parser = httptools.HttpResponseParser(response)
+        parser = response.parser = httptools.HttpResponseParser(response)
         while not response.done:
             chunk = await reader.read(1 << 16)
             if not chunk:
                 raise EOFError("the server closed the connection before answering")
             parser.feed_data(chunk)
-        if parser.should_keep_alive():
+        if response.keep_alive:
             self._idle.append((reader, writer))
         else:
             writer.close()
