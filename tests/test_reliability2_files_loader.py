@@ -18,7 +18,8 @@ import pytest
 
 from stem_jax.cli.main import main
 from stem_jax.data import types
-from stem_jax.data.files import load_files
+from stem_jax.data.files import load_files, read_triples
+from stem_jax.data.types import SkipReport
 from stem_jax.errors import DataError
 
 TRIPLES = "Kismet\tdirected_by\tWilliam Dieterle\nKismet\tstarred_actors\tMarlene Dietrich\n"
@@ -175,6 +176,8 @@ def test_an_empty_delimiter_is_one_error(tmp_path, capsys):
     assert main(["data-stats", "--dataset", "files", "--data-dir", str(folder), "--delimiter", "",
                  "--encoder.name=hashing"]) == 2
     assert "--delimiter ''" in capsys.readouterr().err
+    with pytest.raises(DataError, match="--delimiter ''"):  # the readers themselves check it too
+        read_triples(folder / "triples.tsv", SkipReport(), delimiter="")
     csv = tmp_path / "kg.csv"
     csv.write_text("a::r::b\n")
     with pytest.raises(DataError, match="one character"):

@@ -102,6 +102,9 @@ def _base_suffix(path: Path) -> str:
 
 def _split_rows(reader: _Reader, width: int, delimiter: str | None, what: str) -> Iterator[tuple[int, list[str]]]:
     """Rows of ``width`` stripped fields from a delimited or JSONL file; malformed rows are skips."""
+    if delimiter is not None and (not delimiter or "\n" in delimiter or "\r" in delimiter):
+        raise DataError(f"--delimiter {delimiter!r}: the field separator must be a character (or several) within a line",
+                        fix="pass e.g. --delimiter ',' or --delimiter '|' or --delimiter tab")
     suffix = _base_suffix(reader.path)
     keys = {3: (("head", "relation", "tail"), ("subject", "predicate", "object")), 2: (("id", "name"),)}[width]
     if suffix in _JSONL and delimiter is None:
@@ -457,9 +460,6 @@ def load_files(
     """
     if delimiter is not None and delimiter.lower() in ("tab", "\\t"):
         delimiter = "\t"  # a tab is awkward to type in a shell
-    if delimiter is not None and (not delimiter or "\n" in delimiter or "\r" in delimiter):
-        raise DataError(f"--delimiter {delimiter!r}: the field separator must be a character (or several) within a line",
-                        fix="pass e.g. --delimiter ',' or --delimiter '|' or --delimiter tab")
     if folder is not None and not folder.is_dir():
         raise DataError("KG folder not found", path=str(folder), fix="pass the folder holding triples.tsv")
     triples_path = triples or _first(folder, TRIPLE_NAMES)
