@@ -93,6 +93,25 @@ def test_client_reuses_one_connection_for_sequential_requests():
     assert server.connections == 1 and server.asked["x"] == 20
 
 
+def test_client_retries_on_a_new_connection_when_every_idle_one_is_stale():
+    async def go():
+        server = ScriptedServer(close_after=1)
+        url = await server.start()
+        client = LoopbackClient(url)
+        try:  # three connections in flight at once, then all three idle and all dropped by the server
+            await asyncio.gather(*(client.request("POST", "/v1/ask", b'{"question": "z"}') for _ in range(3)))
+            await asyncio.sleep(0.05)
+            assert len(client._idle) == 3
+            status, _ = await client.request("POST", "/v1/ask", b'{"question": "z"}')
+        finally:
+            await client.close()
+            await server.stop()
+        return status, server
+
+    status, server = _run(go())
+    assert status == 200 and server.asked["z"] == 4
+
+
 def test_client_replaces_a_connection_the_server_dropped():
     async def go():
         server = ScriptedServer(close_after=1)  # every connection is dropped after one answer

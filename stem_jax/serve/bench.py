@@ -76,13 +76,13 @@ class LoopbackClient:
     async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
         """``(status, body)``; a connection the server closed is replaced and the request sent once more."""
         for attempt in (0, 1):
-            reused = bool(self._idle)
+            reused = bool(self._idle) and not attempt  # the retry takes a new connection: others may be stale too
             reader, writer = self._idle.pop() if reused else await asyncio.open_connection(self.host, self.port)
             try:
                 return await asyncio.wait_for(self._exchange(reader, writer, method, path, body), self.timeout)
             except (ConnectionError, asyncio.IncompleteReadError, EOFError):
                 writer.close()
-                if not reused or attempt:  # a fresh connection failed: a real error
+                if not reused:  # a fresh connection failed: a real error
                     raise
             except BaseException:
                 writer.close()
