@@ -5,7 +5,7 @@ Command (from the repo root):
     STEM_DATA_DIR=../shared/data python experiments/export_metaqa_generic.py --out runs/metaqa-generic
     python experiments/export_metaqa_generic.py --dataset demo --out runs/demo-kg --plain-text
 
-Options: --hops 1,2,3 (default), --splits dev,test (default; demo: train,test), --limit N (first N questions per hop),
+Options: --hops 1,2,3 (default), --splits dev,test (default; demo: train,dev,test), --limit N (first N questions per hop),
 --plain-text (also <split>.txt: one question per line without brackets, answers after a tab, for the
 entity linker). Cost: a few seconds. The folder is then a `--dataset files --data-dir` KG:
 
@@ -68,13 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=os.environ.get("STEM_DATA_DIR"),
                         help="folder holding metaqa/ (default $STEM_DATA_DIR)")
     parser.add_argument("--hops", default="1,2,3")
-    parser.add_argument("--splits", default=None, help="default dev,test (demo: train,test)")
+    parser.add_argument("--splits", default=None, help="default dev,test (demo: train,dev,test)")
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--plain-text", action="store_true")
     args = parser.parse_args(argv)
     if args.data_dir is None and args.dataset == "metaqa":
         parser.error("set STEM_DATA_DIR or pass --data-dir")
-    splits = args.splits or ("train,test" if args.dataset == "demo" else "dev,test")
+    splits = args.splits or ("train,dev,test" if args.dataset == "demo" else "dev,test")
     counts = export(args.data_dir, args.out, hops=tuple(int(h) for h in args.hops.split(",")),
                     splits=tuple(splits.split(",")), limit=args.limit, plain_text=args.plain_text,
                     dataset=args.dataset)
