@@ -125,7 +125,8 @@ def build_tables(dataset: str, planners: list[str], variants: list[str], runs: P
                     found = effective["calibration"]
                     section["calibration"] = {k: found.get(k) for k in ("theta", "split", "questions", "conventions",
                                                                          "source") if found.get(k) is not None}
-                    section["calibration"]["shipped"] = "path" not in found
+                    # the calibrations this project measured ship with the package and name their source
+                    section["calibration"]["shipped"] = "source" in found
                 key = _conventions_label(conv)
                 used.setdefault(key, conv)
                 used_by.setdefault(key, []).append(slug)
@@ -168,7 +169,8 @@ def calibration_notes(results: dict[str, Any]) -> str:
     for label, section in results.items():
         cal = section.get("calibration")
         if cal:
-            where = f"shipped with the package ({cal['source']})" if cal.get("shipped") else "`stem-jax calibrate`"
+            where = (f"shipped with the package (`stem-jax calibrate`, sweep in {cal['source']})" if cal.get("shipped")
+                     else "`stem-jax calibrate`, stored beside the embeddings")
             lines.append(f"- {label}: θ {cal.get('theta')} and conventions ({_conventions_label(cal.get('conventions'))})"
                          f" chosen on {cal.get('questions')} {cal.get('split')} questions, {where}")
         else:
