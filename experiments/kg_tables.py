@@ -6,9 +6,9 @@ calibrated rows, `stem-jax calibrate --dataset D --split dev --planner pattern` 
 calibration, θ 0.8 on dev):
 
     export STEM_DATA_DIR=../shared/data STEM_CACHE_DIR=.cache/stem_jax
-    python experiments/kg_tables.py --dataset wc2014            # WC-P1, WC-P2, WC-C; ~10 min on 2 CPU cores
-    python experiments/kg_tables.py --dataset metaqa            # full test split, 4 evals of 38,851 questions
-    python experiments/kg_tables.py --dataset demo --prepare    # the embedded demo KG, from an empty cache
+    python experiments/kg_tables.py --dataset wc2014            # WC-P1, WC-P2, WC-C: 3 min (load 3-5) to 11 min (load 9-14)
+    python experiments/kg_tables.py --dataset metaqa            # full test split, 4 evals of 38,851 questions: 41 min (load 5-11)
+    python experiments/kg_tables.py --dataset demo --prepare    # the demo KG from an empty cache: 24 min (load 8-15)
 
 ``--prepare`` runs those three commands first (`stem-jax index`, `train-planner`, `calibrate --split dev
 --planner pattern --limit N`) for the KG: minutes on the demo KG, far longer on MetaQA.
