@@ -22,6 +22,7 @@ texts encoded), template top-1 0.996 (mlp) / 1.0 (knn) both; eval --limit 300 pe
 
 from __future__ import annotations
 
+import argparse
 import random
 import time
 
@@ -51,7 +52,9 @@ def questions(n: int = WORDINGS, seed: int = 0) -> list[Question]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    # no options: the parser gives `--help` (tests/test_experiments_paths.py) instead of starting the run
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     qs = questions()
     encoder = get_encoder(EncoderConfig(name="hashing"))
     encoded: list[int] = []

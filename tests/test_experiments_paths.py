@@ -20,8 +20,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # An absolute machine path: a top-level folder that only exists on some machine, at the start of a path
-# token (so `runs/work/x` or a URL's `example.com/home/` do not count). Spelled as a pattern, not as the
-# paths themselves, so this file does not match itself.
+# token (a relative path with such a folder inside, or a URL's path, does not count). Spelled as a pattern, not
+# as the paths themselves, so this file does not match itself (nor `git grep` for those folders).
 MACHINE_PATH = re.compile(r"(?<![\w.~$-])/(?:work|home|root|tmp|Users|mnt|scratch|data)/[\w.$-]")
 
 
@@ -42,7 +42,8 @@ def test_pattern_finds_machine_paths_and_spares_relative_ones() -> None:
     assert machine_paths(f"--checkpoint {work}") and machine_paths(f'default="{home}"')
     assert machine_paths(f"STAGE={'/' + 'tmp/stage'} bash x.sh")
     assert not machine_paths("--checkpoint runs/gnn-metaqa-1000 STEM_DATA_DIR=../shared/data")
-    assert not machine_paths("see https://example.com/home/page and runs/work/x, ~/.cache/stem_jax")
+    home, work = "home" + "/", "work" + "/"
+    assert not machine_paths(f"see https://example.com/{home}page and runs/{work}x, ~/.cache/stem_jax")
 
 
 def test_no_tracked_file_names_an_absolute_machine_path() -> None:
