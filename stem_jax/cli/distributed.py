@@ -12,6 +12,7 @@ fingerprinted and resumable like any run folder, so resume works per shard). ``s
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import re
@@ -32,6 +33,9 @@ def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
                        help="this process's id, 0..N-1 (default $JAX_PROCESS_ID)")
     group.add_argument("--coordinator", default=None,
                        help="host:port of process 0 (default $JAX_COORDINATOR_ADDRESS)")
+    group.add_argument("--heartbeat-timeout", dest="heartbeat_timeout", type=int, default=100, metavar="SECONDS",
+                       help="a process silent this long counts as dead; the others, done, wait that long for it "
+                       "before exiting (default 100, JAX's)")
 
 
 def join_processes(args: argparse.Namespace) -> tuple[int, int]:
@@ -53,13 +57,41 @@ def join_processes(args: argparse.Namespace) -> tuple[int, int]:
         raise StemError(f"--process-id must be in 0..{count - 1}, got {pid}")
     import jax
 
+    heartbeat = getattr(args, "heartbeat_timeout", None) or 100
+    if heartbeat < 1:
+        raise StemError(f"--heartbeat-timeout must be 1 second or more, got {heartbeat}")
     # Each process scores its own share into its own shard with no collectives between processes, so
     # one process dying must not take the others down: by default the coordination service turns a
     # missed heartbeat into a fatal error in every other task (rc 134 and a C++ stack dump, after it had
-    # written its complete shard). Recoverable mode keeps a task's failure to itself.
+    # written its complete shard). Recoverable mode keeps a task's failure to itself; it also drops the
+    # shutdown barrier that kept process 0's service up until the others had left, which
+    # _leave_together puts back in a form that a dead process cannot block.
     jax.config.update("jax_enable_recoverability", True)
-    jax.distributed.initialize(coordinator_address=coordinator, num_processes=count, process_id=pid)
+    jax.distributed.initialize(coordinator_address=coordinator, num_processes=count, process_id=pid,
+                               heartbeat_timeout_seconds=heartbeat)
+    atexit.register(_leave_together, pid, count)  # runs before JAX's own shutdown (atexit is LIFO)
     return jax.process_index(), jax.process_count()
+
+
+def _leave_together(pid: int, count: int) -> None:
+    """At exit, wait until every other process still alive is done too, then let process 0 go last.
+
+    ``get_live_nodes`` returns once every live process has called it; a killed one drops out after the
+    heartbeat timeout. Process 0 hosts the coordination service, and a process whose service vanished
+    before its own shutdown call aborts (measured: rc 134 when process 0 finished first), so process 0
+    leaves a moment after the others.
+    """
+    from jax._src import distributed as jax_distributed  # jax.distributed exposes no handle on its client
+
+    client = getattr(getattr(jax_distributed, "global_state", None), "client", None)
+    if client is None:
+        return
+    try:
+        live = client.get_live_nodes(list(range(count)))
+    except Exception:  # noqa: BLE001 - the coordinator is gone: there is nobody left to wait for
+        return
+    if pid == 0 and len(live) > 1:
+        time.sleep(2.0)  # the others' shutdown RPC to this process's service
 
 
 def shard_folder(out: Path, pid: int, count: int) -> Path:
