@@ -271,22 +271,25 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
 
 
 def plot(results: dict[str, list[dict[str, Any]]], path: Any) -> None:
+    """Latency (p50 solid, p99 dashed) against achieved throughput, one colour per run label."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, rows in results.items():
-        xs = [r["throughput_rps"] for r in rows if r["latency_ms"]["p50"] is not None]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    colours = plt.get_cmap("tab10" if len(results) <= 10 else "tab20")
+    for i, (label, rows) in enumerate(results.items()):
+        rows = [r for r in rows if r["latency_ms"]["p50"] is not None]
+        xs = [r["throughput_rps"] for r in rows]
         for q, style in (("p50", "-o"), ("p99", "--x")):
-            ys = [r["latency_ms"][q] for r in rows if r["latency_ms"]["p50"] is not None]
-            ax.plot(xs, ys, style, label=f"{label} {q}")
+            ax.plot(xs, [r["latency_ms"][q] for r in rows], style, color=colours(i), label=f"{label} {q}",
+                    markersize=4)
     ax.set_xlabel("achieved throughput (requests/s)")
     ax.set_ylabel("end-to-end latency (ms)")
     ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
