@@ -190,7 +190,8 @@ def test_cli_index_and_eval_every_format(tmp_path):
         folder = write_kg(tmp_path / fmt, fmt)
         write_questions(folder)
         assert _cli("index", folder, cache) == 0
-        assert (cache / f"files-{fmt}").is_dir()
+        # One KG in four formats is one fingerprint, so one embedding cache (keyed by KG and encoder).
+        assert [p.name for p in cache.glob("kg-*")] == [next(cache.glob("kg-*")).name]
         out = tmp_path / f"run-{fmt}"
         assert _cli("eval", folder, cache, "--out", str(out)) == 0
         metrics = json.loads((out / "metrics.json").read_text())
