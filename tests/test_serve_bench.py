@@ -155,3 +155,6 @@ def test_rates_send_fresh_questions_unless_repeat(repeat):
         assert sum(server.asked.values()) == len(server.asked) == 10 + timed
         assert all(r["questions"]["reused"] == 0 for r in rows)
     assert all(len(r["load_avg_1m"]) == 2 for r in rows)
+    for r in rows:  # timed from the send, a request takes no longer than from its scheduled arrival (asyncio
+        # may wake a timer up to its clock resolution early: the 0.01 ms)
+        assert 0 < r["latency_from_send_ms"]["p50"] <= r["latency_ms"]["p50"] + 0.01
