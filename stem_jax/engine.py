@@ -40,7 +40,7 @@ from stem_jax.data.types import Dataset, Question
 from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex, build_index
 from stem_jax.methods import MethodContext, RetrievalMethod, build_method
-from stem_jax.plan.factory import PlannerSpec, build_planner, open_plan_store
+from stem_jax.plan.factory import PlannerSpec, build_planner, open_plan_store, train_planner_flags
 from stem_jax.validation import (
     checked_cache_dir,
     checked_dataset_spec,
@@ -147,8 +147,8 @@ def build_guidance(spec: GuidanceSpec, config: StemConfig, dataset: Dataset, ind
         raise StemError(f"unknown guidance {spec.kind!r}\n  how to fix: use none or gnn")
     if spec.checkpoint is None:
         raise StemError("--guidance gnn needs --gnn-checkpoint RUN_FOLDER\n"
-                        f"  how to fix: train one with `stem-jax train-gnn --dataset {dataset.name} --out runs/gnn-"
-                        f"{dataset.name}` and pass --gnn-checkpoint runs/gnn-{dataset.name}")
+                        f"  how to fix: train one with `stem-jax train-gnn {train_planner_flags(dataset.name)} --out "
+                        f"runs/gnn-{dataset.name}` and pass --gnn-checkpoint runs/gnn-{dataset.name}")
     from stem_jax.gnn.infer import load_checkpoint
     from stem_jax.gnn.provider import GNNGuidance
 

@@ -36,6 +36,7 @@ from stem_jax.methods.scr.graph import build_neighbour_table
 from stem_jax.methods.scr.model import ScrModel
 from stem_jax.methods.scr.search import Hypothesis, SearchTables, aggregate_answers, beam_search
 from stem_jax.methods.scr.train import kg_graph, load_run
+from stem_jax.plan.factory import train_planner_flags
 
 
 class ScrMethod:
@@ -45,7 +46,7 @@ class ScrMethod:
         checkpoint = context.options.get("checkpoint")
         if checkpoint is None:
             raise StemError("--method scr needs a trained SCR run\n  how to fix: train one with `stem-jax train-scr "
-                            f"--dataset {context.dataset.name} --split dev --out runs/scr-{context.dataset.name}` and "
+                            f"{train_planner_flags(context.dataset.name)} --out runs/scr-{context.dataset.name}` and "
                             f"pass --scr-checkpoint runs/scr-{context.dataset.name}")
         self.context = context
         self.folder = Path(checkpoint)
