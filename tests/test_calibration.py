@@ -44,10 +44,11 @@ def test_stored_calibration_applies_only_to_matching_engine_settings(tmp_path: P
         load_calibration(embeddings)
 
 
-def test_shipped_calibration_is_found_by_kg_and_encoder_folder(tmp_path: Path):
-    """A fresh cache of the MetaQA KG with MiniLM gets the project's measured θ; a file written by the
-    calibration command takes precedence; other KGs get none."""
-    (kg, encoder), shipped = next(iter(SHIPPED.items()))
+@pytest.mark.parametrize("key", sorted(SHIPPED))
+def test_shipped_calibration_is_found_by_kg_and_encoder_folder(tmp_path: Path, key: tuple[str, str]):
+    """A fresh cache of a shipped KG (MetaQA, WorldCup2014) with MiniLM gets the project's measured θ; a
+    file written by the calibration command takes precedence; other KGs get none."""
+    (kg, encoder), shipped = key, SHIPPED[key]
     folder = tmp_path / kg / encoder
     folder.mkdir(parents=True)
     embeddings = SimpleNamespace(triples=SimpleNamespace(path=folder / "triples.zarr"))
@@ -57,6 +58,17 @@ def test_shipped_calibration_is_found_by_kg_and_encoder_folder(tmp_path: Path):
     other = tmp_path / "kg-000000000000" / encoder
     other.mkdir(parents=True)
     assert load_calibration(SimpleNamespace(triples=SimpleNamespace(path=other / "triples.zarr"))) is None
+
+
+def test_shipped_calibrations_match_their_committed_sweeps():
+    """Each shipped entry says what its committed calibration file chose (no number retyped wrongly)."""
+    root = Path(__file__).resolve().parents[1]
+    for shipped in SHIPPED.values():
+        recorded = json.loads((root / shipped["source"]).read_text())
+        chosen = recorded.get("chosen", recorded)
+        assert chosen["theta"] == shipped["theta"], shipped["source"]
+        if "conventions" in chosen:
+            assert chosen["conventions"] == shipped["conventions"], shipped["source"]
 
 
 def test_cut_sweep_from_support_scores():
