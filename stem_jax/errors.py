@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+import errno
+
+# OS errors that mean "this place cannot be written" (read-only mount, permissions, full disk): the CLI
+# turns them into one line naming the path, and read-only caches fall back to memory where they can.
+UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC})
+
+
+def unwritable_message(err: OSError) -> str:
+    """One line for an OSError in :data:`UNWRITABLE`: what, where, how to fix."""
+    where = err.filename if err.filename is not None else "a file"
+    return (f"cannot write {where}: {err.strerror}; finished work is kept\n"
+            "  how to fix: make that folder writable, or pass another --cache-dir (STEM_CACHE_DIR) / --out")
+
 
 class StemError(Exception):
     """Base class for errors shown to users without a traceback by the CLI."""

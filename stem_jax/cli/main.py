@@ -29,7 +29,7 @@ from stem_jax.cli.bench import add_bench_stages_parser
 from stem_jax.cli.calibrate import add_calibrate_parser
 from stem_jax.cli.scr import add_train_scr_parser
 from stem_jax.cli.serve import add_bench_serve_parser, add_serve_parser
-from stem_jax.errors import StemError
+from stem_jax.errors import UNWRITABLE, StemError, unwritable_message
 from stem_jax.methods import METHODS
 
 
@@ -226,6 +226,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stem-jax {args.command}: error: {err}", file=sys.stderr)
             return 2
         raise
+    except OSError as err:
+        if err.errno not in UNWRITABLE:
+            raise
+        print(f"stem-jax {args.command}: error: {unwritable_message(err)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"\nstem-jax {args.command}: interrupted; finished work is kept, rerun to continue", file=sys.stderr)
         return 130

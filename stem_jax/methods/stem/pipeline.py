@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 import time
 import unicodedata
 from collections import defaultdict
@@ -32,7 +33,7 @@ from stem_jax.config import StemConfig
 from stem_jax.data.types import Dataset, Question
 from stem_jax.encoder.base import TextEncoder
 from stem_jax.encoder.cache import open_or_build, texts_fingerprint
-from stem_jax.errors import StemError
+from stem_jax.errors import UNWRITABLE, StemError
 from stem_jax.eval.records import make_record
 from stem_jax.eval.sharding import local_sharding
 from stem_jax.kg.embeddings import KGEmbeddings
@@ -239,12 +240,21 @@ class StemPipeline:
     def embed_texts(self, texts: Sequence[str], show_progress: bool) -> None:
         """Embed schema-triple texts once; cached on disk (resumable) when a cache dir is set."""
         unique = sorted(set(texts))
+        matrix = None
         if self.cache_dir is not None:
             folder = self.cache_dir / f"schema-texts-{texts_fingerprint(unique)[:16]}.zarr"
-            table = open_or_build(folder, unique, self.encoder, self.config.encoder.chunk_rows,
-                                  progress=show_progress, desc="encode schema triples")
-            matrix = table.array
-        else:
+            try:
+                table = open_or_build(folder, unique, self.encoder, self.config.encoder.chunk_rows,
+                                      progress=show_progress, desc="encode schema triples")
+                matrix = table.array
+            except OSError as err:
+                if err.errno not in UNWRITABLE:
+                    raise
+                # A read-only cache (a shared or mounted one) still answers: these texts are few and
+                # cheap next to the KG tables, so they are encoded in memory instead of failing the run.
+                print(f"warning: schema-text cache {folder} is not writable ({err.strerror}); encoding "
+                      f"{len(unique)} texts in memory", file=sys.stderr)
+        if matrix is None:
             matrix = self.encoder.encode(unique).astype(np.float16)
         self.text_rows = {t: i for i, t in enumerate(unique)}
         self.text_emb = np.asarray(matrix, dtype=np.float32)
