@@ -24,8 +24,6 @@ run, and a resumed run (say with a larger ``--limit``) is not finished until it 
 from __future__ import annotations
 
 import dataclasses
-import errno
-import fcntl
 import hashlib
 import json
 import math
@@ -37,6 +35,7 @@ from typing import Any
 
 from stem_jax.atomic import write_json_atomic, write_text_atomic
 from stem_jax.errors import StemError
+from stem_jax.locks import acquire_folder_lock
 
 PREDICTIONS = "predictions.jsonl"
 FINGERPRINT = "fingerprint.json"
@@ -376,28 +375,7 @@ def lock_folder(path: Path) -> int:
 
 def _lock(path: Path) -> int:
     """An exclusive, non-blocking flock on ``path/.lock``; the file then holds our pid for the next one to read."""
-    lock_path = path / LOCK
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as err:
-        raise StemError(f"--out {path}: cannot write the run folder ({err.strerror})\n"
-                        "  how to fix: make it writable, or pass --out a writable folder") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        os.close(fd)
-        if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise
-        holder = lock_path.read_text(encoding="utf-8", errors="replace").strip() or "unknown"
-        if holder == str(os.getpid()):
-            raise StemError(f"run folder {path} is already open in this process (pid {holder}): two runs of one "
-                            "command would write the same folder\n"
-                            "  how to fix: give each run its own folder (e.g. sweep values that differ)") from None
-        raise StemError(f"run folder {path} is in use by another stem-jax process (pid {holder})\n"
-                        "  how to fix: wait for it to finish, or pass another --out") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    return fd
+    return acquire_folder_lock(path, "run folder")
 
 
 def _check_fingerprint(path: Path, fingerprint: dict[str, Any], overwrite: bool) -> None:

@@ -646,10 +646,10 @@ def planner_lock(folder: Path) -> Iterator[None]:
     Raises:
       StemError: the folder cannot be created or locked, or another process (or thread) holds it.
     """
-    import errno
-    import fcntl
     import os
     import threading
+
+    from stem_jax.locks import acquire_folder_lock
 
     folder = Path(folder)
     key = (folder.resolve(), threading.get_ident())
@@ -662,22 +662,11 @@ def planner_lock(folder: Path) -> Iterator[None]:
         return
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as err:
         raise StemError(f"{folder}: cannot write the pattern planner folder ({err.strerror or err})\n"
                         "  how to fix: make it writable, or pass --out a writable folder") from None
+    fd = acquire_folder_lock(folder, "pattern planner folder")
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        os.close(fd)
-        if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise
-        holder = (folder / ".lock").read_text(encoding="utf-8", errors="replace").strip() or "unknown"
-        raise StemError(f"{folder}: another stem-jax process (pid {holder}) is writing a pattern planner here\n"
-                        "  how to fix: wait for it to finish, or pass another --out") from None
-    try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
         _HELD[key] = 1
         yield
     finally:
