@@ -54,16 +54,25 @@ def source_tree(rev: str, runs: Path) -> tuple[str, Path]:
     return sha, tree
 
 
+def shown(path: Path) -> str:
+    """``path`` relative to the checkout where it lies inside it: results never record a machine's paths."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def run_eval(tree: Path, out: Path, flags: list[str], log: list[str]) -> float:
     if (out / "metrics.json").exists():
-        log.append(f"reused {out}")
+        log.append(f"reused {shown(out)}")
         return 0.0
     env = {**os.environ, "PYTHONPATH": str(tree)}
     command = [sys.executable, "-m", "stem_jax.cli.main", "eval", "--dataset", "metaqa", "--split", "test",
                "--no-progress", "--out", str(out), *flags]
     began = time.perf_counter()
     subprocess.run(command, cwd=ROOT, env=env, check=True)
-    log.append(f"PYTHONPATH={tree} " + " ".join(command[1:]))
+    log.append(f"PYTHONPATH={shown(tree)} " + " ".join(shown(Path(c)) if c.startswith("/") else c
+                                                       for c in command[1:]))
     return time.perf_counter() - began
 
 
@@ -120,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             folders[side] = args.runs / f"{sha}-{case}"
             seconds[side] = run_eval(tree, folders[side], flags, log)
         result = compare(folders["before"], folders["after"])
-        result.update(flags=flags, seconds=seconds, folders={k: str(v) for k, v in folders.items()})
+        result.update(flags=flags, seconds=seconds, folders={k: shown(v) for k, v in folders.items()})
         results[case] = result
         for hop in sorted(result["questions"]):
             rows.append([case, hop, result["questions"][hop], result["differ"].get(hop, 0)])
