@@ -6,12 +6,9 @@ Kept out of :mod:`stem_jax.cli.commands` so the planner flags and their wiring l
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from stem_jax.cli.args import cache_root, config_from_args
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
@@ -100,38 +97,18 @@ def _report_table(report: dict[str, Any]) -> str:
 def cmd_train_planner(args: argparse.Namespace) -> int:
     """Train the pattern planner on the training split's oracle plans; save it; print validation accuracy."""
     from stem_jax.cli.engine_args import load
-    from stem_jax.data.splits import hash_split
     from stem_jax.plan.factory import training_split
-    from stem_jax.plan.pattern import TrainConfig, planner_lock, train_pattern_planner
+    from stem_jax.plan.training import train_and_save
 
     config = config_from_args(args)
     if args.split is None:
         args.split = training_split(args.dataset, args.train_split)
     dataset, _ = load(args, config)
-    train, val = hash_split(dataset.questions, args.val_fraction)
-    from stem_jax.encoder import get_encoder
-
-    encoder = get_encoder(config.encoder)
-    train_config = TrainConfig(seed=config.seed)
-    if args.epochs is not None:
-        train_config = dataclasses.replace(train_config, epochs=args.epochs)
-    folder = cache_root(args) / dataset.name / "question-texts"
-
-    def embed(texts: list[str]) -> np.ndarray:
-        from stem_jax.encoder.cache import open_or_build, texts_fingerprint
-
-        table = open_or_build(folder / f"masked-{texts_fingerprint(texts)[:16]}.zarr", texts, encoder,
-                              config.encoder.chunk_rows, progress=not args.no_progress, desc="encode questions")
-        return table.array.astype(np.float32)
-
     out = args.out or default_planner_path(args, config, dataset.name)
-    with planner_lock(out):  # a second train-planner into this folder is refused now, not after training
-        began = time.perf_counter()
-        planner = train_pattern_planner(train, val, encoder, names=dataset.entity_names, config=train_config,
-                                        embed=embed)
-        planner.report.update({"dataset": dataset.name, "split": args.split, "val_fraction": args.val_fraction,
-                               "meta": run_metadata(), "seconds": time.perf_counter() - began})
-        planner.save(out)
+    began = time.perf_counter()
+    planner = train_and_save(dataset, args.split, config, out, cache_root=cache_root(args),
+                             val_fraction=args.val_fraction, epochs=args.epochs, show_progress=not args.no_progress,
+                             report={"meta": run_metadata()})
     table = _report_table(planner.report)
     print(f"\nvalidation ({args.val_fraction:.0%} of {dataset.name}/{args.split} by qid hash):\n")
     print(table)
