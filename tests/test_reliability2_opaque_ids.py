@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from stem_jax.cli.main import main
-from stem_jax.data.types import PathStep
-from stem_jax.plan.base import display_named, display_named_schema
-from stem_jax.plan.oracle import schema_from_path
+from stem_jax.data.types import PathStep, Question
+from stem_jax.plan.base import display_named_schema
+from stem_jax.plan.oracle import OraclePlanner, schema_from_path
 
 FILMS = [f"Film {i}" for i in range(24)]
 PEOPLE = [f"Person {i}" for i in range(8)]
@@ -90,5 +90,7 @@ def test_display_named_schema_keeps_ids_when_two_constants_share_a_name():
 
     two = schema_from_constraints([("Q1", (PathStep("r", True),)), ("Q2", (PathStep("s", True),))])
     assert display_named_schema(two, names) == two  # renaming would merge two question entities into one node
-    plan = display_named(lambda q, index=None: [one], names)
-    assert plan(None)[0].constants() == ["Kismet"]
+    question = Question("q", "who directed Kismet", ("Q1",), ("Q3",), gold_path=(PathStep("directed_by", True),))
+    plan = OraclePlanner(names=names).plan
+    assert plan(question)[0].constants() == ["Kismet"]
+    assert OraclePlanner().plan(question)[0].constants() == ["Q1"]

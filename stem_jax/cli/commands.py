@@ -301,7 +301,6 @@ def cmd_bench_trace(args: argparse.Namespace) -> int:
     """JAX tracer vs reference tracer on the same runs; writes experiments/results/bench-trace-*."""
     from stem_jax.bench.trace import bench_trace
     from stem_jax.methods.stem import StemPipeline
-    from stem_jax.plan.base import display_named
     from stem_jax.plan.oracle import OraclePlanner
 
     config = config_from_args(args)
@@ -312,7 +311,7 @@ def cmd_bench_trace(args: argparse.Namespace) -> int:
     questions = dataset.questions[::stride][: args.num_questions]
     pipeline = StemPipeline(dataset, index, embeddings, encoder, config,
                             cache_dir=cache_root(args) / dataset.name / "schema-texts")
-    per_question, _ = pipeline.plan_all(questions, display_named(OraclePlanner().plan, dataset.entity_names))
+    per_question, _ = pipeline.plan_all(questions, OraclePlanner(names=dataset.entity_names).plan)
     runs = [run for runs in per_question for run in runs]
     pipeline.embed_texts([t for run in runs for t in run.plan.step_texts()], not args.no_progress)
     result = bench_trace(pipeline, runs, repeats=args.repeats)

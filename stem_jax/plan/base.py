@@ -73,18 +73,6 @@ def display_named_schema(schema: SchemaGraph, names: Mapping[str, str] | None) -
         answer=node(schema.answer))
 
 
-def display_named(plan: Callable[[Question, KGIndex | None], list[SchemaGraph]],
-                  names: Mapping[str, str] | None) -> Callable[[Question, KGIndex | None], list[SchemaGraph]]:
-    """``plan`` (the oracle's) with its schema constants written as display names (:func:`display_named_schema`)."""
-    if not names:
-        return plan
-
-    def named(question: Question, index: KGIndex | None = None) -> list[SchemaGraph]:
-        return [display_named_schema(schema, names) for schema in plan(question, index)]
-
-    return named
-
-
 @runtime_checkable
 class LLMBackend(Protocol):
     """Text generation for a batch of prompts; returns ``n`` completions per prompt, in prompt order.

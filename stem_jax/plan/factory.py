@@ -88,14 +88,13 @@ def training_questions(dataset_spec: DatasetSpec, split: str | None) -> list[Que
 def build_planner(spec: PlannerSpec, config: StemConfig, dataset: Dataset, index: KGIndex, *, cache_root: Path,
                   dataset_spec: DatasetSpec | None = None, encoder: Any = None) -> tuple[Any, dict[str, Any]]:
     """The :class:`~stem_jax.plan.base.BatchPlanner` ``spec`` names, and a JSON-able description."""
-    from stem_jax.plan.base import SingleQuestionPlanner, display_named
+    from stem_jax.plan.base import SingleQuestionPlanner
     from stem_jax.plan.oracle import OraclePlanner
 
     names = dataset.entity_names
     if spec.name == "oracle":
         # opaque ids (entity_names.tsv): the oracle's plans name the topic as the question does, like every planner
-        return (SingleQuestionPlanner(display_named(OraclePlanner().plan, names), "oracle", index),
-                {"planner": "oracle"})
+        return SingleQuestionPlanner(OraclePlanner(names=names).plan, "oracle", index), {"planner": "oracle"}
     if encoder is None:
         from stem_jax.encoder import get_encoder
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -345,15 +345,22 @@ class OraclePlanner:
 
     max_hops: int = 4
     max_paths: int = 8
+    # entity id -> display name (a KG with opaque ids, entity_names.tsv): plans then name their constants
+    # as the question and every other planner does (plan.base.display_named_schema)
+    names: Mapping[str, str] | None = dataclasses.field(default=None, compare=False, hash=False)
 
     def plan(self, question: Question, index: KGIndex | None = None) -> list[SchemaGraph]:
         """Schema graphs for ``question``; ``index`` is unused (the oracle needs no KG lookups)."""
         del index  # same signature as the other planners; the gold paths never need the KG
+        from stem_jax.plan.base import display_named_schema
+
         found = gold_paths(question, max_hops=self.max_hops, max_paths=self.max_paths)
         strategy = strategy_for(question.answers)
         if found.source == "constraints":
-            return [schema_from_constraints(found.paths, strategy)]
-        return [schema_from_path(topic, path, strategy) for topic, path in found.paths]
+            schemas = [schema_from_constraints(found.paths, strategy)]
+        else:
+            schemas = [schema_from_path(topic, path, strategy) for topic, path in found.paths]
+        return [display_named_schema(s, self.names) for s in schemas] if self.names else schemas
 
 
 # ---------------------------------------------------------------------------------------------

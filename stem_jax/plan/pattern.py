@@ -55,7 +55,7 @@ from stem_jax.data.types import Question
 from stem_jax.encoder.base import TextEncoder
 from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex
-from stem_jax.plan.base import ScoredSchema, display_named
+from stem_jax.plan.base import ScoredSchema
 from stem_jax.plan.oracle import OraclePlanner
 from stem_jax.plan.schema import SchemaGraph
 from stem_jax.plan.templates import SLOT, Template, template_of
@@ -99,7 +99,7 @@ def build_training_set(
     """
     # the templates abstract over the names the question text uses (topic_names), so the oracle's
     # plans must name the topics that way too when the KG's ids are opaque
-    oracle = oracle or display_named(OraclePlanner().plan, names)
+    oracle = oracle or OraclePlanner(names=names).plan
     fixed = templates is not None
     vocab: dict[Template, int] = {t: i for i, t in enumerate(templates or [])}
     kept, texts, rows, breadth = [], [], [], []
