@@ -113,11 +113,11 @@ def cut_sweep(records: list[dict], cuts: list[float]) -> list[list]:
     return rows
 
 
-def choose(checkpoint: Path, sample: int | None) -> None:
+def choose(checkpoint: Path, sample: int | None, dataset: str = "metaqa") -> None:
     """The dev choice of (min_hops, answer_cut) from the dev result files of ``checkpoint``'s variant."""
     tag = run_tag(checkpoint)
     candidates = []
-    for path in sorted(RESULTS.glob(f"{tag}-metaqa-dev-minhops*" + (f"-sample{sample}" if sample else "") + ".json")):
+    for path in sorted(RESULTS.glob(f"{tag}-{dataset}-dev-minhops*" + (f"-sample{sample}" if sample else "") + ".json")):
         result = json.loads(path.read_text())
         if result.get("checkpoint") != str(checkpoint):
             continue
@@ -132,7 +132,7 @@ def choose(checkpoint: Path, sample: int | None) -> None:
               "dev_mean_f1": f1, "dev_mean_hit_at_1": hit1, "from": source,
               "rule": "max mean F1 over hops, then mean Hit@1; ties: smaller min_hops, smaller cut",
               "candidates": [[c[1], c[2], *c[0]] for c in candidates]}
-    path = RESULTS / f"{tag}-metaqa-dev-choice.json"
+    path = RESULTS / f"{tag}-{dataset}-dev-choice.json"
     path.write_text(json.dumps(choice, indent=2))
     print(json.dumps(choice, indent=2))
 
@@ -140,6 +140,7 @@ def choose(checkpoint: Path, sample: int | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--checkpoint", type=Path, required=True, help="train-scr run folder")
+    parser.add_argument("--dataset", default="metaqa", help="metaqa (default) or wc2014")
     parser.add_argument("--split", default="test")
     parser.add_argument("--sample", type=int, default=None, help="questions per hop (seeded); all without it")
     parser.add_argument("--seed", type=int, default=0)
@@ -155,7 +156,7 @@ def main() -> None:
                              "dev choice of (min_hops, answer_cut): best mean F1 over hops, then mean Hit@1")
     args = parser.parse_args()
     if args.choose:
-        choose(args.checkpoint, args.sample)
+        choose(args.checkpoint, args.sample, args.dataset)
         return
 
     from stem_jax.engine import Engine
@@ -177,14 +178,17 @@ def main() -> None:
     if args.split == "dev":  # calibration: keep every answer, sweep the cut offline
         config = dataclasses.replace(config, scr=dataclasses.replace(config.scr, answer_cut=0.0))
     tag = run_tag(args.checkpoint)
+    kg = "" if args.dataset == "metaqa" else f"-{args.dataset}"  # MetaQA keeps its run folder names
     variant = f"-minhops{config.scr.min_hops}" + (f"-cut{config.scr.answer_cut:g}" if config.scr.answer_cut else "")
     suffix = f"-sample{args.sample}-seed{args.seed}" if args.sample else ""
-    out = args.out or Path("runs") / f"{tag}-{args.split}{variant}{suffix}"
+    out = args.out or Path("runs") / f"{tag}{kg}-{args.split}{variant}{suffix}"
     began = time.perf_counter()
-    engine = Engine.open("metaqa", split=args.split, config=config,
+    engine = Engine.open(args.dataset, split=args.split, config=config,
                          method_options={"scr": {"checkpoint": args.checkpoint}}, log=print)
     questions = engine.dataset.questions
-    if args.split == "dev":  # only the hash-split validation part: training never saw these questions
+    report = Path(args.checkpoint) / "train-scr.json"
+    trained_on = (json.loads(report.read_text()).get("split") if report.is_file() else None) or "dev"
+    if args.split == trained_on:  # only the hash-split validation part: training never saw these questions
         from stem_jax.data.splits import hash_split
 
         questions = hash_split(questions, 0.1)[1]
@@ -193,7 +197,7 @@ def main() -> None:
 
         questions = subset(questions, args.subset)
         args.sample, suffix = None, f"-subset{args.subset}"
-        out = args.out or Path("runs") / f"{tag}-{args.split}{variant}{suffix}"
+        out = args.out or Path("runs") / f"{tag}{kg}-{args.split}{variant}{suffix}"
     questions = sample_per_hop(questions, args.sample, args.seed)
     method = engine.method("scr")
     build_seconds = time.perf_counter() - began
@@ -273,8 +277,9 @@ def main() -> None:
     sweep_md = ("\n\nanswer-cut sweep (keep answers with >= cut x the best answer's probability; Hit / Hit@1 / F1 "
                 "per hop):\n\n" + markdown_table(["cut", "1h Hit", "1h H@1", "1h F1", "2h Hit", "2h H@1", "2h F1",
                                                   "3h Hit", "3h H@1", "3h F1"], sweep)) if sweep else ""
-    markdown = (f"{method.name} on MetaQA-partial {args.split}"
-                + (" (hash-split validation questions, never trained on)" if args.split == "dev" else "")
+    markdown = (f"{method.name} on {'MetaQA-partial' if args.dataset == 'metaqa' else args.dataset} {args.split}"
+                + (" (hash-split validation questions, never trained on)" if args.split == trained_on else
+                   " (never trained on)" if args.split == "dev" else "")
                 + (f" (seeded sample of {args.sample} per hop)" if args.sample else
                    f" (stratified subset: {args.subset} per hop, lowest sha256(qid))" if args.subset else " (full split)")
                 + f", checkpoint {args.checkpoint} step {method.info['step']}"
@@ -282,13 +287,13 @@ def main() -> None:
                 + f"answer_cut={config.scr.answer_cut} ({chosen_where})\n\n" + table + "\n\n" + timing + "\n\nWhere the loss comes from:\n\n"
                 + losses_md + sweep_md)
     print("\n" + markdown)
-    payload = {"meta": run_metadata(), "split": args.split, "sample_per_hop": args.sample, "seed": args.seed,
+    payload = {"meta": run_metadata(), "dataset": args.dataset, "split": args.split, "sample_per_hop": args.sample, "seed": args.seed,
                "method": method.name, "min_hops": config.scr.min_hops, "answer_cut": config.scr.answer_cut,
                "settings_chosen": chosen_where, "cut_sweep": sweep,
                "checkpoint": str(args.checkpoint), "fingerprint": method.fingerprint(), "per_hop": payload_hops,
                "losses": {h: dict(c) for h, c in losses.items()}, "eval_summary": summary, "train": train_summary,
                "eval_seconds": eval_seconds, "build_seconds": build_seconds, "search_seconds": search_seconds}
-    paths = write_report(RESULTS, f"{tag}-metaqa-{args.split}{variant}" + (f"-sample{args.sample}" if args.sample else "")
+    paths = write_report(RESULTS, f"{tag}-{args.dataset}-{args.split}{variant}" + (f"-sample{args.sample}" if args.sample else "")
                          + (f"-subset{args.subset}" if args.subset else ""),
                          payload, markdown)
     print(f"\nwrote {paths[0]} and {paths[1]}")
