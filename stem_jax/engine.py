@@ -114,9 +114,11 @@ def load_kg(spec: DatasetSpec, *, log: Log = _quiet) -> tuple[Dataset, KGIndex]:
 def open_embeddings(config: StemConfig, dataset: Dataset, index: KGIndex, cache_root: Path, *, rebuild: bool = False,
                     show_progress: bool = False, log: Log = _quiet) -> tuple[Any, Any, list[list[Any]]]:
     """The encoder, the KG's embedding tables (built once, resumable) and a per-table summary."""
+    from stem_jax.compile_cache import enable_compile_cache
     from stem_jax.encoder import get_encoder
     from stem_jax.kg.embeddings import build_kg_embeddings, cache_folder
 
+    enable_compile_cache(cache_root)  # before the first compile: the encoder's and every tracer's
     encoder = get_encoder(config.encoder)
     folder = cache_folder(cache_root, dataset.name, index, encoder, names=dataset.entity_names)
     log(f"embedding cache: {folder}")

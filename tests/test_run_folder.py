@@ -152,6 +152,17 @@ def test_corrupt_torn_duplicate_and_nan_lines_are_reported_and_recomputed(tmp_pa
     assert read_predictions(path, log=None)[1:] == ([], False)  # rewritten cleanly
 
 
+@pytest.mark.parametrize("literal", ["-Infinity", "Infinity", "1e999", "-2.5e400"])
+def test_every_non_finite_spelling_is_found_when_reading(tmp_path, literal):
+    """The reader flags NaN/inf while decoding (parse hooks), not by walking every record: each spelling
+    JSON decoders turn into a non-finite float, an overflowing literal included, is still caught."""
+    path = tmp_path / PREDICTIONS
+    path.write_text(json.dumps(record("q1")) + "\n" + f'{{"id": "q2", "ms": {{"trace": {literal}}}}}' + "\n")
+    records, problems, rewrite = read_predictions(path, log=None)
+    assert sorted(records) == ["q1"] and rewrite
+    assert problems == [f"{path}:2: non-finite number in ms.trace; that question is computed again"]
+
+
 def test_nan_never_reaches_predictions(tmp_path):
     with RunFolder.open(tmp_path / "run", fingerprint()) as run:
         with pytest.raises(StemError, match=r"'q1' holds a non-finite number in scores\[0\]"):

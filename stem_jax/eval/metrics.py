@@ -74,6 +74,7 @@ Strict metrics and graph metrics choices are documented on :func:`strict_metrics
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import string
@@ -109,6 +110,7 @@ _DELETE_PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLE_WORDS = re.compile(r"\b(?:a|an|the)\b")
 
 
+@functools.lru_cache(maxsize=1 << 16)  # pairwise matching normalises each name once per pair: ~35 calls a question
 def rog_normalize(text: str) -> str:
     """Normalise ``text`` the way RoG's ``normalize`` does (see the module docstring).
 

@@ -28,6 +28,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -143,6 +144,9 @@ def non_finite_fields(record: Any, path: str = "") -> list[str]:
     return []
 
 
+_BIG_EXPONENT = re.compile(rb"[0-9][eE]\+?[0-9]{3}")  # 1e308 is finite, 1e309 is not: three digits may overflow
+
+
 def read_predictions(path: Path, *, log: Log | None = _warn) -> tuple[dict[str, dict], list[str], bool]:
     """Records of a predictions file by id, the problems found (``file:line: what``), and whether the file
     needs rewriting (a torn, corrupt or duplicate line). Never raises on content; ``log`` gets each problem."""
@@ -154,17 +158,25 @@ def read_predictions(path: Path, *, log: Log | None = _warn) -> tuple[dict[str, 
     torn = lines.pop()  # after the last newline: empty, or a record cut by a kill
     records: dict[str, dict] = {}
     problems: list[str] = []
+    non_finite: list[str] = []  # NaN, Infinity or -Infinity met while decoding the current line
+
+    def constant(name: str) -> float:
+        non_finite.append(name)
+        return float(name.replace("Infinity", "inf"))
+
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         what = None
+        non_finite.clear()
         try:
-            record = json.loads(line)
+            record = json.loads(line, parse_constant=constant)
         except (ValueError, RecursionError):  # undecodable bytes and bad JSON alike
             record, what = None, "not a JSON record"
         if what is None and (not isinstance(record, dict) or not isinstance(record.get("id"), str)):
             what = "not a predictions record (no string id)"
-        if what is None and non_finite_fields(record):
+        # the record is walked only when decoding met NaN/inf, or a literal that may overflow to inf (1e999)
+        if what is None and (non_finite or _BIG_EXPONENT.search(line)) and non_finite_fields(record):
             what = f"non-finite number in {non_finite_fields(record)[0]}"
         if what is None and record["id"] in records:
             what = f"duplicate record for question {record['id']}"
@@ -300,12 +312,13 @@ class RunFolder:
             return
         lines = []
         for record in records:
-            bad = non_finite_fields(record)
-            if bad:
+            try:
+                lines.append(_dumps(record))  # allow_nan=False: the encoder refuses NaN/inf at C speed
+            except ValueError:
+                bad = non_finite_fields(record) or ["(value)"]
                 raise StemError(f"record for question {record.get('id')!r} holds a non-finite number in {bad[0]} "
                                 "(a bug: NaN/inf must never reach predictions)\n"
-                                "  how to fix: report it with the command that produced it")
-            lines.append(_dumps(record))
+                                "  how to fix: report it with the command that produced it") from None
         try:
             if self._sink is None:
                 self._sink = self.predictions.open("a", encoding="utf-8")

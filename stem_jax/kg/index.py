@@ -66,6 +66,11 @@ class KGIndex:
             digest.update("".join([f"{entities[h]}\x1f{relations[r]}\x1f{entities[t]}\x1e" for h, r, t in block]).encode())
         return digest.hexdigest()[:12]
 
+    @functools.cached_property
+    def relation_adjacency(self) -> RelationAdjacency:
+        """Triples keyed by (entity, relation) per direction, built on first use (gold-path walks)."""
+        return RelationAdjacency.build(self.triples, max(self.num_relations, 1))
+
     def incident(self, node: int) -> np.ndarray:
         """Triple ids touching ``node`` as head or tail."""
         return self.csr_triples[self.csr_offsets[node] : self.csr_offsets[node + 1]]
@@ -81,6 +86,41 @@ class KGIndex:
             (self.entities[h], self.relations[r], self.entities[t])
             for h, r, t in self.triples[np.asarray(list(triple_ids), dtype=np.int64)]
         ]
+
+
+@dataclasses.dataclass(frozen=True)
+class RelationAdjacency:
+    """Triple ids sorted by ``entity * R + relation`` keyed by head (``forward``) and by tail (backward).
+
+    A relation step from a frontier reads only that relation's triples at each frontier entity (two
+    binary searches per entity), where the undirected CSR hands over every incident triple (a film's
+    actors, writers, genres... to find its director). 24 bytes per triple; built lazily."""
+
+    num_relations: int
+    head_keys: np.ndarray  # int64 [m], ascending
+    by_head: np.ndarray  # int32 [m] triple ids in head_keys order
+    tail_keys: np.ndarray
+    by_tail: np.ndarray
+
+    @classmethod
+    def build(cls, triples: np.ndarray, num_relations: int) -> RelationAdjacency:
+        relation = triples[:, 1].astype(np.int64)
+        keyed = []
+        for column in (0, 2):
+            keys = triples[:, column].astype(np.int64) * num_relations + relation
+            order = np.argsort(keys, kind="stable")  # ties (parallel triples) keep triple-id order
+            keyed += [keys[order], order.astype(np.int32)]
+        return cls(num_relations, *keyed)
+
+    def step(self, frontier: np.ndarray, relation: int, forward: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(triple ids, their source entity) of ``relation`` triples leaving ``frontier`` (unique ids) at the
+        head (``forward``) or at the tail; grouped by source in ``frontier`` order."""
+        keys, ids = (self.head_keys, self.by_head) if forward else (self.tail_keys, self.by_tail)
+        wanted = np.asarray(frontier, dtype=np.int64) * self.num_relations + relation
+        starts = np.searchsorted(keys, wanted, side="left")
+        lengths = np.searchsorted(keys, wanted, side="right") - starts
+        positions = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+        return ids[positions], np.repeat(np.asarray(frontier), lengths)
 
 
 def build_csr(triples: np.ndarray, num_entities: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,61 @@
+"""XLA's persistent compilation cache under the stem_jax cache folder.
+
+Every ``stem-jax`` process compiles the same tracers (one per strategy, steps bucket, capacity
+level and padded batch size): on a 2-core CPU that is 8-14 s of a MetaQA eval whose tracing
+itself takes under a second per 4,096 runs. JAX can keep compiled executables on disk, keyed by
+the program, the compile options, the jaxlib version and the device, so a later process loads them
+instead (measured: first trace call of 2,048 MetaQA 2-hop runs 14.2 s cold, 2.2 s from the cache).
+The results are the same executables, so outputs do not change.
+
+``STEM_COMPILE_CACHE`` turns it off (``0``, ``off``, ``false``) or names another folder. A folder
+that cannot be written (a read-only cache) leaves the cache off: compiling is only slower.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+ENV = "STEM_COMPILE_CACHE"
+FOLDER = "xla-compiled"
+MAX_BYTES = 1 << 30  # least recently used executables are dropped past 1 GiB
+
+_enabled: Path | None = None
+
+
+def compile_cache_folder(cache_root: Path) -> Path | None:
+    """Where executables are kept for ``cache_root``, or None when ``$STEM_COMPILE_CACHE`` turns it off."""
+    value = os.environ.get(ENV, "").strip()
+    if value.lower() in ("0", "off", "false", "no"):
+        return None
+    return Path(value).expanduser() if value else Path(cache_root) / FOLDER
+
+
+def _writable(folder: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-"):
+            pass
+    except OSError:
+        return False
+    return True
+
+
+def enable_compile_cache(cache_root: Path) -> Path | None:
+    """Keep compiled XLA programs in ``cache_root``/xla-compiled (once per process; the first folder wins,
+    since JAX opens its cache at the first compile). Returns the folder in use, or None."""
+    global _enabled
+    if _enabled is not None:
+        return _enabled
+    folder = compile_cache_folder(cache_root)
+    if folder is None or not _writable(folder):
+        return None
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # small tracers add up to seconds
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+    _enabled = folder
+    return folder
