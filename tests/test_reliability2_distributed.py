@@ -3,8 +3,10 @@
 Before: process 1 killed, process 0 wrote its complete shard, then sat in jax.distributed's shutdown
 barrier until the coordination service's heartbeat timeout (100 s) and aborted with rc 134 and a C++
 stack dump ("Terminating process because the JAX distributed service detected fatal errors").
-Processes share no collectives, so ``join_processes`` runs the job in JAX's recoverable mode and, at
-exit, waits for the peers still alive (a dead one drops out after ``--heartbeat-timeout``).
+Processes share no collectives, so the job's coordination service runs in recoverable mode (in a helper
+process of its own, :mod:`stem_jax.coordination`) and, at exit, each process waits for the peers still
+alive (a dead one drops out after ``--heartbeat-timeout``). Killing process 0:
+tests/test_distributed_coordinator_killed.py.
 """
 
 from __future__ import annotations

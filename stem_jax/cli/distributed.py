@@ -1,8 +1,10 @@
 """Several processes (hosts) scoring one split: ``eval --num-processes N --process-id I``, then ``score``.
 
-Each process joins the job with ``jax.distributed.initialize`` (flags, or ``JAX_COORDINATOR_ADDRESS``
-/ ``JAX_NUM_PROCESSES`` / ``JAX_PROCESS_ID``), shards its own batches over its local devices
-(:mod:`stem_jax.eval.sharding`) and evaluates its deterministic share of the questions (every
+Each process joins the job (flags, or ``JAX_COORDINATOR_ADDRESS`` / ``JAX_NUM_PROCESSES`` /
+``JAX_PROCESS_ID``) as ``jax.distributed.initialize`` would, except that JAX's coordination service
+runs in a helper process that process 0 starts (:mod:`stem_jax.coordination`), so killing any
+process, process 0 included, leaves the others running. Each shards its own batches over its local
+devices (:mod:`stem_jax.eval.sharding`) and evaluates its deterministic share of the questions (every
 N-th, starting at its id) into its own run folder ``<out>/shard-<I>-of-<N>/`` (locked,
 fingerprinted and resumable like any run folder, so resume works per shard). ``stem-jax score
 --out <out>`` checks that every shard is complete and ran the same settings, merges them into
@@ -12,7 +14,6 @@ fingerprinted and resumable like any run folder, so resume works per shard). ``s
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
 import re
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stem_jax.coordination import join
 from stem_jax.errors import StemError
 
 SHARD = re.compile(r"shard-(\d+)-of-(\d+)$")
@@ -55,43 +57,16 @@ def join_processes(args: argparse.Namespace) -> tuple[int, int]:
     pid = int(pid)
     if not 0 <= pid < count:
         raise StemError(f"--process-id must be in 0..{count - 1}, got {pid}")
-    import jax
-
     heartbeat = getattr(args, "heartbeat_timeout", None) or 100
     if heartbeat < 1:
         raise StemError(f"--heartbeat-timeout must be 1 second or more, got {heartbeat}")
     # Each process scores its own share into its own shard with no collectives between processes, so
-    # one process dying must not take the others down: by default the coordination service turns a
-    # missed heartbeat into a fatal error in every other task (rc 134 and a C++ stack dump, after it had
-    # written its complete shard). Recoverable mode keeps a task's failure to itself; it also drops the
-    # shutdown barrier that kept process 0's service up until the others had left, which
-    # _leave_together puts back in a form that a dead process cannot block.
-    jax.config.update("jax_enable_recoverability", True)
-    jax.distributed.initialize(coordinator_address=coordinator, num_processes=count, process_id=pid,
-                               heartbeat_timeout_seconds=heartbeat)
-    atexit.register(_leave_together, pid, count)  # runs before JAX's own shutdown (atexit is LIFO)
-    return jax.process_index(), jax.process_count()
-
-
-def _leave_together(pid: int, count: int) -> None:
-    """At exit, wait until every other process still alive is done too, then let process 0 go last.
-
-    ``get_live_nodes`` returns once every live process has called it; a killed one drops out after the
-    heartbeat timeout. Process 0 hosts the coordination service, and a process whose service vanished
-    before its own shutdown call aborts (measured: rc 134 when process 0 finished first), so process 0
-    leaves a moment after the others.
-    """
-    from jax._src import distributed as jax_distributed  # jax.distributed exposes no handle on its client
-
-    client = getattr(getattr(jax_distributed, "global_state", None), "client", None)
-    if client is None:
-        return
-    try:
-        live = client.get_live_nodes(list(range(count)))
-    except Exception:  # noqa: BLE001 - the coordinator is gone: there is nobody left to wait for
-        return
-    if pid == 0 and len(live) > 1:
-        time.sleep(2.0)  # the others' shutdown RPC to this process's service
+    # one process dying must not take the others down. JAX's coordination service runs in a helper
+    # process of its own (stem_jax.coordination), not inside process 0, so killing any eval process,
+    # process 0 included, leaves the service to the others; at exit each waits for the peers still
+    # alive, and a dead one drops out after --heartbeat-timeout.
+    join(coordinator, pid, count, heartbeat=heartbeat)
+    return pid, count
 
 
 def shard_folder(out: Path, pid: int, count: int) -> Path:
