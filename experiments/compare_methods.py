@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,14 @@ def group_of(dataset: str, question) -> str:
     return question.qtype if GROUPS.get(dataset) else f"{question.hops}-hop"
 
 
+class RowTimeUpError(Exception):
+    """--row-seconds elapsed for the current row."""
+
+
+def _row_time_up(signum, frame) -> None:
+    raise RowTimeUpError
+
+
 ALL = 10**9  # finished_per_group: every question of every group
 
 
@@ -155,8 +164,8 @@ def main() -> None:
     parser.add_argument("--per-hop", type=int, default=300,
                         help="questions per group (0: the full test split, run as growing stratified subsets)")
     parser.add_argument("--row-seconds", type=float, default=None,
-                        help="with --per-hop 0: start no further subset of a row after this many seconds of it; the "
-                             "row reports the largest stratified subset it finished")
+                        help="stop each row after this many seconds (its finished predictions are kept; rerunning resumes); "
+                             "the row reports the largest stratified subset it finished")
     parser.add_argument("--score-only", action="store_true",
                         help="evaluate nothing: score each row's finished stratified subset from its run folder")
     parser.add_argument("--rows", default="stem,safe,safe+phrases,scr,scr+rel")
@@ -216,23 +225,29 @@ def main() -> None:
                                           options={**context.options, **{k: v for k, v in row.options.items()
                                                                          if k != "guidance"}})
             method = build_method(row.method, context)
-            row_began = time.perf_counter()
-            for n in stages:
-                if args.row_seconds is not None and time.perf_counter() - row_began > args.row_seconds:
-                    print(f"{row.name}: row time {args.row_seconds:.0f} s spent; stopping before {n or 'all'} per group")
-                    break
-                wanted = stratified(every, n, args.dataset)
-                done_before = len(read_finished(out / "predictions.jsonl")) if (out / "predictions.jsonl").exists() else 0
-                began, load_before = time.perf_counter(), os.getloadavg()[0]
-                evaluate_method(method, wanted, out, chunk_size=row.config.engine.chunk_questions,
-                                show_progress=False, log=print)
-                done_after = len(read_finished(out / "predictions.jsonl"))
-                if done_after > done_before:
-                    segments.append({"seconds": time.perf_counter() - began, "questions": done_after - done_before,
-                                     "per_group": n, "load_1min": [round(load_before, 2),
-                                                                   round(os.getloadavg()[0], 2)]})
-                    out.mkdir(parents=True, exist_ok=True)
-                    wall_file.write_text(json.dumps({"segments": segments}))
+            if args.row_seconds is not None:  # a hard limit: the alarm interrupts a stage between two writes
+                signal.signal(signal.SIGALRM, _row_time_up)
+                signal.alarm(max(1, int(args.row_seconds)))
+            try:
+                for n in stages:
+                    wanted = stratified(every, n, args.dataset)
+                    done_before = (len(read_finished(out / "predictions.jsonl"))
+                                   if (out / "predictions.jsonl").exists() else 0)
+                    began, load_before = time.perf_counter(), os.getloadavg()[0]
+                    try:
+                        evaluate_method(method, wanted, out, chunk_size=row.config.engine.chunk_questions,
+                                        show_progress=False, log=print)
+                    finally:  # also when the row's time is up: the questions it finished count, with their time
+                        done_after = len(read_finished(out / "predictions.jsonl"))
+                        if done_after > done_before:
+                            segments.append({"seconds": time.perf_counter() - began,
+                                             "questions": done_after - done_before, "per_group": n,
+                                             "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]})
+                            wall_file.write_text(json.dumps({"segments": segments}))
+            except RowTimeUpError:
+                print(f"{row.name}: row time {args.row_seconds:g} s spent; scoring the largest stratified subset done")
+            finally:
+                signal.alarm(0)
             fingerprint = method.fingerprint()
         else:
             fingerprint = json.loads((out / "fingerprint.json").read_text())["fingerprint"] \
