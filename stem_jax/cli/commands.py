@@ -178,7 +178,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         folder = out / name.replace(" ", "-")
         for stale in (folder / "predictions.jsonl",):  # the demo always recomputes: it is the smoke test
             stale.unlink(missing_ok=True)
-        results[name] = evaluate(pipeline, dataset.questions, OraclePlanner().plan, folder,
+        results[name] = evaluate(pipeline, dataset.questions, OraclePlanner(names=dataset.entity_names).plan, folder,
                                  show_progress=not args.no_progress)
         thetas[name] = pipeline.theta
     print("\nGold-path upper bound (follow the gold relation path; percent):\n")

@@ -135,8 +135,10 @@ def cmd_train_gnn(args: argparse.Namespace) -> int:
     encoder, embeddings, _ = embed(args, config, dataset, index)
     factory = example_factory(config, dataset, index, embeddings, encoder)
     train_q, val_q = split_by_qid(dataset.questions, args.val_percent)
-    train_pairs, skipped = question_examples(factory, train_q, OraclePlanner().plan)
-    val_pairs, _ = question_examples(factory, val_q, OraclePlanner().plan)
+    # opaque ids (entity_names.tsv): the oracle names topics by display name, as the factory anchors them
+    oracle = OraclePlanner(names=dataset.entity_names).plan
+    train_pairs, skipped = question_examples(factory, train_q, oracle)
+    val_pairs, _ = question_examples(factory, val_q, oracle)
     arch = gnn_architecture(args, config)
     spec = ModelSpec(layers=arch.layers, d_gnn=arch.d_gnn, d_pem=factory.featurizer.dim,
                      num_relations=index.num_relations)

@@ -127,8 +127,12 @@ def assertion_from_triple(head: str, relation: str, tail: str) -> str:
 
 def examples_from_training(questions: Sequence[Question], names: dict[str, str] | None = None,
                            assertions: Callable[[SchemaGraph], Sequence[str]] | None = None) -> list[FewShotExample]:
-    """Few-shot examples from training questions' oracle plans (one per question with a gold plan)."""
-    oracle = OraclePlanner()
+    """Few-shot examples from training questions' oracle plans (one per question with a gold plan).
+
+    ``names`` (entity id -> display name, a KG with opaque ids): the examples name their topics as
+    the question text does, so the prompt's triples read like its question and the pool can mask them.
+    """
+    oracle = OraclePlanner(names=names)
     out = []
     for q in questions:
         schemas = oracle.plan(q)

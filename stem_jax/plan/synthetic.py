@@ -114,10 +114,14 @@ def reverse_generate(backend: LLMBackend, samples: Sequence[tuple[list[tuple[str
 
 
 def path_assertions(backend: LLMBackend, questions: Sequence[Question], *, retries: int = 5, max_tokens: int = 256,
-                    stats: Counter | None = None) -> list[SyntheticRecord]:
-    """Appendix C.1: P4 writes one assertion per masked gold triple of each training question."""
+                    stats: Counter | None = None, names: dict[str, str] | None = None) -> list[SyntheticRecord]:
+    """Appendix C.1: P4 writes one assertion per masked gold triple of each training question.
+
+    ``names`` (entity id -> display name, a KG with opaque ids, as :func:`sample_masked_walks` takes):
+    the gold triples name their topics as the question text does, not by id.
+    """
     stats = stats if stats is not None else Counter()
-    oracle = OraclePlanner()
+    oracle = OraclePlanner(names=names)
     jobs = []
     for q in questions:
         schemas = oracle.plan(q)
