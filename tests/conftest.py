@@ -1,7 +1,15 @@
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+
+def pytest_configure(config):
+    """One XLA compilation cache for the whole session, subprocesses included: each CLI subprocess would
+    otherwise compile the same tracers again (or fill a cache per test's own STEM_CACHE_DIR)."""
+    if "STEM_COMPILE_CACHE" not in os.environ:
+        os.environ["STEM_COMPILE_CACHE"] = tempfile.mkdtemp(prefix="stem-jax-xla-")
 
 
 @pytest.fixture(scope="session")

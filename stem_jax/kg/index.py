@@ -270,6 +270,11 @@ def relation_text(relation: str, names: Mapping[str, str] | None = None) -> str:
     """
     if names and relation in names:
         return names[relation]
+    return _derived_relation_text(relation)
+
+
+@functools.lru_cache(maxsize=1 << 14)  # every traced run's schema texts pass here, a few relations many times
+def _derived_relation_text(relation: str) -> str:
     text = relation.strip()
     if not text or any(c.isspace() for c in text):
         return text

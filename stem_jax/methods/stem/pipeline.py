@@ -300,15 +300,19 @@ class StemPipeline:
             for level, shapes in enumerate(ladder):
                 size = self._fit(max(self.batch[precision] >> level, 4), len(members))
                 retry = []
-                for start in range(0, len(members), size):
-                    chunk = members[start : start + size]
-                    batch = self.trace_batch([runs[i] for i in chunk], anchors[chunk], anchor_scores[chunk], size,
-                                             bucket, guidance[chunk])
-                    began = time.perf_counter()
-                    out = self.sharding.trace(self.kg, batch, traced, shapes=shapes, precision=precision,
-                                              **self.tracer_switches())
-                    host = jax.device_get(out)  # the batch's single device->host transfer
-                    timings["trace"] += time.perf_counter() - began
+                chunks = [members[start : start + size] for start in range(0, len(members), size)]
+                began = time.perf_counter()
+                # Every batch of the level is dispatched before any result is read (JAX runs them
+                # asynchronously, the host prepares the next batch meanwhile), then one transfer brings
+                # them all back.
+                pending = [self.sharding.trace(self.kg, self.trace_batch([runs[i] for i in chunk], anchors[chunk],
+                                                                         anchor_scores[chunk], size, bucket,
+                                                                         guidance[chunk]),
+                                               traced, shapes=shapes, precision=precision, **self.tracer_switches())
+                           for chunk in chunks]
+                fetched = jax.device_get(pending)
+                timings["trace"] += time.perf_counter() - began
+                for chunk, host in zip(chunks, fetched, strict=True):
                     for row, i in enumerate(chunk):
                         outputs[i] = {k: getattr(host, k)[row] for k in OUTPUT_FIELDS}
                         outputs[i]["capacity"] = shapes.frontier
