@@ -149,7 +149,11 @@ def dfs_steps(graph: QueryGraph) -> list[Step]:
 
 @dataclasses.dataclass(frozen=True)
 class MatchIndex:
-    """Directed CSR views of a KG (out: by head, in: by tail; each sorted by relation, neighbour, triple)."""
+    """Directed CSR views of a KG (out: by head, in: by tail; each sorted by relation, neighbour, triple).
+
+    ``out_relations``/``out_neighbours`` (and ``in_*``) are the relation and other end of each CSR entry, so an
+    expansion slices them instead of gathering triples; ``type_table`` caches, per variable-node type test, the
+    per-entity pass mask and cost (the same values :func:`expand` would compute from the entity's types)."""
 
     triples: np.ndarray
     out_offsets: np.ndarray
@@ -158,6 +162,11 @@ class MatchIndex:
     in_triples: np.ndarray
     entity_types: np.ndarray  # bool [E, C]
     num_relations: int
+    out_relations: np.ndarray | None = None
+    out_neighbours: np.ndarray | None = None
+    in_relations: np.ndarray | None = None
+    in_neighbours: np.ndarray | None = None
+    type_tables: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def build(cls, index: KGIndex, entity_types: np.ndarray) -> MatchIndex:
@@ -178,17 +187,28 @@ class MatchIndex:
         out_offsets, out_triples = csr(triples[:, 0], triples[:, 2])
         in_offsets, in_triples = csr(triples[:, 2], triples[:, 0])
         return cls(triples, out_offsets, out_triples, in_offsets, in_triples, np.asarray(entity_types, bool),
-                   num_relations)
+                   num_relations, triples[out_triples, 1], triples[out_triples, 2], triples[in_triples, 1],
+                   triples[in_triples, 0])
+
+    def type_table(self, allowed: np.ndarray, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per entity: whether one of its types is ``allowed`` (bool [E]) and its cheapest type ``cost`` (int64 [E];
+        ``BIG`` for an entity without types). Cached by the test's bytes: a query node's test depends only on its
+        type, so every query graph with that type shares one table."""
+        key = (np.asarray(allowed, bool).tobytes(), np.asarray(cost, np.int64).tobytes())
+        table = self.type_tables.get(key)
+        if table is None:
+            table = ((self.entity_types & np.asarray(allowed, bool)[None, :]).any(axis=1),
+                     np.where(self.entity_types, np.asarray(cost, np.int64)[None, :], BIG).min(axis=1))
+            self.type_tables[key] = table
+        return table
 
     def incident(self, node: int, forward: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(triple ids, relations, neighbours) of ``node`` as head (forward) or as tail."""
         if forward:
-            tids = self.out_triples[self.out_offsets[node] : self.out_offsets[node + 1]]
-            rows = self.triples[tids]
-            return tids, rows[:, 1], rows[:, 2]
-        tids = self.in_triples[self.in_offsets[node] : self.in_offsets[node + 1]]
-        rows = self.triples[tids]
-        return tids, rows[:, 1], rows[:, 0]
+            lo, hi = self.out_offsets[node], self.out_offsets[node + 1]
+            return self.out_triples[lo:hi], self.out_relations[lo:hi], self.out_neighbours[lo:hi]
+        lo, hi = self.in_offsets[node], self.in_offsets[node + 1]
+        return self.in_triples[lo:hi], self.in_relations[lo:hi], self.in_neighbours[lo:hi]
 
 
 class _Prepared:
@@ -201,6 +221,8 @@ class _Prepared:
             lookup[edge.relations] = edge.relation_cost
             self.relation_cost.append(lookup)
         self.entity_cost: list[tuple[np.ndarray, np.ndarray] | None] = []
+        self.type_tables = [kg.type_table(node.type_allowed, node.type_cost)
+                            if not node.is_entity and node.type_cost is not None else None for node in graph.nodes]
         for node in graph.nodes:
             if not node.is_entity:
                 self.entity_cost.append(None)
@@ -242,9 +264,9 @@ def expand(kg: MatchIndex, graph: QueryGraph, prepared: _Prepared, step: Step, b
             node_cost = prepared.node_entity_cost(step.child, nbrs)
             keep &= node_cost >= 0
         elif node.type_cost is not None:
-            types = kg.entity_types[nbrs]
-            keep &= (types & node.type_allowed[None, :]).any(axis=1)
-            node_cost = np.where(types, node.type_cost[None, :], BIG).min(axis=1)
+            allowed, costs = prepared.type_tables[step.child]
+            keep &= allowed[nbrs]
+            node_cost = costs[nbrs]
         else:
             node_cost = np.zeros(len(nbrs), dtype=np.int64)
     tids, rels, nbrs, cost = tids[keep], rels[keep], nbrs[keep], (rel_cost + node_cost)[keep]
