@@ -20,6 +20,13 @@ a corrupt or missing chunk is dropped from the manifest with a warning, to be co
 A folder that holds only a table's own files (arrays, manifest, temp and lock files) but no readable
 manifest (a build killed before its first manifest, a damaged manifest) or damaged array metadata is
 started over with a warning; a folder holding anything else is never touched.
+
+Concurrent processes: an owner that builds a table while others may build it too (the encoder cache)
+holds :func:`stem_jax.locks.build_lock` on the table folder around :meth:`ZarrTable.open_or_create`
+and its chunk writes; the lock file ``.lock`` is the table's own, kept by a start-over or a rebuild. A
+complete table is opened without the lock by :meth:`ZarrTable.open_complete` (read only, writes
+nothing, so a read-only folder works): a manifest only ever lists chunks whose arrays are written, and
+is replaced in one rename, so a reader sees either the old or the new list, never a torn one.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -38,6 +46,7 @@ import tensorstore as ts
 
 from stem_jax.atomic import write_json_atomic
 from stem_jax.errors import CacheError
+from stem_jax.locks import LOCK_FILE
 
 MANIFEST = "manifest.json"
 _CODECS = ({"name": "bytes", "configuration": {"endian": "little"}},
@@ -133,7 +142,16 @@ def read_manifest(path: Path, required: Sequence[str] = ()) -> dict[str, Any] | 
 
 
 def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    """Replace ``path/manifest.json`` atomically (unique temp file in the folder, fsync, rename), then fsync
+    the folder so that the rename itself survives a crash."""
     write_json_atomic(Path(path) / MANIFEST, manifest)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems refuse fsync on a directory; the rename is atomic either way
+        pass
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,7 +184,7 @@ class ZarrTable:
     """An open table: its folder, columns, manifest and TensorStore arrays (see the module docstring)."""
 
     def __init__(self, path: Path, columns: Sequence[Column], manifest: dict[str, Any], *, kind: TableKind,
-                 create: bool = False):
+                 create: bool = False, writable: bool = True):
         self.path = Path(path)
         self.columns = tuple(columns)
         self.manifest = manifest
@@ -177,7 +195,7 @@ class ZarrTable:
         for column in self.columns:
             try:
                 self.arrays[column.name] = ts.open(column.spec(self.path, self.n, self.chunk_rows), open=True,
-                                                   create=create).result()
+                                                   create=create, read=True, write=writable).result()
             except ValueError as err:
                 raise CacheError(f"{self.path}: cannot open {column.subdir or 'the array'} ({err})\n"
                                  f"  how to fix: {kind.fix_for(self.path)}") from None
@@ -185,31 +203,54 @@ class ZarrTable:
     # -- opening ------------------------------------------------------------------------------
 
     @classmethod
+    def open_complete(cls, path: Path, columns: Sequence[Column], expected: dict[str, Any], *,
+                      kind: TableKind) -> ZarrTable | None:
+        """The complete table at ``path`` built from ``expected``, opened read-only; None when it is absent,
+        unfinished or unreadable (then build it with :meth:`open_or_create`, under the build lock).
+
+        Takes no lock and writes nothing. The chunks are not checked here: call :meth:`verify` with
+        ``repair=False`` and rebuild under the lock when it finds any. A table built from other inputs
+        raises :class:`CacheError`, as :meth:`open_or_create` does.
+        """
+        path = Path(path)
+        manifest = read_manifest(path, kind.required) if path.is_dir() else None
+        if manifest is None:
+            return None
+        cls._check_inputs(path, manifest, expected, kind)
+        try:
+            table = cls(path, columns, manifest, kind=kind, writable=False)
+        except CacheError:  # arrays missing or damaged: the builder starts them over
+            return None
+        return table if table.complete() else None
+
+    @staticmethod
+    def _check_inputs(path: Path, manifest: dict[str, Any], expected: dict[str, Any], kind: TableKind) -> None:
+        diffs = [f"{kind.labels.get(k, k)}: {kind.noun} has {manifest.get(k)!r}, this run has {v!r}"
+                 for k, v in expected.items() if manifest.get(k) != v]
+        if diffs:
+            raise CacheError(f"{path}: {kind.name} was built for other inputs\n  " + "\n  ".join(diffs)
+                             + f"\n  how to fix: {kind.fix_for(path)}")
+
+    @classmethod
     def open_or_create(cls, path: Path, columns: Sequence[Column], expected: dict[str, Any], *, kind: TableKind,
                        fresh: dict[str, Any] | None = None, rebuild: bool = False) -> ZarrTable:
         """The table at ``path`` built from ``expected`` inputs (which hold ``n`` and ``chunk_rows``), created if absent.
 
         ``fresh`` adds fields to a new manifest. A table built from other inputs raises
-        :class:`CacheError` naming each difference; ``rebuild=True`` deletes the folder first.
+        :class:`CacheError` naming each difference; ``rebuild=True`` deletes the folder's contents first
+        (all but a build lock's file). Writes: call it under the table's build lock when other processes
+        may build the same table.
         """
         path = Path(path)
-        if rebuild and path.exists():
-            shutil.rmtree(path)
-        if path.exists() and not path.is_dir():
-            raise CacheError(f"{path}: is a file, not {kind.a_name} folder\n  how to fix: delete or move it")
+        if rebuild and path.is_dir():
+            cls._clear(path)
+        cls.refuse_foreign(path, columns, kind)
         manifest = read_manifest(path, kind.required) if path.is_dir() else None
-        if manifest is None and path.is_dir() and any(path.iterdir()):
-            if not cls._own_files_only(path, columns, kind):
-                raise CacheError(f"{path}: folder exists but is not {kind.a_name} (no readable {MANIFEST})\n"
-                                 f"  how to fix: {kind.fix_for(path)}")
+        if manifest is None and path.is_dir() and any(e.name != LOCK_FILE for e in path.iterdir()):
             reason = "unreadable manifest" if (path / MANIFEST).exists() else f"killed before its first {MANIFEST}"
             cls._start_over(path, reason, kind)
         if manifest is not None:
-            diffs = [f"{kind.labels.get(k, k)}: {kind.noun} has {manifest.get(k)!r}, this run has {v!r}"
-                     for k, v in expected.items() if manifest.get(k) != v]
-            if diffs:
-                raise CacheError(f"{path}: {kind.name} was built for other inputs\n  " + "\n  ".join(diffs)
-                                 + f"\n  how to fix: {kind.fix_for(path)}")
+            cls._check_inputs(path, manifest, expected, kind)
             try:
                 # create=True too: a build killed right after its first manifest has no arrays yet
                 return cls(path, columns, manifest, kind=kind, create=True)
@@ -220,16 +261,36 @@ class ZarrTable:
         write_manifest(path, manifest)
         return cls(path, columns, manifest, kind=kind, create=True)
 
+    @classmethod
+    def refuse_foreign(cls, path: Path, columns: Sequence[Column], kind: TableKind, *, rebuild: bool = False) -> None:
+        """Raise :class:`CacheError` when ``path`` is a file, or (unless ``rebuild``, which clears it) a folder
+        without a readable manifest that holds files a table does not own: such a folder is never written
+        to (a build lock's file included).
+        """
+        path = Path(path)
+        if path.exists() and not path.is_dir():
+            raise CacheError(f"{path}: is a file, not {kind.a_name} folder\n  how to fix: delete or move it")
+        if not rebuild and path.is_dir() and read_manifest(path, kind.required) is None and \
+                not cls._own_files_only(path, columns, kind):
+            raise CacheError(f"{path}: folder exists but is not {kind.a_name} (no readable {MANIFEST})\n"
+                             f"  how to fix: {kind.fix_for(path)}")
+
     @staticmethod
     def _own_files_only(path: Path, columns: Sequence[Column], kind: TableKind) -> bool:
-        own = {MANIFEST, *kind.extra_entries, *(e for c in columns for e in c.entries)}
+        own = {MANIFEST, LOCK_FILE, *kind.extra_entries, *(e for c in columns for e in c.entries)}
         return all(e.name in own or e.name.endswith((".tmp", ".__lock")) for e in path.iterdir())
 
     @staticmethod
     def _start_over(path: Path, reason: str, kind: TableKind) -> None:
         warnings.warn(f"{path}: {reason}; building this {kind.name} again", kind.warning, stacklevel=4)
+        ZarrTable._clear(path)
+
+    @staticmethod
+    def _clear(path: Path) -> None:
+        """Delete everything in the table folder but the build lock's file (a waiter holds its inode)."""
         for entry in path.iterdir():
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            if entry.name != LOCK_FILE:
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
 
     # -- chunks -------------------------------------------------------------------------------
 
@@ -258,11 +319,13 @@ class ZarrTable:
         return {c.name: np.asarray(self.arrays[c.name][lo:hi].read().result()) for c in self.columns}
 
     def verify(self, *, extra: Callable[[int], bytes] | None = None,
-               into: Mapping[str, np.ndarray] | None = None) -> list[int]:
+               into: Mapping[str, np.ndarray] | None = None, repair: bool = True) -> list[int]:
         """Check every finished chunk against its sha256; drop (and warn about) those that fail.
 
         ``extra(i)`` returns chunk ``i``'s extra digest bytes (may raise ``OSError``); verified
         blocks are copied into ``into[name][lo:hi]`` when given. Returns the dropped chunks.
+        ``repair=False`` (a reader without the build lock) only returns the failing chunks: no
+        warning, nothing dropped or saved.
         """
         dropped = []
         for key in sorted(self.done, key=int):
@@ -277,6 +340,9 @@ class ZarrTable:
             if ok:
                 for name, out in (into or {}).items():
                     out[lo:hi] = blocks[name]
+                continue
+            if not repair:
+                dropped.append(i)
                 continue
             warnings.warn(f"{self.path}: chunk {i} (rows {lo}-{hi - 1}) is corrupt ({reason}); {self.kind.redo}",
                           self.kind.warning, stacklevel=2)

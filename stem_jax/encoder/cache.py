@@ -11,6 +11,12 @@ Chunks are encoded and written one at a time; after each, the manifest is rewrit
 open all finished chunks are read back and checked against their sha256: a corrupt or missing
 chunk is reported by index with a warning and recomputed (recomputing is cheap and keeps long
 pipelines running; the warning keeps it from being silent).
+
+Several processes may open one cache at once (two ``stem-jax eval`` sharing ``STEM_CACHE_DIR``): a
+complete cache is read without any lock or write (a read-only cache folder works); building, resuming
+or repairing one holds its build lock (``<path>/.lock``, :func:`stem_jax.locks.build_lock`), so a second
+builder waits (one line on stderr naming the holder's pid), then reads the finished table, or resumes
+it from the written chunks when the holder was killed.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from tqdm.auto import tqdm
 
 from stem_jax.encoder.base import TextEncoder
 from stem_jax.errors import CacheError
+from stem_jax.locks import build_lock
 from stem_jax.zarr_table import Column, TableKind, ZarrTable, strings_sha256
 
 FORMAT_VERSION = 1
@@ -101,14 +108,18 @@ def open_or_build(
     :class:`CacheError` saying what differs; ``rebuild=True`` deletes it first. Chunks failing
     their checksum, an unreadable manifest or array metadata are recomputed with a
     :class:`CacheWarning`. A folder holding files that are not this cache's is never touched.
+
+    A complete cache is read without a lock and without writing; anything else is done holding the
+    cache's build lock, waiting for another process that holds it (see the module docstring). An
+    unwritable folder raises the ``OSError`` then (callers with a cheap fallback catch it).
     """
     path = Path(path)
     n, dim = len(texts), int(encoder.dim)
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
-    if rebuild and path.exists():
-        shutil.rmtree(path)
     if n == 0:  # nothing to encode or store: leave no half-made folder behind
+        if rebuild and path.exists():
+            shutil.rmtree(path)
         return EmbeddingTable(array=np.zeros((0, dim), np.float16), path=path, encoder_name=encoder.name)
     expected = {
         "format_version": FORMAT_VERSION,
@@ -118,8 +129,22 @@ def open_or_build(
         "chunk_rows": chunk_rows,
         "texts_sha256": texts_fingerprint(texts),
     }
-    table = ZarrTable.open_or_create(path, [_column(dim)], expected, kind=KIND, fresh={"dtype": "float16"})
     out = np.zeros((n, dim), np.float16)
+    if not rebuild:
+        table = ZarrTable.open_complete(path, [_column(dim)], expected, kind=KIND)
+        if table is not None and not table.verify(into={"embeddings": out}, repair=False):
+            return EmbeddingTable(array=out, path=path, encoder_name=encoder.name)
+    ZarrTable.refuse_foreign(path, [_column(dim)], KIND, rebuild=rebuild)  # before build_lock writes its file
+    with build_lock(path, KIND.name):
+        return _build(path, texts, encoder, expected, out, progress, desc, rebuild)
+
+
+def _build(path: Path, texts: Sequence[str], encoder: TextEncoder, expected: dict, out: np.ndarray, progress: bool,
+           desc: str, rebuild: bool) -> EmbeddingTable:
+    """Open (or start, or start over) the table and encode its missing chunks; holding its build lock."""
+    n, dim = out.shape
+    table = ZarrTable.open_or_create(path, [_column(dim)], expected, kind=KIND, fresh={"dtype": "float16"},
+                                     rebuild=rebuild)
     recomputed = table.verify(into={"embeddings": out})
 
     todo = table.todo()
