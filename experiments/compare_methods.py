@@ -140,6 +140,9 @@ def group_metrics(predictions: Path, questions: list, dataset: str) -> dict[str,
     for q in questions:
         groups.setdefault(group_of(dataset, q), set()).add(q.qid)
     order = GROUPS.get(dataset) or sorted(groups)
+    if not GROUPS.get(dataset):  # groups are hop counts: one pass over the file scores them all
+        summary = score_predictions(predictions, {q.qid for q in questions})["groups"]
+        return {g: {"n": summary[g]["n"], "mean": summary[g]["mean"]} for g in order if g in summary}
     out = {}
     for g in order:
         if g in groups:
@@ -252,13 +255,16 @@ def main() -> None:
         else:
             fingerprint = json.loads((out / "fingerprint.json").read_text())["fingerprint"] \
                 if (out / "fingerprint.json").is_file() else None
-        finished = set(read_finished(out / "predictions.jsonl")) if (out / "predictions.jsonl").exists() else set()
+        written = read_finished(out / "predictions.jsonl") if (out / "predictions.jsonl").exists() else {}
+        finished = set(written)
         reached = finished_per_group(every, finished, args.dataset)
         if args.per_hop:
             reached = min(reached, args.per_hop)
         questions = stratified(every, 0 if reached >= ALL else reached, args.dataset)
         groups = group_metrics(out / "predictions.jsonl", questions, args.dataset)
-        records = [r for r in read_finished(out / "predictions.jsonl").values() if r["id"] in {q.qid for q in questions}]
+        chosen = {q.qid for q in questions}
+        records = [r for r in written.values() if r["id"] in chosen]
+        del written
         ms = retrieval_ms(records, row.method) or [0.0]
         seconds = sum(s["seconds"] for s in segments)
         done = sum(s["questions"] for s in segments)
