@@ -67,8 +67,14 @@ def run_eval(tree: Path, out: Path, flags: list[str], log: list[str]) -> float:
         log.append(f"reused {shown(out)}")
         return 0.0
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    command = [sys.executable, "-m", "stem_jax.cli.main", "eval", "--dataset", "metaqa", "--split", "test",
+    # -P: `python -m` would put the working directory (this checkout, with whatever it holds now) first on
+    # sys.path, ahead of PYTHONPATH, and every side would run today's code; the check below fails loudly.
+    command = [sys.executable, "-P", "-m", "stem_jax.cli.main", "eval", "--dataset", "metaqa", "--split", "test",
                "--no-progress", "--out", str(out), *flags]
+    probe = subprocess.run([sys.executable, "-P", "-c", "import stem_jax; print(stem_jax.__file__)"], cwd=ROOT,
+                           env=env, check=True, capture_output=True, text=True).stdout.strip()
+    if not Path(probe).resolve().is_relative_to(tree.resolve()):
+        raise SystemExit(f"stem_jax imports from {probe}, not from {tree}")
     began = time.perf_counter()
     subprocess.run(command, cwd=ROOT, env=env, check=True)
     log.append(f"PYTHONPATH={shown(tree)} " + " ".join(shown(Path(c)) if c.startswith("/") else c
