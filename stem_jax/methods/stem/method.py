@@ -249,8 +249,9 @@ class StemMethod:
             stage_ms = dict(self.prepared_ms)
         for q in todo:
             self._online[q.qid] = q
-        for q in questions:
-            self._online.move_to_end(q.qid)
+        for q in questions:  # questions prepared ahead by prepare() (eval) are not online-kept
+            if q.qid in self._online:
+                self._online.move_to_end(q.qid)
         chunk_runs = [run for q in questions for run in self.runs[q.qid]]
         if chunk_runs:  # a no-op unless another method's compaction dropped some of these runs' texts
             self._embed([t for run in chunk_runs for t in run.plan.step_texts()], False)
