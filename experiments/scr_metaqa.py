@@ -218,6 +218,7 @@ def main() -> None:
     cap_table = method.neighbours
     per_hop: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     losses: dict[str, Counter] = defaultdict(Counter)
+    top_losses: dict[str, Counter] = defaultdict(Counter)  # the same, for Hit@1: why the top answer is not gold
     beam = engine.config.scr.beam
     for q in questions:
         record = records[q.qid]
@@ -232,10 +233,17 @@ def main() -> None:
             losses[hop]["hit"] += 1
             if len(record["ground_truth"]) > beam:
                 losses[hop][f"hit, but more gold answers than K={beam}"] += 1
+            if metrics["hit_at_1"]:
+                top_losses[hop]["top answer gold (Hit@1)"] += 1
+            else:  # a gold answer in the beam, but the most probable answer is not one
+                top_losses[hop]["gold in the beam, top answer not gold; best path: "
+                                + attribute(record, gold_relations(q, index), True)] += 1
             continue
         golds = gold_steps([q], index, Counter())
         walkable = bool(golds) and reaches_answer(golds[0], cap_table)
-        losses[hop][attribute(record, gold_relations(q, index), walkable)] += 1
+        reason = attribute(record, gold_relations(q, index), walkable)
+        losses[hop][reason] += 1
+        top_losses[hop]["no gold answer in the beam; best path: " + reason] += 1
 
     rows, payload_hops = [], {}
     all_ms = [ms for h in per_hop.values() for ms in h["ms"]]
@@ -273,6 +281,10 @@ def main() -> None:
         ["checkpoint params", method.info["params_sha"]],
     ])
     losses_md = markdown_table(["hops", "outcome (best path vs gold relations)", "questions"], loss_rows)
+    top_rows = [[hop, reason, n] for hop in sorted(top_losses) for reason, n in top_losses[hop].most_common()]
+    losses_md += ("\n\nWhere Hit@1 is lost (per question: is the most probable answer gold; if not, the most probable "
+                  "path against the gold relations):\n\n"
+                  + markdown_table(["hops", "outcome", "questions"], top_rows))
     sweep = cut_sweep(list(records.values()), CUTS) if args.split == "dev" else None
     sweep_md = ("\n\nanswer-cut sweep (keep answers with >= cut x the best answer's probability; Hit / Hit@1 / F1 "
                 "per hop):\n\n" + markdown_table(["cut", "1h Hit", "1h H@1", "1h F1", "2h Hit", "2h H@1", "2h F1",
@@ -291,7 +303,8 @@ def main() -> None:
                "method": method.name, "min_hops": config.scr.min_hops, "answer_cut": config.scr.answer_cut,
                "settings_chosen": chosen_where, "cut_sweep": sweep,
                "checkpoint": str(args.checkpoint), "fingerprint": method.fingerprint(), "per_hop": payload_hops,
-               "losses": {h: dict(c) for h, c in losses.items()}, "eval_summary": summary, "train": train_summary,
+               "losses": {h: dict(c) for h, c in losses.items()},
+               "hit_at_1_losses": {h: dict(c) for h, c in top_losses.items()}, "eval_summary": summary, "train": train_summary,
                "eval_seconds": eval_seconds, "build_seconds": build_seconds, "search_seconds": search_seconds}
     paths = write_report(RESULTS, f"{tag}-{args.dataset}-{args.split}{variant}" + (f"-sample{args.sample}" if args.sample else "")
                          + (f"-subset{args.subset}" if args.subset else ""),
