@@ -20,6 +20,12 @@ planner has produced it: the sidecar (temp file + rename), then the arrays, then
 entry, so a killed run resumes at the first unfinished chunk and a rerun plans nothing.
 Beams that do not fit (more than ``T`` triples) are dropped and counted in the manifest, never
 silently truncated.
+
+Several processes may write one store at once (two ``stem-jax plan`` with one ``--out``): a complete
+store is read without any lock or write (a read-only folder works, and :meth:`PlanStore.open` never
+writes); planning, resuming or repairing one holds its build lock (``<path>/.lock``,
+:func:`stem_jax.locks.build_lock`), so a second writer waits (one line on stderr naming the holder's pid),
+then reads the finished store, or resumes it from the written chunks when the holder was killed.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from stem_jax.atomic import write_text_atomic
 from stem_jax.data.types import Question
 from stem_jax.errors import CacheError
 from stem_jax.kg.index import KGIndex
+from stem_jax.locks import build_lock
 from stem_jax.plan.base import BatchPlanner, ScoredSchema
 from stem_jax.plan.schema import STRATEGIES, SchemaGraph, SchemaTriple, is_placeholder
 from stem_jax.zarr_table import MANIFEST, Column, TableKind, ZarrTable, read_manifest, strings_sha256
@@ -177,7 +184,8 @@ class PlanStore:
         if manifest.get("format_version") != FORMAT_VERSION:
             raise CacheError(f"{path}: plan store format {manifest.get('format_version')}, expected {FORMAT_VERSION}\n"
                              f"  how to fix: {_FIX.format(path=path)}")
-        store = cls(ZarrTable(path, _columns(manifest["beam"], manifest["max_triples"]), manifest, kind=KIND))
+        store = cls(ZarrTable(path, _columns(manifest["beam"], manifest["max_triples"]), manifest, kind=KIND,
+                              writable=False))
         if require_complete and not store.complete():
             done = len(manifest["chunks"])
             raise CacheError(f"{path}: plan store is unfinished ({done} of {-(-store.n // store.chunk_rows)} chunks)\n"
@@ -289,6 +297,10 @@ def write_plan_store(
     folder); ``names`` maps display names back to KG ids for constants. ``progress(n)`` is called
     with the rows finished per chunk, including skipped ones.
 
+    A complete store is read without a lock and without writing; anything else is done holding the
+    store's build lock, waiting for another process that holds it (see the module docstring). An
+    unwritable folder raises the ``OSError`` then.
+
     Raises:
       CacheError: the folder holds a store for other questions, planner, beam or KG vocabulary.
     """
@@ -303,8 +315,30 @@ def write_plan_store(
     }
     fresh = {"qids": qids, "relations": list(index.relations), "dropped_beams": {"too many triples": 0},
              "plan_seconds": 0.0, "planned_questions": 0}
-    table = ZarrTable.open_or_create(path, _columns(beam, max_triples), expected, kind=KIND, fresh=fresh,
-                                     rebuild=rebuild)
+    columns = _columns(beam, max_triples)
+    if not rebuild:
+        table = ZarrTable.open_complete(path, columns, expected, kind=KIND)
+        if table is not None and not table.verify(extra=lambda chunk: _sidecar_file(path, chunk).read_bytes(),
+                                                  repair=False):
+            if progress:
+                for chunk in range(table.n_chunks):
+                    lo, hi = table.bounds(chunk)
+                    progress(hi - lo)
+            return PlanStore(table)
+    ZarrTable.refuse_foreign(path, columns, KIND, rebuild=rebuild)  # before build_lock writes its file
+    with build_lock(path, KIND.name):
+        # reread under the lock: another process may have finished the store (nothing to plan), or been
+        # killed part way (its written chunks are kept)
+        table = ZarrTable.open_or_create(path, columns, expected, kind=KIND, fresh=fresh, rebuild=rebuild)
+        return _plan_missing(table, questions, planner, index, names, progress, log)
+
+
+def _plan_missing(table: ZarrTable, questions: Sequence[Question], planner: BatchPlanner, index: KGIndex,
+                  names: dict[str, str] | None, progress: Callable[[int], None] | None,
+                  log: Callable[[str], None] | None) -> PlanStore:
+    """Verify ``table``'s chunks and plan the missing ones; holding its build lock."""
+    path = table.path
+    beam, max_triples = int(table.manifest["beam"]), int(table.manifest["max_triples"])
     (path / "sidecar").mkdir(parents=True, exist_ok=True)
     table.verify(extra=lambda chunk: _sidecar_file(path, chunk).read_bytes())  # a corrupt chunk is planned again
     store = PlanStore(table)
