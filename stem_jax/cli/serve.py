@@ -55,11 +55,24 @@ def add_serve_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags, 
                    help="longest a question waits for others to join its batch (default 5 ms)")
     p.add_argument("--queue-size", dest="queue_size", type=positive_int, default=256,
                    help="questions admitted and waiting at most; more are refused with 503 + Retry-After (default 256)")
+    p.add_argument("--keep-prepared", dest="keep_prepared", type=_non_negative_int, default=4096,
+                   help="questions whose prepared runs (plans, grounding, guidance) are kept, so asking one again "
+                        "only traces it (default 4096; 0 prepares every request afresh)")
     p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                    help="skip Engine.warm_up (faster start; the first requests then compile)")
     p.add_argument("--log-level", dest="log_level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"), help="uvicorn's log level")
     p.set_defaults(func=cmd_serve)
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0 (e.g. 4096)")
+    return value
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -79,7 +92,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         warm = engine.warm_up(args.max_batch, method=args.method)
         print(f"warm-up done in {time.perf_counter() - began:.1f}s: {warm}", flush=True)
     app = create_app(engine, method=args.method, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-                     queue_size=args.queue_size, warm_up=warm)
+                     queue_size=args.queue_size, warm_up=warm, keep_prepared=args.keep_prepared)
     print(f"serving {engine.dataset.name} ({args.method}, planner {engine.planner_spec.name}) on "
           f"http://{args.host}:{args.port}  (docs: /docs, metrics: /metrics; Ctrl-C stops after open requests)",
           flush=True)
