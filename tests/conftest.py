@@ -50,3 +50,15 @@ def _release_compiled_programs():
 
         jax.clear_caches()
         gc.collect()
+
+
+@pytest.fixture
+def procs():
+    """Processes a test starts (the build-lock race tests); any still alive at its end, a failed test's paused
+    builder, are killed."""
+    started: list = []
+    yield started
+    for proc in started:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(120)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
 import subprocess
@@ -27,6 +26,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from build_lock_harness import (
+    TIMEOUT,
+    collect,
+    instrument_child,
+    spawn_context,
+    wait_until_waiting_or_done,
+)
 
 from stem_jax.data.demo_kg import load_demo
 from stem_jax.gnn.cache import open_or_compute
@@ -38,8 +44,6 @@ from stem_jax.plan.store import PlanStore, write_plan_store
 ROWS, CHUNK, WIDTH = 50, 8, 4  # 7 chunks, the last one partial
 KEYS = [f"q{i}|plan" for i in range(ROWS)]
 INPUTS = {"model": "test", "hops": 2}
-TIMEOUT = 120.0  # an upper bound on any wait, never a timing the test depends on
-WAIT_NOTE = "waiting for pid"
 ARRAYS = ("triples", "nodes", "answer", "strategy", "score")
 
 
@@ -106,40 +110,11 @@ def _store_content(path: Path) -> bytes:
     return digest.digest()
 
 
-class _Stderr:
-    """stderr that sets ``waiting`` when the build lock's note goes through it."""
-
-    def __init__(self, inner, waiting):
-        self.inner, self.waiting = inner, waiting
-
-    def write(self, text: str) -> int:
-        if WAIT_NOTE in text:
-            self.waiting.set()
-        return self.inner.write(text)
-
-    def flush(self) -> None:
-        self.inner.flush()
-
-    def __getattr__(self, name: str):  # isatty, fileno, ... (the progress bar asks)
-        return getattr(self.inner, name)
-
-
 def _child(what: str, path: str, results, name: str, *, waiting=None, paused=None, go=None,
            pause_at: int | None = None, pause_at_manifest: bool = False, barrier=None) -> None:
     """Child process: build ``what`` ("gnn" or "plan") at ``path``; put ``(name, rows computed, content)``
     on ``results``."""
-    if waiting is not None:
-        sys.stderr = _Stderr(sys.stderr, waiting)
-    if pause_at_manifest:  # stop between writing the first manifest's temp file and renaming it
-        replace = os.replace
-
-        def stopping_replace(src, dst, *args, **kwargs):
-            if str(dst).endswith("manifest.json") and not paused.is_set():
-                paused.set()
-                go.wait(TIMEOUT)
-            return replace(src, dst, *args, **kwargs)
-
-        os.replace = stopping_replace
+    instrument_child(waiting=waiting, paused=paused, go=go, pause_at_manifest=pause_at_manifest)
     pause = _Pause(pause_at, paused, go)
     if what == "gnn":
         def compute(rows):
@@ -195,39 +170,6 @@ def _check_on_disk(what: str, path: Path, reference: bytes) -> None:
         assert _store_content(path) == reference
 
 
-# ----- process plumbing (as tests/test_cache_build_lock.py) --------------------------------------
-
-
-def _ctx():
-    return multiprocessing.get_context("spawn")  # no fork of a process that may hold JAX's threads
-
-
-def _wait_until_waiting_or_done(proc, waiting) -> None:
-    """Block until ``proc`` says it waits for the lock, or ends (it never waits without the lock)."""
-    from multiprocessing.connection import wait
-
-    while not waiting.is_set() and proc.is_alive():
-        wait([proc.sentinel], timeout=0.05)  # wakes at once when proc ends; the event is checked between
-
-
-@pytest.fixture
-def procs():
-    """Processes a test starts; any still alive at its end (a failed test's paused builder) are killed."""
-    started: list = []
-    yield started
-    for proc in started:
-        if proc.is_alive():
-            proc.kill()
-            proc.join(TIMEOUT)
-
-
-def _collect(results, count: int) -> dict[str, tuple[int, bytes]]:
-    got = {}
-    for _ in range(count):
-        name, rows, data = results.get(timeout=TIMEOUT)
-        got[name] = (rows, data)
-    return got
-
 
 # ----- the races ---------------------------------------------------------------------------------
 
@@ -237,7 +179,7 @@ def test_second_builder_waits_while_the_first_writes_its_first_manifest(tmp_path
     """A stops between its first manifest's temp file and the rename; B starts. Before the lock B deleted
     A's temp file (a 'folder killed before its manifest') and A died renaming it (FileNotFoundError). Now
     B waits for A, then reads A's table without computing a row."""
-    ctx, path = _ctx(), tmp_path / what
+    ctx, path = spawn_context(), tmp_path / what
     reference = _reference(what, tmp_path)
     # every synchronisation object stays referenced here until the children have unpickled it
     results, paused, go, waiting, idle = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
@@ -250,12 +192,12 @@ def test_second_builder_waits_while_the_first_writes_its_first_manifest(tmp_path
                     kwargs={"waiting": waiting, "paused": idle, "go": idle})
     procs.append(b)
     b.start()
-    _wait_until_waiting_or_done(b, waiting)
+    wait_until_waiting_or_done(b, waiting)
     go.set()
     a.join(TIMEOUT), b.join(TIMEOUT)
     assert (a.exitcode, b.exitcode) == (0, 0)
     assert waiting.is_set()
-    got = _collect(results, 2)
+    got = collect(results, 2)
     assert got["a"][0] == ROWS and got["b"][0] == 0  # built once, by A; B read it
     assert got["a"][1] == got["b"][1] == reference
     _check_on_disk(what, path, reference)
@@ -265,7 +207,7 @@ def test_second_builder_waits_while_the_first_writes_its_first_manifest(tmp_path
 def test_killed_builder_is_resumed_by_the_waiting_process(tmp_path, procs, what):
     """A writes 3 chunks and stops; B waits for A's lock; A is SIGKILLed (the OS drops its flock) and B
     finishes the table from A's chunks: it computes only the 4 chunks A did not write."""
-    ctx, path = _ctx(), tmp_path / what
+    ctx, path = spawn_context(), tmp_path / what
     reference = _reference(what, tmp_path)
     results, paused, go, waiting, idle = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
     a = ctx.Process(target=_child, args=(what, str(path), results, "a"),
@@ -277,12 +219,12 @@ def test_killed_builder_is_resumed_by_the_waiting_process(tmp_path, procs, what)
                     kwargs={"waiting": waiting, "paused": idle, "go": idle})
     procs.append(b)
     b.start()
-    _wait_until_waiting_or_done(b, waiting)
+    wait_until_waiting_or_done(b, waiting)
     assert waiting.is_set(), "the second builder did not wait for the first"
     a.kill()
     a.join(TIMEOUT), b.join(TIMEOUT)
     assert a.exitcode == -9 and b.exitcode == 0
-    got = _collect(results, 1)
+    got = collect(results, 1)
     assert got["b"] == (ROWS - 3 * CHUNK, reference)
     _check_on_disk(what, path, reference)
 
@@ -291,7 +233,7 @@ def test_killed_builder_is_resumed_by_the_waiting_process(tmp_path, procs, what)
 def test_two_builders_started_together_give_one_table(tmp_path, procs, what):
     """Both start at a barrier on a cold folder: both exit 0 with the same content, computed once between
     them (the lock decides who; the other reads the finished table)."""
-    ctx, path = _ctx(), tmp_path / what
+    ctx, path = spawn_context(), tmp_path / what
     reference = _reference(what, tmp_path)
     results, barrier, idle = ctx.Queue(), ctx.Barrier(2), ctx.Event()
     procs += [ctx.Process(target=_child, args=(what, str(path), results, name),
@@ -302,7 +244,7 @@ def test_two_builders_started_together_give_one_table(tmp_path, procs, what):
     for proc in procs:
         proc.join(TIMEOUT)
     assert [p.exitcode for p in procs] == [0, 0]
-    got = _collect(results, 2)
+    got = collect(results, 2)
     assert got["a"][1] == got["b"][1] == reference
     assert sorted(rows for rows, _ in got.values()) == [0, ROWS]
     _check_on_disk(what, path, reference)

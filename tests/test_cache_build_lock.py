@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import multiprocessing
 import os
 import sys
 from collections.abc import Sequence
@@ -24,13 +23,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from build_lock_harness import (
+    TIMEOUT,
+    collect,
+    instrument_child,
+    spawn_context,
+    wait_until_waiting_or_done,
+)
 
 from stem_jax.encoder import HashingEncoder, open_or_build
 
 TEXTS = [f"entity {i} directed by person {i % 7}" for i in range(50)]
 CHUNK, DIM = 8, 32  # 7 chunks, the last one partial
-TIMEOUT = 60.0  # an upper bound on any wait, never a timing the test depends on
-WAIT_NOTE = "waiting for pid"
 
 
 def _reference() -> np.ndarray:
@@ -55,71 +59,14 @@ class _Pausing:
         return self.inner.encode(texts)
 
 
-class _Stderr:
-    """stderr that sets ``waiting`` when the build lock's note goes through it."""
-
-    def __init__(self, inner, waiting):
-        self.inner, self.waiting = inner, waiting
-
-    def write(self, text: str) -> int:
-        if WAIT_NOTE in text:
-            self.waiting.set()
-        return self.inner.write(text)
-
-    def flush(self) -> None:
-        self.inner.flush()
-
-
 def _build(path: str, results, name: str, *, waiting=None, paused=None, go=None, pause_at: int | None = None,
            pause_at_manifest: bool = False, barrier=None) -> None:
     """Child process: build the table at ``path``; put ``(name, encoded_rows, array bytes)`` on ``results``."""
-    if waiting is not None:
-        sys.stderr = _Stderr(sys.stderr, waiting)
-    if pause_at_manifest:  # stop between writing the first manifest's temp file and renaming it
-        replace = os.replace
-
-        def stopping_replace(src, dst, *args, **kwargs):
-            if str(dst).endswith("manifest.json") and not paused.is_set():
-                paused.set()
-                go.wait(TIMEOUT)
-            return replace(src, dst, *args, **kwargs)
-
-        os.replace = stopping_replace
+    instrument_child(waiting=waiting, paused=paused, go=go, pause_at_manifest=pause_at_manifest)
     if barrier is not None:
         barrier.wait(TIMEOUT)
     table = open_or_build(Path(path), TEXTS, _Pausing(pause_at, paused, go), CHUNK, progress=False)
     results.put((name, table.encoded_rows, table.array.tobytes()))
-
-
-def _ctx():
-    return multiprocessing.get_context("spawn")  # no fork of a process that may hold JAX's threads
-
-
-def _wait_until_waiting_or_done(proc, waiting) -> None:
-    """Block until ``proc`` says it waits for the lock, or ends (it never waits without the lock)."""
-    from multiprocessing.connection import wait
-
-    while not waiting.is_set() and proc.is_alive():
-        wait([proc.sentinel], timeout=0.05)  # wakes at once when proc ends; the event is checked between
-
-
-@pytest.fixture
-def procs():
-    """Processes a test starts; any still alive at its end (a failed test's paused builder) are killed."""
-    started: list = []
-    yield started
-    for proc in started:
-        if proc.is_alive():
-            proc.kill()
-            proc.join(TIMEOUT)
-
-
-def _collect(results, count: int) -> dict[str, tuple[int, bytes]]:
-    got = {}
-    for _ in range(count):
-        name, rows, data = results.get(timeout=TIMEOUT)
-        got[name] = (rows, data)
-    return got
 
 
 def _check_table_on_disk(path: Path) -> None:
@@ -140,7 +87,7 @@ def test_second_builder_waits_while_the_first_writes_its_first_manifest(tmp_path
     """The reported crash, made deterministic: A stops between its first manifest's temp file and the
     rename; B starts. Before the lock B deleted A's temp file (a 'folder killed before its manifest') and
     A died renaming it (FileNotFoundError). Now B waits for A, then reads A's table."""
-    ctx, path = _ctx(), tmp_path / "entities.zarr"
+    ctx, path = spawn_context(), tmp_path / "entities.zarr"
     # every synchronisation object stays referenced here until the children have unpickled it
     results, paused, go, waiting, idle = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
     a = ctx.Process(target=_build, args=(str(path), results, "a"),
@@ -152,12 +99,12 @@ def test_second_builder_waits_while_the_first_writes_its_first_manifest(tmp_path
                     kwargs={"waiting": waiting, "paused": idle, "go": idle})
     procs.append(b)
     b.start()
-    _wait_until_waiting_or_done(b, waiting)
+    wait_until_waiting_or_done(b, waiting)
     go.set()
     a.join(TIMEOUT), b.join(TIMEOUT)
     assert (a.exitcode, b.exitcode) == (0, 0)
     assert waiting.is_set()
-    got = _collect(results, 2)
+    got = collect(results, 2)
     assert got["a"][0] == len(TEXTS) and got["b"][0] == 0  # built once, by A; B read it
     assert got["a"][1] == got["b"][1] == _reference().tobytes()
     _check_table_on_disk(path)
@@ -166,7 +113,7 @@ def test_second_builder_waits_while_the_first_writes_its_first_manifest(tmp_path
 def test_killed_builder_is_resumed_by_the_waiting_process(tmp_path, procs):
     """A writes 3 chunks and stops; B waits for A's lock; A is SIGKILLed (the OS drops its flock) and B
     finishes the table from A's chunks: it encodes only the 4 chunks A did not write."""
-    ctx, path = _ctx(), tmp_path / "entities.zarr"
+    ctx, path = spawn_context(), tmp_path / "entities.zarr"
     # every synchronisation object stays referenced here until the children have unpickled it
     results, paused, go, waiting, idle = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
     a = ctx.Process(target=_build, args=(str(path), results, "a"),
@@ -178,12 +125,12 @@ def test_killed_builder_is_resumed_by_the_waiting_process(tmp_path, procs):
                     kwargs={"waiting": waiting, "paused": idle, "go": idle})
     procs.append(b)
     b.start()
-    _wait_until_waiting_or_done(b, waiting)
+    wait_until_waiting_or_done(b, waiting)
     assert waiting.is_set(), "the second builder did not wait for the first"
     a.kill()
     a.join(TIMEOUT), b.join(TIMEOUT)
     assert a.exitcode == -9 and b.exitcode == 0
-    got = _collect(results, 1)
+    got = collect(results, 1)
     assert got["b"][0] == len(TEXTS) - 3 * CHUNK
     assert got["b"][1] == _reference().tobytes()
     _check_table_on_disk(path)
@@ -193,7 +140,7 @@ def test_killed_builder_is_resumed_by_the_waiting_process(tmp_path, procs):
 def test_two_builders_started_together_give_one_table(tmp_path, procs, round_):
     """Both start at a barrier on a cold cache: both exit 0 with the same rows, and the rows were
     encoded once between them (without the lock both encoded, and 1 of 4 runs crashed)."""
-    ctx, path = _ctx(), tmp_path / f"texts-{round_}.zarr"
+    ctx, path = spawn_context(), tmp_path / f"texts-{round_}.zarr"
     results, barrier, idle = ctx.Queue(), ctx.Barrier(2), ctx.Event()
     procs += [ctx.Process(target=_build, args=(str(path), results, name),
                           kwargs={"paused": idle, "go": idle, "barrier": barrier})
@@ -203,7 +150,7 @@ def test_two_builders_started_together_give_one_table(tmp_path, procs, round_):
     for proc in procs:
         proc.join(TIMEOUT)
     assert [p.exitcode for p in procs] == [0, 0]
-    got = _collect(results, 2)
+    got = collect(results, 2)
     assert got["a"][1] == got["b"][1] == _reference().tobytes()
     assert sorted(rows for rows, _ in got.values()) == [0, len(TEXTS)]
     _check_table_on_disk(path)
