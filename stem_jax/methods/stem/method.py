@@ -79,7 +79,11 @@ class StemMethod:
         self.max_online_texts = 1 << 15
         self._base_rows: int | None = None
         self._compact_at = self.max_online_texts
-        self.compactions = 0
+
+    @property
+    def compactions(self) -> int:
+        """Compactions of the shared step-text table, by this method or another over the same pipeline."""
+        return self.pipeline.text_compactions
 
     @property
     def evaluator(self) -> StemPipeline:
@@ -214,7 +218,7 @@ class StemMethod:
         self._text_buffer = buffer
         pipeline.text_emb = buffer[: base + len(kept)]
         self._compact_at = 2 * len(kept)  # a table mostly of kept rows is not compacted again at once
-        self.compactions += 1
+        pipeline.text_compactions += 1
 
     def forget(self, qids: Sequence[str]) -> None:
         """Drop prepared plans, so the next :meth:`retrieve` plans these questions afresh (and times it).
@@ -253,7 +257,9 @@ class StemMethod:
             if q.qid in self._online:
                 self._online.move_to_end(q.qid)
         chunk_runs = [run for q in questions for run in self.runs[q.qid]]
-        if chunk_runs:  # a no-op unless another method's compaction dropped some of these runs' texts
+        # Until a method compacts the shared table every prepared run's texts are in it; after one, some may
+        # have been dropped and are embedded again (no per-call scan of every text before that).
+        if chunk_runs and self.pipeline.text_compactions:
             self._embed([t for run in chunk_runs for t in run.plan.step_texts()], False)
         outputs, timings = self.pipeline.trace(chunk_runs, self.hyper)
         stage_ms.update({"anchor": 1000 * timings["anchor"] / n, "trace": 1000 * timings["trace"] / n})

@@ -149,6 +149,7 @@ class StemPipeline:
                       False: self.sharding.round_up(engine.batch_breadth)}
         self.text_rows: dict[str, int] = {}
         self.text_emb: np.ndarray | None = None
+        self.text_compactions = 0  # times a method dropped unused online rows of the table (StemMethod._compact)
         self._folded: dict[str, list[int]] | None = None
 
     def display(self, entity: str) -> str:
