@@ -56,3 +56,32 @@ def test_unknown_relation_and_empty_frontier_walk_nothing():
     assert path_walk_triples(index, a, [PathStep("missing")], np.asarray([1])).size == 0
     # the topic is never a target: a -r-> b -r^-> a stops at the topic
     assert path_walk_triples(index, a, [PathStep("r"), PathStep("r", False)], np.asarray([a])).size == 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_step_edges_equal_a_scan_of_every_triple(seed):
+    """One relation step of the bounds' walk (kg.paths.step_edges), both orientations, directed and not,
+    against a scan of every triple: the same (triple, source, target) edges, a self-loop once."""
+    from stem_jax.kg.paths import step_edges
+
+    rng = np.random.default_rng(100 + seed)
+    n, r = int(rng.integers(3, 20)), int(rng.integers(1, 4))
+    raw = [(f"e{rng.integers(n)}", f"r{rng.integers(r)}", f"e{rng.integers(n)}") for _ in range(int(rng.integers(1, 80)))]
+    index = build_index(raw)
+    for _ in range(10):
+        frontier = np.unique(rng.choice(index.num_entities, size=int(rng.integers(1, index.num_entities + 1))))
+        relation, forward = int(rng.integers(index.num_relations)), bool(rng.integers(2))
+        members = set(frontier.tolist())
+        for directed in (True, False):
+            expected = set()
+            for tid, (h, rel, t) in enumerate(index.triples.tolist()):
+                if rel != relation:
+                    continue
+                source, target = (h, t) if forward else (t, h)
+                if source in members:
+                    expected.add((tid, source, target))
+                if not directed and target in members and h != t:
+                    expected.add((tid, target, source))
+            ids, sources, targets = step_edges(index, frontier, relation, forward, directed)
+            got = list(zip(ids.tolist(), sources.tolist(), targets.tolist(), strict=True))
+            assert len(got) == len(set(got)) and set(got) == expected

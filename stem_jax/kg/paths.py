@@ -21,29 +21,29 @@ import numpy as np
 
 from stem_jax.data.types import PathStep
 from stem_jax.kg.index import KGIndex
-from stem_jax.kg.subgraph import csr_gather
 
 USED_RULES = ("run", "branch", "step")
 DROP_TOPIC = ("never", "every", "final")
 _EMPTY = np.zeros(0, np.int32)
 
 
-def _step_edges(index: KGIndex, frontier: np.ndarray, relation: int, forward: bool, directed: bool,
+def step_edges(index: KGIndex, frontier: np.ndarray, relation: int, forward: bool, directed: bool,
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(triple ids, sources, targets) of the step's walkable triples at ``frontier`` (sorted unique ids)."""
-    candidates = np.unique(csr_gather(index.csr_offsets, index.csr_triples, frontier))
-    rows = index.triples[candidates]
-    match = rows[:, 1] == relation
-    head, tail = rows[:, 0], rows[:, 2]
-    source, target = (head, tail) if forward else (tail, head)
-    keep = match & np.isin(source, frontier)
-    ids, sources, targets = [candidates[keep]], [source[keep]], [target[keep]]
-    if not directed:  # the other orientation too (a self-loop is already in)
-        back = match & np.isin(target, frontier) & (head != tail)
-        ids.append(candidates[back])
-        sources.append(target[back])
-        targets.append(source[back])
-    return np.concatenate(ids), np.concatenate(sources), np.concatenate(targets)
+    """(triple ids, sources, targets) of the step's walkable triples at ``frontier`` (unique entity ids): the
+    relation's triples that leave it at the step's own end and, undirected, at the other end too (a self-loop
+    once). Each side reads only that relation's triples (:class:`~stem_jax.kg.index.RelationAdjacency`), not
+    every triple incident to the frontier."""
+    adjacency = index.relation_adjacency
+    ids, sources = adjacency.step(frontier, relation, forward)
+    targets = index.triples[ids, 2 if forward else 0]
+    if directed:
+        return ids, sources, targets
+    back, back_sources = adjacency.step(frontier, relation, not forward)
+    ends = index.triples[back]
+    other = ends[:, 0] != ends[:, 2]  # a self-loop is already in
+    back_targets = ends[:, 0 if forward else 2]
+    return (np.concatenate([ids, back[other]]), np.concatenate([sources, back_sources[other]]),
+            np.concatenate([targets, back_targets[other]]))
 
 
 def walk_relation_path(index: KGIndex, topic: int, path: Sequence[PathStep], *, directed: bool = True,
@@ -64,7 +64,7 @@ def walk_relation_path(index: KGIndex, topic: int, path: Sequence[PathStep], *, 
         relation = index.relation_ids.get(step.relation)
         if relation is None or frontier.size == 0:
             return _EMPTY, _EMPTY
-        ids, _, targets = _step_edges(index, frontier, relation, step.forward, directed)
+        ids, _, targets = step_edges(index, frontier, relation, step.forward, directed)
         if used == "run":
             fresh = ~np.isin(ids, barred)
             ids, targets = ids[fresh], targets[fresh]
@@ -90,7 +90,7 @@ def _walk_branches(index: KGIndex, topic: int, path: Sequence[PathStep], directe
             return _EMPTY, _EMPTY
         nxt: set[tuple[int, frozenset[int]]] = set()
         for node, on_branch in states:
-            ids, _, targets = _step_edges(index, np.asarray([node], np.int64), relation, step.forward, directed)
+            ids, _, targets = step_edges(index, np.asarray([node], np.int64), relation, step.forward, directed)
             for t, target in zip(ids.tolist(), targets.tolist(), strict=True):
                 if t in on_branch or (drop_topic == "every" and target == topic):
                     continue
