@@ -136,6 +136,24 @@ def test_memo_returns_remembered_vectors_and_is_bounded(minilm):
     assert encoder.memo_misses == 5 and "entity 0" not in encoder._memo
 
 
+def test_work_counters_price_forwards_not_memo_hits(minilm):
+    from stem_jax.encoder.minilm import MiniLMEncoder
+
+    encoder = MiniLMEncoder(minilm_dir(), memo=8)
+    texts = ["Kismet directed by William Dieterle", "a", "Kismet directed by William Dieterle"]
+    lengths = [len(ids) for ids in encoder.tokenizer.tokenize(list(dict.fromkeys(texts)))]
+    encoder.encode(texts)
+    assert encoder.tokens_encoded == sum(lengths) and encoder.forward_calls == 1
+    assert encoder.padded_tokens >= encoder.tokens_encoded
+    before = (encoder.tokens_encoded, encoder.padded_tokens, encoder.forward_calls)
+    encoder.encode(texts[:2])  # both remembered: no forward, nothing priced
+    assert (encoder.tokens_encoded, encoder.padded_tokens, encoder.forward_calls) == before
+    big = [f"entity {i}" for i in range(3 * encoder.row_buckets[-1] * encoder.max_length // 4)]
+    encoder.encode(big)
+    assert encoder.forward_calls - before[2] >= 2  # a long call runs full batches, each priced
+    assert encoder.padded_tokens - before[1] >= encoder.tokens_encoded - before[0] > 0
+
+
 def minilm_dir():
     from stem_jax.encoder import minilm_model_dir
 

@@ -79,6 +79,8 @@ def test_ask_and_bench_stages_cli(tmp_path, capsys):
     row = report["batch_sizes"]["4"]
     assert row["warm_calls"] == 2 and row["questions_per_second"] > 0
     assert row["warm_ms"]["total"]["p50"] >= row["warm_ms"]["tracing"]["p50"] > 0
+    assert 0 <= row["encoder_timed"]["share_of_total"] <= 1  # the hashing encoder keeps no token counts
+    assert "Text encoder" in next(bench_out.glob("bench-stages-*.md")).read_text()
     assert next(bench_out.glob("bench-stages-*.png")).stat().st_size > 1000
 
 

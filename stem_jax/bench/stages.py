@@ -57,6 +57,44 @@ def _memo(encoder: Any) -> dict[str, int]:
     return {"hits": getattr(encoder, "memo_hits", 0), "misses": getattr(encoder, "memo_misses", 0)}
 
 
+ENCODER_STAGES = ("question_encoding", "schema_encoding")
+DOMINANT_SHARE = 0.5  # the text encoder "dominates" a run when it takes at least this share of the warm time
+
+
+def _encoder_work(encoder: Any) -> dict[str, int]:
+    """Counters of the encoder's forwards (MiniLM keeps them; others report zeros)."""
+    return {k: int(getattr(encoder, k, 0)) for k in ("tokens_encoded", "padded_tokens", "forward_calls")}
+
+
+def encoder_cost(warm: Sequence[dict[str, float]], work: dict[str, int]) -> dict[str, Any]:
+    """What the text encoder cost over ``warm`` calls that did ``work``: its share of the warm time,
+    ms per real and per padded token, and whether it dominates (share >= ``DOMINANT_SHARE``)."""
+    seconds = sum(w[s] for w in warm for s in ENCODER_STAGES)
+    total = sum(w["total"] for w in warm)
+    share = seconds / total if total > 0 else 0.0
+    return {**work, "seconds": seconds, "share_of_total": share,
+            "ms_per_token": _ms_per(seconds, work["tokens_encoded"]),
+            "ms_per_padded_token": _ms_per(seconds, work["padded_tokens"]), "dominates": share >= DOMINANT_SHARE}
+
+
+def _ms_per(seconds: float, count: int) -> float | None:
+    return 1000 * seconds / count if count else None
+
+
+def encoder_verdicts(results: dict[str, Any]) -> list[str]:
+    """One sentence per batch size where the text encoder dominates the warm time (for the report)."""
+    lines = []
+    for size, row in results["batch_sizes"].items():
+        cost = row.get("encoder_timed")
+        if not cost or not cost["dominates"]:
+            continue
+        per_token = f", {cost['ms_per_token']:.3f} ms per token" if cost["ms_per_token"] else ""
+        lines.append(f"batch {size}: the text encoder takes {100 * cost['share_of_total']:.0f}% of the warm time "
+                     f"({cost['tokens_encoded']} tokens in {cost['forward_calls']} forwards{per_token}): "
+                     "it dominates this run, so faster tracing cannot speed it up much")
+    return lines
+
+
 class StageTimer:
     """Runs one batch through the STEM stages of an engine, timing each stage on its own."""
 
@@ -168,11 +206,13 @@ def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Seq
         reps = repeats or max(3, min(50, 2048 // size))
         warm: list[dict[str, float]] = []
         memo_before = _memo(encoder)
+        work_before = _encoder_work(encoder)
         began = time.perf_counter()
         while len(warm) < reps or time.perf_counter() - began < min_seconds:
             warm.append(timer.run(take(size)))
         after = _compiles(encoder, guidance)
         memo_after = _memo(encoder)
+        work_after = _encoder_work(encoder)
         per_stage = {stage: _percentiles([w[stage] for w in warm]) for stage in (*STAGES, "total", "process_cpu")}
         total_seconds = sum(w["total"] for w in warm)
         results["batch_sizes"][str(size)] = {
@@ -187,13 +227,17 @@ def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Seq
             "compiles_warmup": {k: after_warmup[k] - after_precompile[k] for k in before},
             "compiles_timed": {k: after[k] - after_warmup[k] for k in before},
             "encoder_memo_timed": {k: memo_after[k] - memo_before[k] for k in memo_after},
+            "encoder_timed": encoder_cost(warm, {k: work_after[k] - work_before[k] for k in work_after}),
             "peak_rss_mib": _rss_mib(),
             "device_memory": _device_memory(),
         }
         if log:
             row = results["batch_sizes"][str(size)]
+            cost = row["encoder_timed"]
             log(f"batch {size:5d}: end-to-end p50 {per_stage['total']['p50']:.1f} ms, "
-                f"{row['questions_per_second']:.0f} q/s, first call {row['first_call_ms']['total']:.0f} ms")
+                f"{row['questions_per_second']:.0f} q/s, first call {row['first_call_ms']['total']:.0f} ms, "
+                f"text encoder {100 * cost['share_of_total']:.0f}% of warm time"
+                + (" (dominates)" if cost["dominates"] else ""))
     results["compiles_total"] = _compiles(encoder, guidance)
     results["encoder_memo"] = getattr(encoder, "memo_size", None)
     results["peak_rss_mib"] = _rss_mib()
@@ -215,6 +259,21 @@ def stage_table(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
             rows.append([size, stage, round(w["p50"], 2), round(w["p95"], 2), round(w["p99"], 2),
                          round(row["first_call_ms"][stage], 1)])
         rows.append([size, "questions/s", round(row["questions_per_second"], 1), "", "", ""])
+    return headers, rows
+
+
+def encoder_table(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """Markdown rows: the text encoder's work and cost per batch size over the warm calls."""
+    headers = ["batch", "tokens", "padded tokens", "forwards", "share of warm time", "ms per token",
+               "ms per padded token", "dominates"]
+    rows = []
+    for size, row in results["batch_sizes"].items():
+        cost = row.get("encoder_timed")
+        if cost is None:  # results written before the encoder was priced
+            continue
+        per_token = ["" if cost[k] is None else round(cost[k], 4) for k in ("ms_per_token", "ms_per_padded_token")]
+        rows.append([size, cost["tokens_encoded"], cost["padded_tokens"], cost["forward_calls"],
+                     f"{100 * cost['share_of_total']:.0f}%", *per_token, "yes" if cost["dominates"] else "no"])
     return headers, rows
 
 

@@ -55,7 +55,7 @@ def add_bench_stages_parser(bench_sub, add_dataset_flags, add_cache_flags, add_c
 
 
 def cmd_bench_stages(args: argparse.Namespace) -> int:
-    from stem_jax.bench.stages import bench_stages, plot_stages, stage_table
+    from stem_jax.bench.stages import bench_stages, encoder_table, encoder_verdicts, plot_stages, stage_table
 
     config = config_from_args(args)
     started = time.perf_counter()
@@ -75,7 +75,9 @@ def cmd_bench_stages(args: argparse.Namespace) -> int:
     results["title"] = f"{engine.dataset.name} {hops}-hop, planner {engine.planner_spec.label}{guidance}, {meta['backend']}"
     headers, rows = stage_table(results)
     table = markdown_table(headers, rows)
-    print("\n" + table)
+    encoder_md = markdown_table(*encoder_table(results))
+    verdicts = encoder_verdicts(results)
+    print("\n" + table + "\n\n" + encoder_md + "".join(f"\n{v}" for v in verdicts))
     out = RESULTS if args.record else (args.out or Path("runs/bench"))
     payload = {"meta": meta, "command": "stem-jax " + " ".join(getattr(args, "argv", [])),
                "dataset": engine.dataset.name, "split": args.split, "hops": list(args.hops),
@@ -84,7 +86,10 @@ def cmd_bench_stages(args: argparse.Namespace) -> int:
                "wall_seconds": time.perf_counter() - started}
     paths = write_report(out, name, payload, f"Command: `{payload['command']}`\n\nMachine: {meta}\n\n"
                          "Per-batch latency (ms per call of the whole batch), warm calls; first call includes "
-                         f"compilation.\n\n{table}")
+                         f"compilation.\n\n{table}\n\nText encoder (question + schema-triple encoding) over the "
+                         "warm calls: real tokens, padded tokens (rows x row length, what the dense layers "
+                         f"compute), forwards, share of the warm time, ms per token.\n\n{encoder_md}\n"
+                         + "".join(f"\n- {v}" for v in verdicts))
     plot_stages(results, out / f"{name}.png")
     print(f"wrote {paths[0]}, {paths[1]} and {out / (name + '.png')}")
     return 0

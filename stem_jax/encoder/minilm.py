@@ -210,6 +210,11 @@ class MiniLMEncoder:
         self._memo: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
         self.memo_hits = 0
         self.memo_misses = 0
+        # Work done by forwards so far: real tokens (every sequence's own), padded tokens (rows x row
+        # length, what the dense layers compute) and forward calls; `bench stages` prices the encoder by them.
+        self.tokens_encoded = 0
+        self.padded_tokens = 0
+        self.forward_calls = 0
         self.params = jax.device_put(load_params(model_dir / "model.safetensors", self.cfg))
         self.compile_count = 0
         model = MiniLM(self.cfg)
@@ -286,6 +291,7 @@ class MiniLMEncoder:
         if not len(texts):
             return out
         ids = self.tokenizer.tokenize(texts)
+        self.tokens_encoded += sum(map(len, ids))
         rows, capacity = self._plan_rows([len(r) for r in ids])
         pending: collections.deque[tuple[list[list[int]], jax.Array]] = collections.deque()
 
@@ -301,6 +307,8 @@ class MiniLMEncoder:
             batch = rows[start : start + n_rows]
             start += n_rows
             arrays = pack_batch(ids, batch, bucket, capacity)
+            self.padded_tokens += bucket * capacity
+            self.forward_calls += 1
             # Dispatch is asynchronous, so the next batch is packed while this one runs; keeping
             # only two in flight bounds memory when a caller passes a huge list.
             pending.append((batch, self._forward(self.params, *arrays)))
