@@ -384,6 +384,14 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
     guidance = (_sorted_rows(batch.guidance), jnp.any(batch.guidance >= 0))
 
     def step_fn(carry, s):
+        # A step no run of the batch can expand (padding steps of a shorter plan, or every frontier
+        # empty) would write nothing and count no overflow; skipping it saves its fixed sorts.
+        step = batch.steps[:, s]
+        parent_slot = jnp.clip(step[:, 0], 0, n_steps)
+        live = batch.step_mask[:, s] & (carry[0][runs, parent_slot] >= 0).any(axis=-1)
+        return jax.lax.cond(live.any(), expand, lambda c, _s: c, carry, s), None
+
+    def expand(carry, s):
         nodes, scores, via, parents, overflow = carry
         step = batch.steps[:, s]
         active = batch.step_mask[:, s]
@@ -428,7 +436,7 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
         node_excess = jax.ops.segment_sum(jnp.maximum(qualified - k, 0), runs_of_pair, num_segments=n_runs)
         survivors = jax.ops.segment_sum(jnp.minimum(qualified, k), runs_of_pair, num_segments=n_runs)
         overflow = overflow + node_excess + jnp.maximum(survivors - f, 0)
-        return (nodes, scores, via, parents, overflow), None
+        return nodes, scores, via, parents, overflow
 
     init = (nodes, scores, via, parents, jnp.zeros(n_runs, jnp.int32))
     (nodes, scores, via, parents, overflow), _ = jax.lax.scan(step_fn, init, jnp.arange(n_steps))
