@@ -68,7 +68,9 @@ class Row:
 
 
 def scr_row(name: str, checkpoint: Path, base: StemConfig, dataset: str = "metaqa") -> Row:
-    tag = "scr-rel" if json.loads((checkpoint / "scr.json").read_text())["spec"].get("relation_aware") else "scr"
+    spec = json.loads((checkpoint / "scr.json").read_text())["spec"]
+    tag = ("scr-rel" if spec.get("relation_aware") else "scr") + (
+        "-ft" if spec.get("question_encoder", "segments") == "minilm" else "")  # as experiments/scr_metaqa.py's run_tag
     choice_path = RESULTS / f"{tag}-{dataset}-dev-choice.json"
     scr = base.scr
     where = "ScrConfig default (no dev choice file)"
@@ -83,7 +85,9 @@ def scr_row(name: str, checkpoint: Path, base: StemConfig, dataset: str = "metaq
     best = train.get("best") or {}
     report = checkpoint / "train-scr.json"
     split = (json.loads(report.read_text()).get("split") if report.is_file() else None) or "dev"
-    training = (f"{split}: {train.get('usable_train', '?')} train / {train.get('usable_val', '?')} validation questions "
+    encoder = (f"fine-tuned MiniLM question encoder (top {spec.get('finetune_layers')} layers, "
+               f"{spec.get('context_tokens')} tokens); " if tag.endswith("-ft") else "")
+    training = (encoder + f"{split}: {train.get('usable_train', '?')} train / {train.get('usable_val', '?')} validation questions "
                 f"(hash split); {train.get('steps', '?')} steps x {config.get('train_batch')} questions, best "
                 f"validation step {best.get('step', '?')}; {train.get('seconds', '?')} s")
     return Row(name, "scr", dataclasses.replace(base, scr=scr), {"checkpoint": checkpoint},
@@ -174,6 +178,8 @@ def main() -> None:
     parser.add_argument("--rows", default="stem,safe,safe+phrases,scr,scr+rel")
     parser.add_argument("--scr-checkpoint", type=Path, default=None)
     parser.add_argument("--scr-rel-checkpoint", type=Path, default=None)
+    parser.add_argument("--scr-ft-checkpoint", type=Path, default=None,
+                        help="row scr-ft: faithful SCR trained with --scr.question_encoder=minilm (fine-tuned MiniLM)")
     parser.add_argument("--gnn-checkpoint", type=Path, default=None, help="also a STEM row with GNN guidance")
     parser.add_argument("--safe-injective", choices=["true", "false"], default=None,
                         help="SAFE's injective matching as decided on dev (default: SafeConfig's)")
@@ -207,6 +213,9 @@ def main() -> None:
                             "none (pattern planner's templates rendered with relation phrases)"))
         elif name == "scr" and args.scr_checkpoint:
             rows.append(scr_row("SCR (faithful)", args.scr_checkpoint, base, args.dataset))
+        elif name == "scr-ft" and args.scr_ft_checkpoint:
+            rows.append(scr_row("SCR-ft (faithful, fine-tuned MiniLM question encoder)", args.scr_ft_checkpoint, base,
+                                args.dataset))
         elif name == "scr+rel" and args.scr_rel_checkpoint:
             rows.append(scr_row("scr+rel (relation-aware, not the paper)", args.scr_rel_checkpoint, base, args.dataset))
     if args.gnn_checkpoint:
@@ -316,6 +325,8 @@ def main() -> None:
     command = (f"python experiments/compare_methods.py --dataset {args.dataset} --per-hop {args.per_hop}"
                + (f" --scr-checkpoint {args.scr_checkpoint}" if args.scr_checkpoint else "")
                + (f" --scr-rel-checkpoint {args.scr_rel_checkpoint}" if args.scr_rel_checkpoint else "")
+               + (f" --scr-ft-checkpoint {args.scr_ft_checkpoint}" if args.scr_ft_checkpoint else "")
+               + (f" --rows {args.rows}" if args.rows != parser.get_default("rows") else "")
                + (f" --safe-injective {args.safe_injective}" if args.safe_injective else "")
                + (f" --row-seconds {args.row_seconds:g}" if args.row_seconds is not None else "")
                + f" --runs {args.runs}")

@@ -88,9 +88,11 @@ CUTS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7]
 
 
 def run_tag(checkpoint: Path) -> str:
-    """``scr`` or ``scr-rel`` (the relation-aware variant), from the run's saved spec."""
+    """``scr`` or ``scr-rel`` (the relation-aware variant), with ``-ft`` when the question encoder is the
+    fine-tuned MiniLM (``scr.question_encoder=minilm``), from the run's saved spec."""
     spec = json.loads((Path(checkpoint) / "scr.json").read_text())["spec"]
-    return "scr-rel" if spec.get("relation_aware") else "scr"
+    tag = "scr-rel" if spec.get("relation_aware") else "scr"
+    return tag + ("-ft" if spec.get("question_encoder", "segments") == "minilm" else "")
 
 
 def cut_sweep(records: list[dict], cuts: list[float]) -> list[list]:

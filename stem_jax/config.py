@@ -129,6 +129,10 @@ class ScrConfig:
     answer_cut: float = 0.0  # search: keep answers with at least this share of the best answer's probability (0: all)
     relation_aware: bool = False  # scr+rel: a candidate's feature includes its linking relation (not the paper)
     patience: int = 4  # early stopping: end after this many validations without a better one (0: off)
+    question_encoder: str = "segments"  # segments: head over frozen MiniLM segment vectors; minilm: fine-tuned MiniLM
+    finetune_layers: int = 2  # minilm: trainable top layers of MiniLM-L6 (the rest frozen, to fit the CPU)
+    context_tokens: int = 64  # minilm: tokens of a context string [CLS] q [SEP] e0 [SEP] r1 [SEP] e1 ... (cut past)
+    encoder_lr: float = 1e-4  # minilm: learning rate of the pretrained MiniLM layers (lr: everything else)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,6 +262,7 @@ _CHOICES = {
     "engine.used_triples": ("run", "branch", "step"),
     "planner.llm_prompts": ("compact", "full"),
     "planner.llm_server": ("auto", "vllm", "llama.cpp"),
+    "scr.question_encoder": ("segments", "minilm"),
 }
 _INT_MIN = {  # integer fields and their smallest allowed value
     "tracer.top_n": 1, "tracer.breadth_cap": 0, "guidance.k_prime": 1, "gnn.layers": 1, "gnn.d_gnn": 1,
@@ -267,6 +272,7 @@ _INT_MIN = {  # integer fields and their smallest allowed value
     "engine.batch_precision": 1, "engine.batch_breadth": 1, "engine.chunk_questions": 1, "engine.max_frontier": 1,
     "scr.layers": 1, "scr.dim": 1, "scr.head_layers": 0, "scr.beam": 1, "scr.max_steps": 1, "scr.neighbours": 1,
     "scr.batch_questions": 1, "scr.steps": 0, "scr.train_batch": 1, "scr.eval_every": 1, "scr.min_hops": 0, "scr.patience": 0,
+    "scr.finetune_layers": 0, "scr.context_tokens": 8,
     "seed": 0,
     "safe.k_schema": 1, "safe.delta": 0, "safe.k_qg": 1, "safe.k_ent": 1, "safe.k_rel": 1, "safe.k_typ": 1,
     "safe.k_retrieval": 1, "safe.beams": 1, "safe.min_support": 0,
@@ -281,6 +287,8 @@ _INT_MAX = {  # integer fields with an upper bound, and why
     "engine.max_frontier": (1 << 16, "bindings per schema node are kept for every run of a batch"),
     "engine.node_matches": (1 << 16, "matches per node are buffered for every run of a batch"),
     "seed": ((1 << 32) - 1, "numpy seeds are 32-bit"),
+    "scr.finetune_layers": (6, "all-MiniLM-L6-v2 has 6 layers"),
+    "scr.context_tokens": (512, "MiniLM has 512 position embeddings"),
 }
 _FLOAT_RANGE = {  # float fields: (low, high, low inclusive, high inclusive, why)
     "tracer.lam": (0.0, math.inf, False, False, "λ multiplies anchor scores"),
@@ -293,6 +301,7 @@ _FLOAT_RANGE = {  # float fields: (low, high, low inclusive, high inclusive, why
     "scr.threshold": (0.0, 1.0, True, True, "a probability"),
     "scr.lr": (0.0, math.inf, False, False, "a learning rate"),
     "scr.answer_cut": (0.0, 1.0, True, True, "a share of the best answer's probability"),
+    "scr.encoder_lr": (0.0, math.inf, True, False, "a learning rate (0: the pretrained layers stay as loaded)"),
     "safe.containment": (0.0, 1.0, True, True, "a share"),
     "safe.min_confidence": (0.0, 1.0, True, True, "a share"),
     "safe.min_share": (0.0, 1.0, True, True, "a share"),

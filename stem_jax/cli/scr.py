@@ -18,7 +18,9 @@ def add_train_scr_parser(sub, add_dataset_flags, add_cache_flags, add_config_fla
         "along the gold relation paths of --split (default: the dataset's train split, dev for MetaQA; hash-split by "
         "question id into train/validation, the same split as the planners; test is never read by default). Orbax checkpoints in --out; rerunning the same "
         "command resumes. Writes curves.png, history.json, train-summary.json and train-scr.{json,md}. "
-        "Architecture and budget: --scr.dim, --scr.layers, --scr.steps, --scr.train_batch, --scr.lr, ...")
+        "Architecture and budget: --scr.dim, --scr.layers, --scr.steps, --scr.train_batch, --scr.lr, ...; "
+        "--scr.question_encoder=minilm fine-tunes MiniLM's top --scr.finetune_layers layers over the context string "
+        "(the paper's BERT; slow on a CPU)")
     add_dataset_flags(p)
     use_training_split(p)
     add_cache_flags(p)
@@ -45,11 +47,15 @@ def cmd_train_scr(args: argparse.Namespace) -> int:
     train_q, val_q = hash_split(dataset.questions, args.val_fraction)
     out = args.out or Path("runs") / f"scr-{dataset.name}"
     data = prepare_data(train_q, val_q, index, embeddings, encoder, config.scr, seed=config.seed,
-                        cache=cache_root(args) / dataset.name / "scr-questions")
+                        cache=cache_root(args) / dataset.name / "scr-questions", names=dataset.entity_names)
     scr = config.scr
     print(f"train-scr: {len(data.train)} training / {len(data.val)} validation questions with gold paths "
           f"({args.split}, hash split {args.val_fraction}); skipped {dict(data.skipped) or 'none'}; "
-          f"L={scr.layers}, d={scr.dim}, head layers {scr.head_layers}, τ={scr.tau}, neighbour cap {scr.neighbours} "
+          f"L={scr.layers}, d={scr.dim}, " + (f"question encoder: MiniLM over the context string, top "
+                                               f"{scr.finetune_layers} layers fine-tuned (lr {scr.encoder_lr}), "
+                                               f"{scr.context_tokens} tokens"
+                                               if scr.question_encoder == "minilm" else f"head layers {scr.head_layers}")
+          + f", τ={scr.tau}, neighbour cap {scr.neighbours} "
           f"({data.neighbours.capped} hubs sampled); {scr.steps} steps x {scr.train_batch} questions -> {out}")
     summary = train_scr(data, scr, out, seed=config.seed, stop_at=args.stop_at, log=print)
     final = summary["final"] or {}

@@ -14,7 +14,9 @@ that answers nothing (+1.8 / +4.0 / +2.2 Hit on a 1000-per-hop MetaQA test sampl
 kept paths' triples; ``chains`` are the paths, readable. ``scr.answer_cut`` keeps answers with at least that share
 of the best answer's probability (0 = every path end, the paper; choose it on dev with
 experiments/scr_metaqa.py --split dev). A run trained with ``scr.relation_aware`` is the ``scr+rel`` variant
-(records and tables name it so).
+(records and tables name it so). A run trained with ``scr.question_encoder=minilm`` tokenises the questions in
+:meth:`ScrMethod.prepare` instead, and its search re-encodes every beam's grown context string with the
+fine-tuned MiniLM at every step (one MiniLM call per batch and step; :mod:`.text`).
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ from stem_jax.data.types import Question
 from stem_jax.errors import StemError
 from stem_jax.methods.base import MethodContext, Retrieval
 from stem_jax.methods.scr.graph import build_neighbour_table
-from stem_jax.methods.scr.model import ScrModel
+from stem_jax.methods.scr.model import ScrModel, scr_model
 from stem_jax.methods.scr.search import Hypothesis, SearchTables, aggregate_answers, beam_search
-from stem_jax.methods.scr.train import kg_graph, load_run
+from stem_jax.methods.scr.train import encoder_inputs, kg_graph, load_run
 from stem_jax.plan.factory import train_planner_flags
 
 
@@ -63,10 +65,19 @@ class ScrMethod:
             self.name = "scr+rel"
         entity_text = np.asarray(context.embeddings.entities.array, np.float32)
         relation_text = jnp.asarray(np.asarray(context.embeddings.relations.array, np.float32))
-        self.model = ScrModel(self.spec)
+        self.model = scr_model(self.spec)
         features = jax.jit(lambda p, g, r: self.model.apply(p, g, r, method=ScrModel.entities))(
             self.params, kg_graph(self.neighbours, entity_text), relation_text)
-        self.tables = SearchTables(jax.block_until_ready(features), jnp.asarray(entity_text), relation_text)
+        encoder = None
+        if self.spec.minilm:
+            from stem_jax.methods.scr.text import pretrained
+
+            if self.info.get("text_encoder") not in (None, pretrained().name):
+                raise StemError(f"{self.folder} was trained on MiniLM weights {self.info['text_encoder']}, the installed "
+                                f"ones are {pretrained().name}\n  how to fix: install the weights it was trained with, or "
+                                "retrain")
+            _, encoder = encoder_inputs(self.spec, index, context.dataset.entity_names, [])
+        self.tables = SearchTables(jax.block_until_ready(features), jnp.asarray(entity_text), relation_text, encoder)
         self.gnn_seconds = time.perf_counter() - began
         self.vectors: dict[str, np.ndarray] = {}
         self.skipped: Counter = Counter()
@@ -88,7 +99,12 @@ class ScrMethod:
     def prepare(self, questions: Sequence[Question], *, show_progress: bool = False) -> dict[str, Any]:
         todo = [q for q in questions if q.qid not in self.vectors]
         began = time.perf_counter()
-        if todo:
+        if todo and self.spec.minilm:  # word pieces: the context string is encoded per beam and step
+            from stem_jax.methods.scr.text import pretrained, question_tokens
+
+            vectors = question_tokens(pretrained(), [q.text for q in todo])
+            self.vectors.update({q.qid: v for q, v in zip(todo, vectors, strict=True)})
+        elif todo:
             vectors = np.asarray(self.context.encoder.encode([q.text for q in todo]), np.float32)
             self.vectors.update({q.qid: v for q, v in zip(todo, vectors, strict=True)})
         return {"scr_checkpoint_step": self.info["step"], "scr_gnn_seconds": round(self.gnn_seconds, 2),
@@ -108,9 +124,9 @@ class ScrMethod:
         return self.context.index.entity_ids.get(question.topic_entities[0], -1)
 
     def _batch(self, chunk: Sequence[Question]) -> list[Retrieval]:
-        dim = self.tables.entity_text.shape[1]
+        first = self.vectors[chunk[0].qid]
         topics = np.full(self.batch, -1, np.int64)
-        vectors = np.zeros((self.batch, dim), np.float32)
+        vectors = np.zeros((self.batch, first.shape[-1]), first.dtype)
         for row, q in enumerate(chunk):
             topics[row] = self._topic(q)
             vectors[row] = self.vectors[q.qid]

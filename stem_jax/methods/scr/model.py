@@ -18,17 +18,27 @@ MiniLM vectors of their own texts (question: encoded once; entities and relation
 embedding tables), and ``head_layers`` trainable pre-LN transformer layers attend over that
 sequence of segment vectors (with segment-type and position embeddings). The question slot's
 output, projected to d, is h_{q_i}. So re-encoding a grown context costs a gather and a tiny
-attention, not a MiniLM forward per beam and step.
+attention, not a MiniLM forward per beam and step. This is the default (``question_encoder =
+"segments"``).
+
+**Trainable context encoder** (``question_encoder = "minilm"``, closer to the paper): the context is
+the token string itself (:mod:`.text`), run through all-MiniLM-L6-v2 (the CPU-sized stand-in for
+the paper's BERT) initialised from its pretrained weights: :class:`MiniLMBottom` (embeddings and
+the bottom ``6 - finetune_layers`` layers) is frozen and not a parameter, :class:`ContextEncoder`
+(the top ``finetune_layers`` layers, mean pooling as MiniLM was trained, L2 normalisation and a
+projection to d) is trained. A MiniLM forward per beam and step.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from stem_jax.encoder.minilm import BertConfig, _Layer
 from stem_jax.jraph_compat import jraph
 
 # Segment types of the question context sequence.
@@ -48,11 +58,18 @@ class ScrSpec:
     tau: float
     neighbours: int
     relation_aware: bool = False  # scr+rel: a candidate's feature adds the relation that links it (not the paper)
+    question_encoder: str = "segments"  # or "minilm": the fine-tuned MiniLM over the context string
+    finetune_layers: int = 0  # minilm: trainable top layers of MiniLM (the rest frozen)
+    context_tokens: int = 0  # minilm: token length of a context (longer ones are cut at the end)
+
+    @property
+    def minilm(self) -> bool:
+        return self.question_encoder == "minilm"
 
     @property
     def context_length(self) -> int:
-        """Segments of a context: question, e0, then (relation, entity) per step."""
-        return 2 + 2 * self.max_steps
+        """Segments of a context (question, e0, then (relation, entity) per step), or its tokens (minilm)."""
+        return self.context_tokens if self.minilm else 2 + 2 * self.max_steps
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -122,6 +139,54 @@ class QuestionHead(nn.Module):
         return out.reshape(*batch, self.dim)
 
 
+def _attention_bias(mask: jax.Array, dtype: jnp.dtype) -> jax.Array:
+    """[rows, 1, 1, length] additive bias: padding tokens are never attended to."""
+    return jnp.where(mask[:, None, None, :], 0.0, jnp.finfo(dtype).min).astype(dtype)
+
+
+class MiniLMBottom(nn.Module):
+    """MiniLM's embeddings and its first ``layers`` layers (names as :class:`stem_jax.encoder.minilm.MiniLM`, so
+    the pretrained variables load as they are); frozen in SCR: its variables are inputs, not parameters.
+
+    tokens, mask: [rows, length] (one sequence per row, positions 0..length-1) -> hidden [rows, length, h]."""
+
+    cfg: BertConfig
+    layers: int
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array, mask: jax.Array) -> jax.Array:
+        cfg = self.cfg
+        x = nn.Embed(cfg.vocab_size, cfg.hidden_size, name="word")(tokens)
+        pos = self.param("position", nn.initializers.normal(0.02), (cfg.max_position_embeddings, cfg.hidden_size))
+        token_type = self.param("token_type", nn.initializers.normal(0.02), (cfg.type_vocab_size, cfg.hidden_size))
+        x = x + pos[: tokens.shape[1]][None] + token_type[0]
+        x = nn.LayerNorm(cfg.layer_norm_eps, name="embed_ln")(x)
+        bias = _attention_bias(mask, x.dtype)
+        for i in range(self.layers):
+            x = _Layer(cfg, name=f"layer_{i}")(x, bias)
+        return x
+
+
+class ContextEncoder(nn.Module):
+    """MiniLM's top layers (``first`` .. last, trainable), masked mean pooling and L2 normalisation (MiniLM's
+    sentence vector), then a projection to ``dim``: h_q. ``pooled=True`` returns the sentence vector."""
+
+    cfg: BertConfig
+    first: int
+    dim: int
+
+    @nn.compact
+    def __call__(self, hidden: jax.Array, mask: jax.Array, pooled: bool = False) -> jax.Array:
+        bias = _attention_bias(mask, hidden.dtype)
+        for i in range(self.first, self.cfg.num_hidden_layers):
+            hidden = _Layer(self.cfg, name=f"layer_{i}")(hidden, bias)
+        weight = mask.astype(hidden.dtype)[..., None]
+        mean = (hidden * weight).sum(1) / jnp.maximum(weight.sum(1), 1e-9)
+        vector = mean / jnp.maximum(jnp.linalg.norm(mean, axis=-1, keepdims=True), 1e-12)
+        projected = nn.Dense(self.dim, name="project")(vector)
+        return vector if pooled else projected
+
+
 class CandidateRelation(nn.Module):
     """scr+rel only: a learned projection of the linking relation's text plus its direction, added to a
     candidate's GNN feature; slot 0 (relation -1, the stop option) gets a learned stop vector instead."""
@@ -143,10 +208,16 @@ class ScrModel(nn.Module):
     """Both parts; :meth:`entities` runs the GNN, :meth:`questions` the head (see the module docstring)."""
 
     spec: ScrSpec
+    bert: BertConfig | None = None  # minilm only: the encoder's architecture (text.bert_config())
 
     def setup(self) -> None:
         self.gnn = RelationalGAT(self.spec.layers, self.spec.dim)
-        self.head = QuestionHead(self.spec.dim, self.spec.head_layers)
+        if self.spec.minilm:
+            if self.bert is None:
+                raise ValueError("a minilm question encoder needs the BERT config (use text.scr_model(spec))")
+            self.context = ContextEncoder(self.bert, frozen_layers(self), self.spec.dim)
+        else:
+            self.head = QuestionHead(self.spec.dim, self.spec.head_layers)
         if self.spec.relation_aware:
             self.relation_term = CandidateRelation(self.spec.dim)
 
@@ -155,6 +226,10 @@ class ScrModel(nn.Module):
 
     def questions(self, segments: jax.Array, seg_type: jax.Array, mask: jax.Array) -> jax.Array:
         return self.head(segments, seg_type, mask)
+
+    def contexts(self, hidden: jax.Array, mask: jax.Array, pooled: bool = False) -> jax.Array:
+        """minilm: h_q [rows, d] from the frozen bottom's hidden states [rows, length, h] (see ContextEncoder)."""
+        return self.context(hidden, mask, pooled)
 
     def candidates(self, features: jax.Array, relation_text: jax.Array, cand_entities: jax.Array,
                    cand_relations: jax.Array) -> jax.Array:
@@ -169,7 +244,34 @@ class ScrModel(nn.Module):
                  seg_type: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
         features = self.entities(graph, relation_text)
         zeros = jnp.zeros((1, 1), jnp.int32)
-        return self.candidates(features, relation_text, zeros, zeros), self.questions(segments, seg_type, mask)
+        h_q = self.contexts(segments, mask) if self.spec.minilm else self.questions(segments, seg_type, mask)
+        return self.candidates(features, relation_text, zeros, zeros), h_q
+
+
+def scr_model(spec: ScrSpec) -> ScrModel:
+    """The model of ``spec`` (with the installed MiniLM's architecture when its question encoder is minilm)."""
+    if not spec.minilm:
+        return ScrModel(spec)
+    from stem_jax.methods.scr.text import bert_config
+
+    return ScrModel(spec, bert_config())
+
+
+def frozen_layers(model: ScrModel) -> int:
+    """minilm: how many bottom MiniLM layers stay frozen (run by :class:`MiniLMBottom`)."""
+    return model.bert.num_hidden_layers - model.spec.finetune_layers
+
+
+def encode_contexts(model: ScrModel, params: Any, frozen: Any, tokens: jax.Array, mask: jax.Array,
+                    pooled: bool = False) -> jax.Array:
+    """minilm: h_q [..., d] of contexts given as tokens [..., length] and mask: the frozen bottom (variables
+    ``frozen``, under stop_gradient), then the trainable :class:`ContextEncoder` (``params``)."""
+    lead, length = tokens.shape[:-1], tokens.shape[-1]
+    flat_tokens, flat_mask = tokens.reshape(-1, length), mask.reshape(-1, length)
+    bottom = MiniLMBottom(model.bert, frozen_layers(model))
+    hidden = jax.lax.stop_gradient(bottom.apply(frozen, flat_tokens, flat_mask))
+    out = model.apply(params, hidden, flat_mask, pooled, method=ScrModel.contexts)
+    return out.reshape(*lead, out.shape[-1])
 
 
 def context_segments(question: jax.Array, entity_text: jax.Array, relation_text: jax.Array, path_entities: jax.Array,

@@ -33,7 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from stem_jax.methods.scr.graph import NeighbourTable
-from stem_jax.methods.scr.model import ScrModel, context_segments, cosine_logits
+from stem_jax.methods.scr.model import ScrModel, context_segments, cosine_logits, encode_contexts
+from stem_jax.methods.scr.text import context_tokens
 
 NEG = -1e30
 
@@ -86,6 +87,24 @@ class SearchTables:
     features: jax.Array  # [N, d] GNN entity features (eq. 6), computed once
     entity_text: jax.Array  # [N, text] frozen MiniLM entity vectors
     relation_text: jax.Array  # [R, text] frozen MiniLM relation vectors
+    encoder: Any = None  # question_encoder = "minilm": text.EncoderTables (token tables, frozen MiniLM bottom)
+
+
+def question_states(model: ScrModel, params: Any, tables: SearchTables, question: jax.Array, path_entities: jax.Array,
+                    path_relations: jax.Array, length: jax.Array) -> jax.Array:
+    """h_{q_i} [..., d] of each path's context q_i (eqs. 1, 8).
+
+    ``question`` is the question's frozen MiniLM vector [..., text] (segments head) or its word pieces
+    [..., Lq] (minilm: the context string is assembled from token tables and re-encoded by the fine-tuned
+    MiniLM, one call for every row)."""
+    if model.spec.minilm:
+        enc = tables.encoder
+        tokens, mask = context_tokens(question, enc.entity_tokens, enc.relation_tokens, path_entities,
+                                      path_relations, length, model.spec.context_tokens)
+        return encode_contexts(model, params, enc.frozen, tokens, mask)
+    segments, seg_type, mask = context_segments(question, tables.entity_text, tables.relation_text,
+                                                path_entities, path_relations, length)
+    return model.apply(params, segments, seg_type, mask, method=ScrModel.questions)
 
 
 def candidate_log_probs(model: ScrModel, params: Any, tables: SearchTables, question: jax.Array,
@@ -94,11 +113,10 @@ def candidate_log_probs(model: ScrModel, params: Any, tables: SearchTables, ques
                         min_hops: int = 0) -> jax.Array:
     """log P(e | q_i, e_i) over each beam's candidates (eq. 7 as a softmax of eq. 11's scores), -inf off-list.
 
-    Shapes: question [..., text] broadcast against beams [..., K]; candidates [..., K, C]. With ``min_hops``
-    > 0, a beam that has taken fewer hops may not stop (its slot 0 is masked before the softmax)."""
-    segments, seg_type, mask = context_segments(question, tables.entity_text, tables.relation_text,
-                                                path_entities, path_relations, length)
-    h_q = model.apply(params, segments, seg_type, mask, method=ScrModel.questions)
+    Shapes: question [..., text] (or [..., Lq] word pieces, minilm) per beam [..., K]; candidates [..., K, C].
+    With ``min_hops`` > 0, a beam that has taken fewer hops may not stop (its slot 0 is masked before the
+    softmax)."""
+    h_q = question_states(model, params, tables, question, path_entities, path_relations, length)
     h_e = model.apply(params, tables.features, tables.relation_text, cand_entities, cand_relations,
                       method=ScrModel.candidates)
     logits = cosine_logits(h_q, h_e, model.spec.tau)
@@ -167,11 +185,12 @@ class Hypothesis:
 def beam_search(model: ScrModel, params: Any, tables: SearchTables, neighbours: NeighbourTable,
                 questions: np.ndarray, topics: np.ndarray, *, beam: int, threshold: float, max_steps: int,
                 min_hops: int = 0) -> tuple[list[list[Hypothesis]], dict[str, int]]:
-    """Search a padded batch (questions [B, text], topics [B], -1 = padding row); hypotheses per row.
+    """Search a padded batch (questions [B, text], or [B, Lq] word pieces for minilm; topics [B], -1 = padding
+    row); hypotheses per row.
 
     Returns (per-row hypotheses, best first, each with probability >= threshold; stats)."""
     state = {k: jnp.asarray(v) for k, v in initial_state(topics, beam, max_steps).items()}
-    question = jnp.asarray(questions, jnp.float32)
+    question = jnp.asarray(questions, jnp.int32 if model.spec.minilm else jnp.float32)
     log_threshold = float(np.log(threshold)) if threshold > 0 else -np.inf
     host = {"length": np.zeros(state["length"].shape, np.int32), "done": np.zeros(state["done"].shape, bool),
             "logp": np.asarray(state["logp"])}
@@ -222,7 +241,7 @@ def beam_search_reference(model: ScrModel, params: Any, tables: SearchTables, ne
                           min_hops: int = 0) -> list[Hypothesis]:
     """One question, one beam at a time, unpadded neighbour lists and Python lists: the plain reference."""
     hyps = [Hypothesis([topic], [], [], 1.0, False)]
-    q = jnp.asarray(question, jnp.float32)
+    q = jnp.asarray(question, jnp.int32 if model.spec.minilm else jnp.float32)
     for _ in range(max_steps):
         if all(h.stopped for h in hyps):
             break

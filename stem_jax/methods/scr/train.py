@@ -36,9 +36,10 @@ from stem_jax.errors import StemError
 from stem_jax.jraph_compat import jraph
 from stem_jax.kg.index import KGIndex
 from stem_jax.methods.scr.graph import NeighbourTable, build_neighbour_table
-from stem_jax.methods.scr.model import ScrModel, ScrSpec
+from stem_jax.methods.scr.model import ScrModel, ScrSpec, frozen_layers, scr_model
 from stem_jax.methods.scr.search import SearchTables, candidate_log_probs
 from stem_jax.methods.scr.supervision import GoldSteps, StepItems, gold_steps, step_items, walkable
+from stem_jax.methods.scr.text import EncoderTables
 
 SPEC_FILE = "scr.json"
 CHECKPOINTS = "checkpoints"
@@ -46,9 +47,12 @@ VAL_SEED_OFFSET = 10**9
 
 
 def spec_from_config(config: ScrConfig, text_dim: int, num_relations: int) -> ScrSpec:
-    return ScrSpec(layers=config.layers, dim=config.dim, head_layers=config.head_layers, text_dim=text_dim,
-                   num_relations=num_relations, max_steps=config.max_steps, tau=config.tau,
-                   neighbours=config.neighbours, relation_aware=config.relation_aware)
+    minilm = config.question_encoder == "minilm"
+    return ScrSpec(layers=config.layers, dim=config.dim, head_layers=0 if minilm else config.head_layers,
+                   text_dim=text_dim, num_relations=num_relations, max_steps=config.max_steps, tau=config.tau,
+                   neighbours=config.neighbours, relation_aware=config.relation_aware,
+                   question_encoder=config.question_encoder, finetune_layers=config.finetune_layers if minilm else 0,
+                   context_tokens=config.context_tokens if minilm else 0)
 
 
 def kg_graph(neighbours: NeighbourTable, entity_text: np.ndarray) -> jraph.GraphsTuple:
@@ -61,14 +65,30 @@ def kg_graph(neighbours: NeighbourTable, entity_text: np.ndarray) -> jraph.Graph
 
 
 def init_params(spec: ScrSpec, key: jax.Array) -> Any:
-    """Parameters of ``spec`` (shapes never depend on the graph)."""
+    """Parameters of ``spec`` (shapes never depend on the graph), randomly initialised; a minilm encoder's
+    trainable layers get their pretrained values from :func:`with_pretrained_layers`."""
     graph = jraph.GraphsTuple(nodes=jnp.zeros((2, spec.text_dim)), edges=jnp.zeros(2, jnp.int32),
                               senders=jnp.asarray([0, 1], jnp.int32), receivers=jnp.asarray([0, 1], jnp.int32),
                               n_node=jnp.asarray([2]), n_edge=jnp.asarray([2]), globals=None)
     length = spec.context_length
-    return ScrModel(spec).init(key, graph, jnp.zeros((spec.num_relations, spec.text_dim)),
-                               jnp.zeros((1, length, spec.text_dim)), jnp.zeros((1, length), jnp.int32),
-                               jnp.ones((1, length), bool))
+    model = scr_model(spec)
+    width = model.bert.hidden_size if spec.minilm else spec.text_dim
+    return model.init(key, graph, jnp.zeros((spec.num_relations, spec.text_dim)), jnp.zeros((1, length, width)),
+                      jnp.zeros((1, length), jnp.int32), jnp.ones((1, length), bool))
+
+
+def with_pretrained_layers(params: Any, spec: ScrSpec, pre: Any = None) -> Any:
+    """``params`` with a minilm encoder's trainable MiniLM layers set to the pretrained weights (the paper's
+    question BERT "shares initial weights" with the frozen one); other specs are returned unchanged."""
+    if not spec.minilm or not spec.finetune_layers:
+        return params
+    from stem_jax.methods.scr.text import pretrained
+
+    pre = pre or pretrained()
+    context = dict(params["params"]["context"])
+    for i in range(frozen_layers(scr_model(spec)), pre.cfg.num_hidden_layers):
+        context[f"layer_{i}"] = jax.tree.map(jnp.asarray, pre.layer(i))
+    return {**params, "params": {**params["params"], "context": context}}
 
 
 def params_fingerprint(params: Any) -> str:
@@ -79,11 +99,13 @@ def params_fingerprint(params: Any) -> str:
 
 
 def step_loss(model: ScrModel, params: Any, graph: jraph.GraphsTuple, entity_text: jax.Array,
-              relation_text: jax.Array, questions: jax.Array, items: dict[str, jax.Array]
-              ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Mean multi-positive InfoNCE over valid items, with step accuracy (argmax is a positive)."""
+              relation_text: jax.Array, questions: jax.Array, items: dict[str, jax.Array],
+              encoder: EncoderTables | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Mean multi-positive InfoNCE over valid items, with step accuracy (argmax is a positive).
+
+    ``questions``: frozen question vectors [Q, text], or word pieces [Q, Lq] with ``encoder`` (minilm)."""
     features = model.apply(params, graph, relation_text, method=ScrModel.entities)
-    tables = SearchTables(features, entity_text, relation_text)
+    tables = SearchTables(features, entity_text, relation_text, encoder)
     logp = candidate_log_probs(model, params, tables, questions[items["question"]], items["path_entities"],
                                items["path_relations"], items["length"], items["cand_entities"],
                                items["cand_relations"], items["cand_valid"])
@@ -100,10 +122,27 @@ def step_loss(model: ScrModel, params: Any, graph: jraph.GraphsTuple, entity_tex
                   "items": valid.sum()}
 
 
+def _schedule(lr: float, steps: int) -> optax.Schedule:
+    return optax.warmup_cosine_decay_schedule(0.0, lr, max(1, min(50, steps // 10)), max(steps, 2),
+                                              end_value=lr * 0.1)
+
+
+def _is_pretrained(path: tuple) -> bool:
+    """A leaf of a minilm encoder's MiniLM layers (``params/context/layer_i/...``), not its new projection."""
+    keys = [getattr(k, "key", str(k)) for k in path]
+    return "context" in keys and any(str(k).startswith("layer_") for k in keys)
+
+
 def make_optimizer(config: ScrConfig) -> optax.GradientTransformation:
-    schedule = optax.warmup_cosine_decay_schedule(0.0, config.lr, max(1, min(50, config.steps // 10)),
-                                                  max(config.steps, 2), end_value=config.lr * 0.1)
-    return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=1e-4))
+    """AdamW with warm-up and cosine decay; a minilm encoder's pretrained layers take ``encoder_lr``."""
+    main = optax.adamw(_schedule(config.lr, config.steps), weight_decay=1e-4)
+    if config.question_encoder != "minilm":
+        return optax.chain(optax.clip_by_global_norm(1.0), main)
+    encoder = optax.adamw(_schedule(config.encoder_lr, config.steps), weight_decay=1e-4)
+    labels = lambda params: jax.tree_util.tree_map_with_path(  # noqa: E731
+        lambda path, _: "encoder" if _is_pretrained(path) else "main", params)
+    return optax.chain(optax.clip_by_global_norm(1.0), optax.multi_transform({"main": main, "encoder": encoder},
+                                                                             labels))
 
 
 @dataclasses.dataclass
@@ -114,11 +153,12 @@ class TrainData:
     graph: jraph.GraphsTuple
     entity_text: jax.Array
     relation_text: jax.Array
-    questions: jax.Array  # [Q, text] frozen MiniLM question vectors
+    questions: jax.Array  # [Q, text] frozen MiniLM question vectors, or [Q, Lq] word pieces (minilm)
     train: list[GoldSteps]
     val: list[GoldSteps]
     skipped: Counter
     fingerprint: dict[str, Any]
+    encoder: EncoderTables | None = None  # minilm: token tables and the frozen MiniLM bottom
 
 
 def question_vectors(encoder: Any, questions: Sequence[Question], cache: Path | None) -> np.ndarray:
@@ -140,14 +180,39 @@ def question_vectors(encoder: Any, questions: Sequence[Question], cache: Path | 
     return vectors
 
 
+def encoder_inputs(config: ScrConfig | ScrSpec, index: KGIndex, names: dict[str, str] | None,
+                   texts: Sequence[str]) -> tuple[np.ndarray, EncoderTables]:
+    """minilm: (question word pieces [Q, Lq], :class:`EncoderTables`) from the KG's own entity and relation texts."""
+    from stem_jax.kg.embeddings import kg_texts
+    from stem_jax.methods.scr.text import pretrained, question_tokens, token_tables
+
+    pre = pretrained()
+    kg = kg_texts(_text_only(index), names)
+    frozen = pre.cfg.num_hidden_layers - config.finetune_layers
+    return question_tokens(pre, texts), token_tables(pre, kg["entities"], kg["relations"], frozen)
+
+
+def _text_only(index: KGIndex) -> Any:
+    """``index`` without its triples, for :func:`kg_texts` (which serialises every triple otherwise)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(entities=index.entities, relations=index.relations, triples=np.zeros((0, 3), np.int64))
+
+
 def prepare_data(train_questions: Sequence[Question], val_questions: Sequence[Question], index: KGIndex,
                  embeddings: Any, encoder: Any, config: ScrConfig, *, seed: int = 0,
-                 cache: Path | None = None) -> TrainData:
+                 cache: Path | None = None, names: dict[str, str] | None = None) -> TrainData:
+    """Graph, text tables, questions and gold steps; ``names`` (entity id -> display name) feed the minilm
+    encoder's context strings as they feed the KG embeddings."""
     neighbours = build_neighbour_table(index, config.neighbours, seed, per_edge=config.relation_aware)
     entity_text = np.asarray(embeddings.entities.array, np.float32)
     relation_text = np.asarray(embeddings.relations.array, np.float32)
     questions = list(train_questions) + list(val_questions)
-    vectors = question_vectors(encoder, questions, cache)
+    tables = None
+    if config.question_encoder == "minilm":
+        vectors, tables = encoder_inputs(config, index, names, [q.text for q in questions])
+    else:
+        vectors = question_vectors(encoder, questions, cache)
     skipped: Counter = Counter()
     golds = walkable(gold_steps(questions, index, skipped), neighbours, max_steps=config.max_steps, skipped=skipped)
     n_train = len(train_questions)
@@ -162,7 +227,7 @@ def prepare_data(train_questions: Sequence[Question], val_questions: Sequence[Qu
                    "gnn_edges": int(neighbours.edge_entity.size), "candidate_entries": int(neighbours.entity.size),
                    "skipped": dict(skipped)}
     return TrainData(neighbours, kg_graph(neighbours, entity_text), jnp.asarray(entity_text),
-                     jnp.asarray(relation_text), jnp.asarray(vectors), train, val, skipped, fingerprint)
+                     jnp.asarray(relation_text), jnp.asarray(vectors), train, val, skipped, fingerprint, tables)
 
 
 def batch_items(data: TrainData, config: ScrConfig, step: int, seed: int, skipped: Counter | None = None
@@ -193,24 +258,25 @@ def _device(items: StepItems) -> dict[str, jax.Array]:
 def make_trainer(spec: ScrSpec, config: ScrConfig) -> Trainer:
     """One :class:`Trainer` per (architecture, optimiser settings) per process: a resumed or repeated run
     in the same process reuses the compiled functions."""
-    return _trainer(spec, config.lr, config.steps)
+    return _trainer(spec, config.lr, config.steps, config.encoder_lr)
 
 
 @functools.lru_cache(maxsize=4)
-def _trainer(spec: ScrSpec, lr: float, steps: int) -> Trainer:
-    return Trainer(spec, make_optimizer(ScrConfig(lr=lr, steps=steps)))
+def _trainer(spec: ScrSpec, lr: float, steps: int, encoder_lr: float) -> Trainer:
+    return Trainer(spec, make_optimizer(ScrConfig(lr=lr, steps=steps, encoder_lr=encoder_lr,
+                                                  question_encoder=spec.question_encoder)))
 
 
 class Trainer:
     """Jitted gradient (candidate width is fixed in training, so one compile) and update."""
 
     def __init__(self, spec: ScrSpec, optimizer: optax.GradientTransformation):
-        model = ScrModel(spec)
+        model = scr_model(spec)
         self.model = model
         self.optimizer = optimizer
 
-        def loss_fn(params, graph, entity_text, relation_text, questions, items):
-            return step_loss(model, params, graph, entity_text, relation_text, questions, items)
+        def loss_fn(params, graph, entity_text, relation_text, questions, items, encoder=None):
+            return step_loss(model, params, graph, entity_text, relation_text, questions, items, encoder)
 
         def update(params, opt_state, grads):
             updates, opt_state = optimizer.update(grads, opt_state, params)
@@ -248,9 +314,14 @@ SEARCH_ONLY = ("beam", "threshold", "min_hops", "batch_questions", "answer_cut",
 BEST = "best"
 
 
+MINILM_ONLY = ("finetune_layers", "context_tokens", "encoder_lr")
+
+
 def _training_fields(config: dict[str, Any]) -> dict[str, Any]:
-    """The config fields that change training (search-only ones may differ on resume)."""
-    return {k: v for k, v in config.items() if k not in SEARCH_ONLY}
+    """The config fields that change training (search-only ones, and the minilm encoder's when the run has the
+    segments head, may differ on resume)."""
+    unused = MINILM_ONLY if config.get("question_encoder", "segments") != "minilm" else ()
+    return {k: v for k, v in config.items() if k not in SEARCH_ONLY and k not in unused}
 
 
 def _better(record: dict[str, Any], best: dict[str, Any] | None) -> bool:
@@ -274,15 +345,21 @@ def train_scr(data: TrainData, config: ScrConfig, out_dir: Path, *, seed: int = 
     spec_path = out_dir / SPEC_FILE
     if spec_path.is_file():
         saved = json.loads(spec_path.read_text())
-        if saved["spec"] != spec.as_dict() or _training_fields(saved.get("config") or {}) != _training_fields(
+        # Fields added since a run was written take their defaults (what that run trained with).
+        saved_config = {**dataclasses.asdict(ScrConfig()), **(saved.get("config") or {})}
+        if ScrSpec(**saved["spec"]) != spec or _training_fields(saved_config) != _training_fields(
                 dataclasses.asdict(config)):
             raise StemError(f"{out_dir} holds a run with another configuration\n"
                             "  how to fix: pass the same --scr.* values, or a new --out folder")
     else:
-        spec_path.write_text(json.dumps({"spec": spec.as_dict(), "config": dataclasses.asdict(config), "seed": seed,
-                                         "data": data.fingerprint}, indent=2))
+        written = {"spec": spec.as_dict(), "config": dataclasses.asdict(config), "seed": seed, "data": data.fingerprint}
+        if spec.minilm:
+            from stem_jax.methods.scr.text import pretrained
+
+            written["text_encoder"] = pretrained().name  # the frozen bottom's weights, checked on load
+        spec_path.write_text(json.dumps(written, indent=2))
     trainer = make_trainer(spec, config)
-    params = init_params(spec, jax.random.key(seed))
+    params = with_pretrained_layers(init_params(spec, jax.random.key(seed)), spec)
     opt_state = trainer.optimizer.init(params)
     store = CheckpointStore(out_dir / CHECKPOINTS)
     best_store = CheckpointStore(out_dir / BEST, keep=1)
@@ -301,6 +378,18 @@ def train_scr(data: TrainData, config: ScrConfig, out_dir: Path, *, seed: int = 
         log(f"resuming {out_dir} from step {latest} ({seconds:.0f}s so far)")
     val = validation_items(data, config, seed)
     val_device = _device(val) if val is not None else None
+    overflow = None
+    if spec.minilm and val is not None:  # how many validation contexts exceed context_tokens (cut at the end)
+        from stem_jax.methods.scr.text import context_overflow
+
+        rows = val.valid
+        cut, longest = context_overflow(np.asarray(data.questions)[val.question[rows]],
+                                        np.asarray(data.encoder.entity_tokens), np.asarray(data.encoder.relation_tokens),
+                                        val.path_entities[rows], val.path_relations[rows], val.length[rows],
+                                        spec.context_tokens)
+        overflow = {"contexts": int(rows.sum()), "longer_than_context_tokens": cut, "longest": longest}
+        log(f"validation contexts: {cut} of {int(rows.sum())} longer than {spec.context_tokens} tokens "
+            f"(longest {longest})")
     last = min(config.steps, stop_at) if stop_at is not None else config.steps
     if stopped_early is not None:
         log(f"{out_dir} stopped early at step {stopped_early} (patience {config.patience}); nothing to train")
@@ -309,13 +398,13 @@ def train_scr(data: TrainData, config: ScrConfig, out_dir: Path, *, seed: int = 
     for step in range(start_step, last):
         items = batch_items(data, config, step, seed, walk_failures)
         (loss, aux), grads = trainer.grad(params, data.graph, data.entity_text, data.relation_text, data.questions,
-                                          _device(items))
+                                          _device(items), data.encoder)
         params, opt_state = trainer.update(params, opt_state, grads)
         record = {"step": step + 1, "loss": float(loss), "accuracy": float(aux["accuracy"]), "items": int(aux["items"])}
         if (step + 1) % config.eval_every == 0 or step + 1 == last:
             if val_device is not None:
                 val_loss, val_aux = trainer.evaluate(params, data.graph, data.entity_text, data.relation_text,
-                                                     data.questions, val_device)
+                                                     data.questions, val_device, data.encoder)
                 record.update(val_loss=float(val_loss), val_accuracy=float(val_aux["accuracy"]),
                               val_stop_accuracy=float(val_aux["stop_accuracy"]))
             now = time.perf_counter() - began
@@ -344,6 +433,10 @@ def train_scr(data: TrainData, config: ScrConfig, out_dir: Path, *, seed: int = 
                 break
         else:
             history.append(record)
+            if spec.minilm and (step + 1) % 5 == 0:  # slow steps: a heartbeat between validations
+                now = time.perf_counter() - began
+                log(f"step {step + 1}/{config.steps}: loss {record['loss']:.3f}, accuracy {record['accuracy']:.3f} "
+                    f"[{seconds + now:.0f}s, {now / (step + 1 - start_step):.1f} s/step]")
     seconds += time.perf_counter() - began
     store.close()
     best_store.close()
@@ -356,7 +449,8 @@ def train_scr(data: TrainData, config: ScrConfig, out_dir: Path, *, seed: int = 
     summary = {"steps": last, "seconds": round(seconds, 1), "params_sha": params_fingerprint(params),
                "final": history[-1] if history else None, "best": best, "stopped_early": stopped_early,
                "spec": spec.as_dict(), "data": data.fingerprint, "usable_train": len(data.train),
-               "usable_val": len(data.val), "skipped": skipped}
+               "usable_val": len(data.val), "skipped": skipped,
+               **({"validation_context_overflow": overflow} if overflow else {})}
     (out_dir / "train-summary.json").write_text(json.dumps(summary, indent=2))
     return {"params": params, **summary}  # summary["spec"] is the spec as a dict
 
@@ -365,7 +459,7 @@ def train_scr(data: TrainData, config: ScrConfig, out_dir: Path, *, seed: int = 
 def _abstract(spec: ScrSpec) -> Any:
     """Shape/dtype tree of ``spec``'s parameters (``CheckpointStore.restore_params`` places it on a
     local device, so a run trained on a CPU loads on a GPU machine)."""
-    return jax.eval_shape(lambda: init_params(spec, jax.random.key(0)))
+    return jax.eval_shape(lambda: init_params(spec, jax.random.key(0)))  # random init: no weights read
 
 
 def load_run(folder: Path) -> tuple[ScrSpec, Any, dict[str, Any]]:
@@ -386,5 +480,5 @@ def load_run(folder: Path) -> tuple[ScrSpec, Any, dict[str, Any]]:
                             "first checkpoint (every --scr.eval_every steps)")
         params = store.restore_params(step, _abstract(spec))
     return spec, params, {"step": step, "best": use_best, "params_sha": params_fingerprint(params),
-                          "folder": str(folder),
+                          "folder": str(folder), "text_encoder": saved.get("text_encoder"),
                           "config": saved.get("config"), "seed": int(saved.get("seed", 0))}
