@@ -467,7 +467,7 @@ class Engine:
 
     def _retrieve(self, items: list[str | Question], method: str) -> list[Answer]:
         from stem_jax.answer.chains import answer_chains
-        from stem_jax.eval.records import make_record
+        from stem_jax.eval.records import make_records
 
         parsed: list[tuple[Question, dict | None]] = [
             self.question(q) if isinstance(q, str) else (q, None) for q in items]
@@ -485,8 +485,8 @@ class Engine:
         total_ms = 1000 * (time.perf_counter() - began) / max(len(batch), 1)
         answers = []
         index = chosen.context.index
-        for (question, link), retrieval in zip(parsed, retrievals, strict=True):
-            record = make_record(chosen.context, question, retrieval, chosen.name)
+        records = make_records(chosen.context, batch, retrievals, chosen.name)
+        for (question, link), retrieval, record in zip(parsed, retrievals, records, strict=True):
             evidence = [tuple(t) for t in record.get("evidence", [])]
             # from all the evidence (the record lists at most 256 triples), by KG id (names may repeat); for
             # every method, so that each chain is a reason for an answer (SAFE's matches, SCR's paths stay

@@ -230,6 +230,7 @@ def rog_question_metrics(
 # --------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1 << 16)  # every question's answers and predictions: names repeat across a split
 def normalize_entity(name: str) -> str:
     """Normalise an entity name for exact comparison in :func:`strict_metrics`.
 
@@ -469,6 +470,9 @@ class MetricAccumulator:
         """Add one question's metrics (numbers; bools count as 0/1), optionally under ``group``."""
         clean: dict[str, float] = {}
         for name, value in metrics.items():
+            if type(value) is float and type(name) is str and value - value == 0.0:  # a finite float: as below
+                clean[name] = value
+                continue
             if not isinstance(name, str):
                 raise TypeError(f"metric names must be strings, got {name!r}")
             if not isinstance(value, int | float):

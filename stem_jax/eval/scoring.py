@@ -7,6 +7,7 @@ like an uninterrupted one.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,28 @@ def read_finished(path: Path) -> dict[str, dict]:
     return clean_predictions(path)
 
 
+SCORED_FIELDS = ("id", "hops", "prediction", "ground_truth", "coverage", "overflow")
+
+
+def scored_fields(record: dict) -> dict:
+    """The part of a record :func:`score_records` reads (a run keeps these, not whole records, in memory)."""
+    return {k: record[k] for k in SCORED_FIELDS if k in record}
+
+
 def score_predictions(path: Path, qids: set[str] | None = None) -> dict[str, Any]:
     """Metrics per hop from predictions.jsonl alone, so a resumed run scores like a fresh one."""
+    return score_records(read_finished(path).values(), qids)
+
+
+def score_records(records: Iterable[dict], qids: set[str] | None = None) -> dict[str, Any]:
+    """Metrics per hop of ``records`` in the order given (the file's order: float sums are order-sensitive).
+
+    :func:`score_predictions` reads them from predictions.jsonl; an eval that wrote every record itself
+    passes the very records it wrote (the same values: JSON gives back each string, int and float exactly),
+    so the report is the same byte for byte without parsing the file again."""
     acc = MetricAccumulator(group_name="hops")
     overflow = defaultdict(int)
-    for record in read_finished(path).values():
+    for record in records:
         if qids is not None and record["id"] not in qids:
             continue
         group = f"{record['hops']}-hop" if record.get("hops") is not None else "all"

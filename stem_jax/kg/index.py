@@ -82,10 +82,10 @@ class KGIndex:
             raise DataError(f"unknown entity {name!r}", fix="use the entity exactly as it appears in the KG") from None
 
     def triple_strings(self, triple_ids: Iterable[int]) -> list[Triple]:
-        return [
-            (self.entities[h], self.relations[r], self.entities[t])
-            for h, r, t in self.triples[np.asarray(list(triple_ids), dtype=np.int64)]
-        ]
+        entities, relations = self.entities, self.relations
+        ids = triple_ids if isinstance(triple_ids, np.ndarray) else list(triple_ids)
+        return [(entities[h], relations[r], entities[t])
+                for h, r, t in self.triples[np.asarray(ids, dtype=np.int64)].tolist()]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,12 +115,19 @@ class RelationAdjacency:
     def step(self, frontier: np.ndarray, relation: int, forward: bool) -> tuple[np.ndarray, np.ndarray]:
         """(triple ids, their source entity) of ``relation`` triples leaving ``frontier`` (unique ids) at the
         head (``forward``) or at the tail; grouped by source in ``frontier`` order."""
+        ids, rows = self.step_rows(frontier, relation, forward)
+        return ids, np.asarray(frontier)[rows]
+
+    def step_rows(self, frontier: np.ndarray, relation: int, forward: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(triple ids, the position in ``frontier`` each leaves from) of ``relation`` triples leaving the
+        entities of ``frontier`` at the head (``forward``) or at the tail, grouped by position. ``frontier``
+        may repeat an entity (walks of several questions at once): each occurrence gets its triples."""
         keys, ids = (self.head_keys, self.by_head) if forward else (self.tail_keys, self.by_tail)
         wanted = np.asarray(frontier, dtype=np.int64) * self.num_relations + relation
         starts = np.searchsorted(keys, wanted, side="left")
         lengths = np.searchsorted(keys, wanted, side="right") - starts
         positions = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
-        return ids[positions], np.repeat(np.asarray(frontier), lengths)
+        return ids[positions], np.repeat(np.arange(len(wanted)), lengths)
 
 
 def build_csr(triples: np.ndarray, num_entities: int) -> tuple[np.ndarray, np.ndarray]:

@@ -19,6 +19,7 @@ the ground-truth reasoning path ``R`` of the paper's coverage rate (eq. 17).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -27,7 +28,6 @@ import numpy as np
 from stem_jax.data.types import Dataset, PathStep, Question, Triple
 from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex, build_index
-from stem_jax.kg.paths import step_edges
 from stem_jax.plan.schema import SchemaGraph, SchemaTriple, Strategy
 
 RelationPath = tuple[PathStep, ...]
@@ -288,6 +288,11 @@ def shortest_relation_paths(
 # ---------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)  # a few dozen qtypes, parsed once each (every eval record asks, twice)
+def _cached_metaqa_path(qtype: str) -> RelationPath:
+    return metaqa_gold_path(qtype)
+
+
 @dataclasses.dataclass(frozen=True)
 class GoldPaths:
     """A question's gold relation paths, each from a topic entity, or why there are none.
@@ -326,7 +331,7 @@ def gold_paths(question: Question, *, max_hops: int = 4, max_paths: int = 8) -> 
         return GoldPaths(tuple(found[:max_paths]), source="shortest")
     if question.qtype:
         try:
-            return GoldPaths(((topic, metaqa_gold_path(question.qtype)),), source="qtype")
+            return GoldPaths(((topic, _cached_metaqa_path(question.qtype)),), source="qtype")
         except StemError as err:
             return GoldPaths((), reason=str(err))
     return GoldPaths((), reason="no gold path, MetaQA qtype or question graph to derive one from")
@@ -374,26 +379,56 @@ def path_walk_triples(index: KGIndex, topic: int, path: Sequence[PathStep], answ
     Walks forward step by step as :func:`stem_jax.kg.paths.follow_relation_path` does (the topic is
     never an intermediate or final node, as in MetaQA), recording each step's triples with their
     source and target, then prunes backwards: a last-step triple is kept when its target is an
-    answer, an earlier one when its target is the source of a kept triple one step later. A step is
-    :func:`stem_jax.kg.paths.step_edges` (directed), the bounds' own walk.
+    answer, an earlier one when its target is the source of a kept triple one step later. A step reads
+    the relation's triples through :class:`~stem_jax.kg.index.RelationAdjacency` (directed), as
+    :func:`stem_jax.kg.paths.step_edges` does. One walk of :func:`path_walk_triples_many`.
     """
-    frontier = np.asarray([topic], dtype=np.int64)
-    steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (triple ids, sources, targets)
+    return path_walk_triples_many(index, [topic], path, [answers])[0]
+
+
+def path_walk_triples_many(index: KGIndex, topics: Sequence[int], path: Sequence[PathStep],
+                           answers: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """:func:`path_walk_triples` for many walks of one relation path at once, one per (topic, answers).
+
+    The walks' frontiers are kept together as (walk, entity) pairs, so each step is one batch of
+    binary searches for all of them and each walk's triples, sources and targets stay tagged with
+    their walk; the result of walk ``j`` is exactly ``path_walk_triples(index, topics[j], path,
+    answers[j])`` (property-tested against it and against a scan of every triple)."""
+    walks = len(topics)
+    none = [np.zeros(0, np.int32) for _ in range(walks)]
+    if walks == 0 or not path:
+        return none
+    n_entities = max(index.num_entities, 1)
+    topics = np.asarray(topics, dtype=np.int64)
+    walk = np.arange(walks, dtype=np.int64)
+    entity = topics
+    adjacency = index.relation_adjacency
+    steps: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (triple ids, walks, sources, targets)
     for step in path:
         relation = index.relation_ids.get(step.relation)
-        if relation is None or frontier.size == 0:
-            return np.zeros(0, np.int32)
-        ids, source, target = step_edges(index, frontier, relation, step.forward, directed=True)
-        keep = target != topic
-        steps.append((ids[keep], source[keep], target[keep]))
-        frontier = np.unique(target[keep])
+        if relation is None:
+            return none
+        ids, rows = adjacency.step_rows(entity, relation, step.forward)
+        owner, source = walk[rows], entity[rows]
+        target = index.triples[ids, 2 if step.forward else 0].astype(np.int64)
+        keep = target != topics[owner]
+        ids, owner, source, target = ids[keep], owner[keep], source[keep], target[keep]
+        steps.append((ids, owner, source, target))
+        pairs = np.unique(owner * n_entities + target)
+        walk, entity = pairs // n_entities, pairs % n_entities
+    sizes = [len(a) for a in answers]
+    wanted = np.unique(np.repeat(np.arange(walks, dtype=np.int64), sizes) * n_entities
+                       + np.concatenate([np.asarray(a, dtype=np.int64) for a in answers]))
+    n_triples = max(index.num_triples, 1)
     kept: list[np.ndarray] = []
-    wanted = np.unique(np.asarray(answers, dtype=np.int64))
-    for ids, source, target in reversed(steps):
-        on_path = _sorted_contains(wanted, target)
-        kept.append(ids[on_path])
-        wanted = np.unique(source[on_path])
-    return np.unique(np.concatenate(kept)).astype(np.int32) if kept else np.zeros(0, np.int32)
+    for ids, owner, source, target in reversed(steps):
+        on_path = _sorted_contains(wanted, owner * n_entities + target)
+        kept.append(owner[on_path] * n_triples + ids[on_path])
+        wanted = np.unique(owner[on_path] * n_entities + source[on_path])
+    keys = np.unique(np.concatenate(kept))
+    bounds = np.searchsorted(keys // n_triples, np.arange(walks + 1))
+    triple_ids = (keys % n_triples).astype(np.int32)
+    return [triple_ids[bounds[j] : bounds[j + 1]] for j in range(walks)]
 
 
 def _sorted_contains(sorted_values: np.ndarray, queries: np.ndarray) -> np.ndarray:
@@ -415,11 +450,54 @@ def gold_path_triples(question: Question, index: KGIndex, *, max_hops: int = 4, 
     found = gold_paths(question, max_hops=max_hops, max_paths=max_paths)
     if not found.paths:
         return set()
-    kg = build_index(question.graph) if question.graph is not None and found.source == "shortest" else index
-    answers = np.asarray([kg.entity_ids[a] for a in question.answers if a in kg.entity_ids], dtype=np.int64)
-    evidence: set[Triple] = set()
-    for topic, path in found.paths:
-        if topic not in kg.entity_ids or answers.size == 0:
+    kg = build_index(question.graph) if _walks_own_graph(question, found) else index
+    return set(kg.triple_strings(_walk_gold_paths(kg, [(question, found)])[0]))
+
+
+def gold_path_triple_ids(questions: Sequence[Question], index: KGIndex, *, max_hops: int = 4,
+                         max_paths: int = 8) -> list[np.ndarray | None]:
+    """:func:`gold_path_triples` of many questions as sorted triple ids of ``index``, walked together.
+
+    Questions are grouped by gold relation path and each group walked at once
+    (:func:`path_walk_triples_many`). ``None`` for a question whose ``R`` lies in its own graph (RoG's
+    shortest paths), whose triples have no ids in ``index``: call :func:`gold_path_triples` for it.
+    ``index`` deduplicates triples, so ids and (head, relation, tail) strings correspond one to one."""
+    out: list[np.ndarray | None] = [None] * len(questions)
+    todo: list[tuple[Question, GoldPaths]] = []
+    places: list[int] = []
+    for i, question in enumerate(questions):
+        found = gold_paths(question, max_hops=max_hops, max_paths=max_paths)
+        if found.paths and _walks_own_graph(question, found):
             continue
-        evidence.update(kg.triple_strings(path_walk_triples(kg, kg.entity_ids[topic], path, answers)))
-    return evidence
+        todo.append((question, found))
+        places.append(i)
+    for i, ids in zip(places, _walk_gold_paths(index, todo), strict=True):
+        out[i] = ids
+    return out
+
+
+def _walks_own_graph(question: Question, found: GoldPaths) -> bool:
+    return question.graph is not None and found.source == "shortest"
+
+
+def _walk_gold_paths(kg: KGIndex, questions: Sequence[tuple[Question, GoldPaths]]) -> list[np.ndarray]:
+    """Sorted triple ids of ``R`` in ``kg`` per (question, its gold paths), the walks of each path batched."""
+    jobs: dict[RelationPath, list[tuple[int, int, np.ndarray]]] = defaultdict(list)
+    for i, (question, found) in enumerate(questions):
+        if not found.paths:
+            continue
+        answers = np.asarray([kg.entity_ids[a] for a in question.answers if a in kg.entity_ids], dtype=np.int64)
+        if answers.size == 0:
+            continue
+        for topic, path in found.paths:
+            if topic in kg.entity_ids:
+                jobs[tuple(path)].append((i, kg.entity_ids[topic], answers))
+    parts: dict[int, list[np.ndarray]] = defaultdict(list)
+    for path, walks in jobs.items():
+        found_ids = path_walk_triples_many(kg, [t for _, t, _ in walks], path, [a for _, _, a in walks])
+        for (i, _, _), ids in zip(walks, found_ids, strict=True):
+            parts[i].append(ids)
+    out = [np.zeros(0, np.int32)] * len(questions)
+    for i, arrays in parts.items():
+        out[i] = arrays[0] if len(arrays) == 1 else np.unique(np.concatenate(arrays)).astype(np.int32)
+    return out
