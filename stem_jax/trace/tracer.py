@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
@@ -110,6 +111,9 @@ class TraceOutput(NamedTuple):
     via: jax.Array  # int32 [B, S+1, F] triple that bound the node, -1 for anchor/empty
     parents: jax.Array  # int32 [B, S+1, F] index into the parent slot, -1 for anchor/empty
     overflow: jax.Array  # int32 [B]
+    # int32 [B, 2]: the capacities the run needs, (matches of one node in a step, matches of the run in a
+    # step), largest over its steps up to the first that overflowed (see :func:`fitting_levels`)
+    need: jax.Array
 
 
 def _in_guidance(entities: jax.Array, guidance: jax.Array) -> jax.Array:
@@ -392,7 +396,7 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
         return jax.lax.cond(live.any(), expand, lambda c, _s: c, carry, s), None
 
     def expand(carry, s):
-        nodes, scores, via, parents, overflow = carry
+        nodes, scores, via, parents, overflow, need = carry
         step = batch.steps[:, s]
         active = batch.step_mask[:, s]
         parent_slot = jnp.clip(step[:, 0], 0, n_steps)
@@ -435,12 +439,33 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
         # matches beyond K per node, then beyond F per run among the per-node survivors.
         node_excess = jax.ops.segment_sum(jnp.maximum(qualified - k, 0), runs_of_pair, num_segments=n_runs)
         survivors = jax.ops.segment_sum(jnp.minimum(qualified, k), runs_of_pair, num_segments=n_runs)
+        # Until a run first overflows, its trace equals the uncapped one, so these counts are what any
+        # capacity sees at this step: exactly the capacities under which it would not overflow here.
+        step_need = jnp.stack([jax.ops.segment_max(qualified, runs_of_pair, num_segments=n_runs),
+                               jax.ops.segment_sum(qualified, runs_of_pair, num_segments=n_runs)], axis=-1)
+        need = jnp.where((overflow == 0)[:, None], jnp.maximum(need, step_need), need)
         overflow = overflow + node_excess + jnp.maximum(survivors - f, 0)
-        return nodes, scores, via, parents, overflow
+        return nodes, scores, via, parents, overflow, need
 
-    init = (nodes, scores, via, parents, jnp.zeros(n_runs, jnp.int32))
-    (nodes, scores, via, parents, overflow), _ = jax.lax.scan(step_fn, init, jnp.arange(n_steps))
-    return TraceOutput(nodes, scores, via, parents, overflow)
+    init = (nodes, scores, via, parents, jnp.zeros(n_runs, jnp.int32), jnp.zeros((n_runs, 2), jnp.int32))
+    (nodes, scores, via, parents, overflow, need), _ = jax.lax.scan(step_fn, init, jnp.arange(n_steps))
+    return TraceOutput(nodes, scores, via, parents, overflow, need)
+
+
+def fitting_levels(ladder: Sequence[TracerShapes], need: np.ndarray) -> np.ndarray:
+    """Per run, the lowest level of ``ladder`` whose capacities hold its ``need`` (:attr:`TraceOutput.need`,
+    host int [R, 2]); ``len(ladder)`` where none does.
+
+    A run's trace at two capacities is the same up to the first step where the smaller one drops a
+    match (the caps only act by dropping), and at that step ``qualified`` is the same for both. So
+    with ``need`` from a trace that did not overflow, every capacity that holds it gives that trace
+    (padded to its own frontier) and every one that does not overflows; with ``need`` from one that
+    overflowed, a capacity that does not hold it overflows too (at that step or before)."""
+    need = np.asarray(need).reshape(-1, 2)
+    matches = np.array([shapes.node_matches for shapes in ladder])
+    frontier = np.array([shapes.frontier for shapes in ladder])
+    holds = (need[:, :1] <= matches) & (need[:, 1:] <= frontier)
+    return np.where(holds.any(axis=1), holds.argmax(axis=1), len(ladder))
 
 
 EXACT, FOLDED = 2, 1  # anchor levels of entities the question names (exact id / case- or accent-folded name)

@@ -49,6 +49,7 @@ from stem_jax.trace.tracer import (
     TraceBatch,
     TracerShapes,
     capacity_ladder,
+    fitting_levels,
 )
 from stem_jax.trace.types import prune_unreached
 
@@ -102,6 +103,15 @@ def fold_name(name: str) -> str:
     """Case- and accent-insensitive form of an entity name (what an uncased encoder cannot tell apart)."""
     decomposed = unicodedata.normalize("NFKD", name)
     return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold().strip()
+
+
+def narrowed(output: dict[str, np.ndarray], frontier: int) -> dict[str, np.ndarray]:
+    """A run's host arrays traced at a larger frontier, cut to ``frontier`` bindings per slot: what the
+    lower capacity gives when the run fits it (:func:`~stem_jax.trace.tracer.fitting_levels`); the columns cut are empty there."""
+    cut = {k: v[..., :frontier] if k in ("nodes", "scores", "via", "parents") else v for k, v in output.items()}
+    if (output["nodes"][..., frontier:] >= 0).any():
+        raise AssertionError(f"a run that fits frontier {frontier} bound more nodes than that")
+    return cut
 
 
 class StemPipeline:
@@ -284,9 +294,12 @@ class StemPipeline:
         """Anchor and trace ``runs`` at ``hyper`` (default: the configured λ, τ and effective θ);
         returns per-run host arrays and stage seconds.
 
-        Breadth runs whose capacities overflowed are traced again one capacity bucket up, until
+        Breadth runs whose capacities overflowed are traced again higher up the capacity ladder, until
         they fit or the largest bucket (``engine.max_frontier``) is reached; each output's
-        ``capacity`` says which frontier bucket it came from.
+        ``capacity`` says which frontier bucket it came from. A retry goes straight to the lowest
+        level that holds the counts of the step that overflowed (``TraceOutput.need``): the levels
+        between would overflow at that same step, so this is the result of climbing one level at a
+        time, without those traces.
         """
         hyper = self.resolve(hyper)
         traced = hyper.traced()
@@ -296,11 +309,14 @@ class StemPipeline:
             return [], timings
         guidance = self.guidance_rows(runs)
         anchors, anchor_scores = self.anchor(runs, guidance, timings, lam=hyper.lam)
-        for (precision, bucket), members in self.groups(runs):
+        for (precision, bucket), group in self.groups(runs):
             ladder = self.ladder_for(precision)
+            waiting: dict[int, list[int]] = {0: group}  # ladder level -> runs to trace there
             for level, shapes in enumerate(ladder):
+                members = sorted(waiting.pop(level, []))
+                if not members:
+                    continue
                 size = self._fit(max(self.batch[precision] >> level, 4), len(members))
-                retry = []
                 chunks = [members[start : start + size] for start in range(0, len(members), size)]
                 began = time.perf_counter()
                 # Every batch of the level is dispatched before any result is read (JAX runs them
@@ -314,20 +330,19 @@ class StemPipeline:
                 fetched = jax.device_get(pending)
                 timings["trace"] += time.perf_counter() - began
                 for chunk, host in zip(chunks, fetched, strict=True):
-                    for row, i in enumerate(chunk):
-                        outputs[i] = {k: getattr(host, k)[row] for k in OUTPUT_FIELDS}
-                        outputs[i]["capacity"] = shapes.frontier
-                        if host.overflow[row] > 0:
-                            retry.append(i)
-                if not retry or level + 1 == len(ladder):
-                    if not precision:
-                        for i in members:
-                            self.capacity_runs[int(outputs[i]["capacity"])] += 1
-                    break
-                done = set(members) - set(retry)
-                for i in done:
-                    self.capacity_runs[int(outputs[i]["capacity"])] += 1
-                members = retry
+                    for row, (i, fits) in enumerate(zip(chunk, fitting_levels(ladder, host.need[: len(chunk)]).tolist(),
+                                                        strict=True)):
+                        if host.overflow[row] > 0 and level + 1 < len(ladder):
+                            # the levels between would overflow at the same step: straight to one that fits it
+                            waiting.setdefault(min(max(fits, level + 1), len(ladder) - 1), []).append(i)
+                            continue
+                        out = {k: getattr(host, k)[row] for k in OUTPUT_FIELDS}
+                        if host.overflow[row] == 0 and fits < level:  # the ladder would have stopped lower
+                            out = narrowed(out, ladder[fits].frontier)
+                        out["capacity"] = ladder[min(fits, level)].frontier
+                        outputs[i] = out
+                        if not precision:
+                            self.capacity_runs[int(out["capacity"])] += 1
         return outputs, timings
 
     def warm_up(self, step_buckets: Sequence[int], max_runs: int) -> int:
