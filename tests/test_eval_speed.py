@@ -236,3 +236,43 @@ def dataclass_with_hops(question: Question, hops: int) -> Question:
     import dataclasses
 
     return dataclasses.replace(question, hops=hops)
+
+
+def test_settled_heap_unfreezes_only_what_it_froze():
+    import gc
+
+    from stem_jax.eval.loop import settled_heap
+
+    assert gc.get_freeze_count() == 0
+    with settled_heap() as settle:
+        assert gc.get_freeze_count() > 0
+        settle()
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # a process that froze its own objects keeps them frozen
+    try:
+        with settled_heap():
+            pass
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
+def test_collector_paused_restores_the_collector():
+    import gc
+
+    from stem_jax.engine import collector_paused
+
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()
+    with pytest.raises(RuntimeError), collector_paused():
+        raise RuntimeError
+    assert gc.isenabled()

@@ -15,6 +15,7 @@ from stem_jax.cli.engine_args import default_run_folder, embed, load, open_engin
 from stem_jax.cli.report import markdown_table, run_metadata, summary_table, write_report
 from stem_jax.config import as_dict, config_fields
 from stem_jax.data.types import Dataset
+from stem_jax.engine import collector_paused
 from stem_jax.errors import StemError
 from stem_jax.eval.run_folder import short_hash
 from stem_jax.kg.index import KGIndex
@@ -212,7 +213,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     check_out_path(args.out)
     start = time.perf_counter()
     pid, processes = join_processes(args)  # issue 10: with N processes, each evaluates every N-th question
-    engine = open_engine(args, config, method_options=method_options(args))
+    with collector_paused():
+        engine = open_engine(args, config, method_options=method_options(args))
     method = getattr(args, "method", "stem")
     label = engine.planner_spec.label if method != "scr" else "scr"
     folder = f"{label if method == 'stem' else f'{method}-{label}'}-{short_hash(engine.results_fingerprint(method))}"
