@@ -5,12 +5,13 @@
 
 Each side runs from its own checkout (``runs/identity/src-<sha>``, as ``predictions_identity.py`` makes them)
 with ``python -P`` so the working directory cannot shadow it, into a fresh folder per round, with the
-schema-text and embedding caches warm (both sides read the same ``$STEM_CACHE_DIR``). A side that has
+schema-text and embedding caches warm (both sides read the same ``$STEM_CACHE_DIR``); ``--also REV`` adds
+commits in between as more sides. A side that has
 ``stem_jax/compile_cache.py`` also reads XLA's compilation cache, warmed by one untimed run first: that is
 what a user's second eval process gets. Rounds alternate the sides so machine load falls on both; the load
 average is recorded before and after each run, and CPU seconds are reported beside wall seconds because
-other jobs on a shared machine stretch wall time far more than CPU time. Writes
-``experiments/results/eval-end-to-end-metaqa-<planner>.{json,md}``.
+other jobs on a shared machine stretch wall time far more than CPU time. Each run's CPU seconds and peak RSS are its own
+(``os.wait4``). Writes ``experiments/results/eval-end-to-end-metaqa-<planner>[-<tag>].{json,md}``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -34,20 +34,24 @@ from stem_jax.cli.report import markdown_table, run_metadata, write_report  # no
 
 
 def run_once(tree: Path, out: Path, planner: str) -> dict:
+    """One eval in a child process; its own CPU time and peak RSS come from ``os.wait4`` (the children's
+    totals of ``getrusage`` would carry the largest RSS of any earlier run into every later row)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     command = [sys.executable, "-P", "-m", "stem_jax.cli.main", "eval", "--dataset", "metaqa", "--split", "test",
                "--planner", planner, "--no-progress", "--out", str(out)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load = os.getloadavg()[0]
-    began = time.perf_counter()
-    done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - began
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"eval failed in {tree}:\n{done.stderr[-3000:]}")
+    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+        began = time.perf_counter()
+        child = subprocess.Popen(command, cwd=tree, env=env, stdout=stdout, stderr=stderr)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - began
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode != 0:
+            stderr.seek(0)
+            raise SystemExit(f"eval failed in {tree}:\n{stderr.read().decode(errors='replace')[-3000:]}")
     metrics = json.loads((out / "metrics.json").read_text())
-    return {"wall_s": round(wall, 2), "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
-            "peak_rss_gib": round(after.ru_maxrss / 2**20, 2), "load_before": round(load, 2),
+    return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+            "peak_rss_gib": round(usage.ru_maxrss / 2**20, 2), "load_before": round(load, 2),
             "load_after": round(os.getloadavg()[0], 2), "questions": metrics["overall"]["n"],
             "stage_s": {k: round(v / 1000, 2) for k, v in metrics.get("stage_ms_total_this_run", {}).items()}}
 
@@ -58,10 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after", default="HEAD")
     parser.add_argument("--planner", default="oracle")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--also", action="append", default=[], metavar="REV",
+                        help="a commit in between, run as one more side (repeatable): whose change gained what")
+    parser.add_argument("--tag", default=None, help="suffix of the result files' name (keeps earlier results)")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "identity")
     args = parser.parse_args(argv)
     args.runs.mkdir(parents=True, exist_ok=True)
-    trees = {"before": source_tree(args.before, args.runs), "after": source_tree(args.after, args.runs)}
+    trees = {"before": source_tree(args.before, args.runs),
+             **{f"also-{i + 1}": source_tree(rev, args.runs) for i, rev in enumerate(args.also)},
+             "after": source_tree(args.after, args.runs)}
     scratch = Path(tempfile.mkdtemp(prefix="eval-e2e-"))
     results: dict[str, list[dict]] = {side: [] for side in trees}
     try:
@@ -87,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             f"`python experiments/eval_end_to_end.py {shown}`\n\n"
             + markdown_table(["side", "commit", "round", "questions", "wall s", "questions/s (wall)", "CPU s",
                               "peak RSS GiB", "load before / after", "stage totals s"], rows) + "\n")
-    write_report(ROOT / "experiments" / "results", f"eval-end-to-end-metaqa-{args.planner}",
+    name = f"eval-end-to-end-metaqa-{args.planner}" + (f"-{args.tag}" if args.tag else "")
+    write_report(ROOT / "experiments" / "results", name,
                  {"meta": meta, "commits": {k: v[0] for k, v in trees.items()}, "runs": results}, text)
     print(text)
     return 0
