@@ -251,11 +251,8 @@ def normalize_entity(name: str) -> str:
 
 
 def _normalised_unique(names: Iterable[str]) -> list[str]:
-    seen: dict[str, None] = {}
-    for name in names:
-        key = normalize_entity(name)
-        if key:
-            seen.setdefault(key, None)
+    seen = dict.fromkeys(map(normalize_entity, names))  # first occurrences, in order
+    seen.pop("", None)
     return list(seen)
 
 
@@ -413,9 +410,14 @@ class _Stats:
 
     def add(self, metrics: Mapping[str, float]) -> None:
         self.n += 1
+        sums, counts = self.sums, self.counts
         for name, value in metrics.items():
-            self.sums[name] = self.sums.get(name, 0.0) + value
-            self.counts[name] = self.counts.get(name, 0) + 1
+            if name in sums:  # added in question order: the same float sums as one running total each
+                sums[name] += value
+                counts[name] += 1
+            else:
+                sums[name] = 0.0 + value
+                counts[name] = 1
 
     def to_json(self) -> dict[str, Any]:
         return {
