@@ -44,18 +44,22 @@ def make_records(context: MethodContext, questions: Sequence[Question], retrieva
     rows = index.triples[np.asarray([t for ids in listed for t in ids], dtype=np.int64)]
     answers = np.asarray([e for retrieval in retrievals for e, _ in retrieval.answers], dtype=np.int64)
     display, entities = context.display, index.entities
-    shown = {e: display(entities[e]) for e in np.unique(np.concatenate([rows[:, 0], rows[:, 2], answers])).tolist()}
-    rows = rows.tolist()
-    return [_record(context, question, retrieval, method, gold, ids, rows[bounds[i] : bounds[i + 1]], shown)
+    named, at = np.unique(np.concatenate([rows[:, 0], rows[:, 2], answers]), return_inverse=True)
+    names = np.asarray([display(entities[e]) for e in named.tolist()], dtype=object)
+    shown = dict(zip(named.tolist(), names.tolist(), strict=True))
+    n = len(rows)  # [h, r, t] of every listed triple, made in one pass for the batch
+    relations = np.asarray(index.relations, dtype=object)
+    triples = list(map(list, zip(names[at[:n]].tolist(), relations[rows[:, 1]].tolist(), names[at[n : 2 * n]].tolist(),
+                                 strict=True)))
+    return [_record(context, question, retrieval, method, gold, ids, triples[bounds[i] : bounds[i + 1]], shown)
             for i, (question, retrieval, gold, ids) in enumerate(zip(questions, retrievals, golds, evidence,
                                                                        strict=True))]
 
 
 def _record(context: MethodContext, question: Question, retrieval: Retrieval, method: str,
-            gold_ids: np.ndarray | None, evidence_ids: list[int], listed: list[list[int]],
+            gold_ids: np.ndarray | None, evidence_ids: list[int], listed: list[list[str]],
             shown: dict[int, str]) -> dict[str, Any]:
     index = context.index
-    relations = index.relations
     if gold_ids is None:  # R is in the question's own graph: compare (head, relation, tail) strings
         gold = gold_path_triples(question, index)
         coverage = coverage_rate(gold, index.triple_strings(evidence_ids), undirected=False) if gold else None
@@ -71,7 +75,7 @@ def _record(context: MethodContext, question: Question, retrieval: Retrieval, me
         "prediction": [shown[e] for e, _ in retrieval.answers],
         "scores": [round(float(s), 6) for _, s in retrieval.answers],
         "ground_truth": [context.display(a) for a in question.answers],
-        "evidence": [[shown[h], relations[r], shown[t]] for h, r, t in listed],
+        "evidence": listed,
         "evidence_count": len(evidence_ids),
         "coverage": coverage,
         "gold_path_triples": gold_count,
