@@ -334,8 +334,32 @@ def _breadth_candidates(kg, hyper, relation_bonus, cum, pair_nodes, pair_base, r
     bars = (jnp.full(n_pairs, NEG_INF, jnp.float32), jnp.full(n_runs, NEG_INF, jnp.float32))
     init = (jnp.int32(0), empty, jnp.int32(0), jnp.zeros(n_pairs, jnp.int32), bars)
     _, buffer, count, qualified, _ = jax.lax.while_loop(lambda c: c[0] < blocks, body, init)
-    _, _, ranked, _ = _compact(buffer, count, pair_base, frontier, node_matches, n_runs)
-    return ranked, qualified
+    return _final_ranking(buffer, count, pair_base, frontier, node_matches, n_runs), qualified
+
+
+def _final_ranking(buffer, count, pair_base, frontier, k, n_runs) -> _Ranked:
+    """``_compact``'s ranking of the step's candidate buffer, sorting only a prefix that holds them.
+
+    The buffer's ``count`` entries are packed at its front, and a sort costs what it sorts (XLA's CPU
+    sort of the full B·F + window entries, twice, was most of a step's fixed cost), so the smallest
+    of a few static prefix lengths that holds ``count`` is ranked (``lax.switch``); entries past
+    ``count`` were never selectable, so the ranking, and every binding written from it, is the
+    same. The ranked arrays are padded back to the buffer's length with unselected entries."""
+    capacity = buffer[0].shape[0]
+    sizes = sorted({max(1, min(capacity, capacity >> shift)) for shift in (4, 2, 0)})
+
+    def rank_prefix(size):
+        def branch(buffer, count):
+            _, _, ranked, _ = _compact(tuple(a[:size] for a in buffer), count, pair_base, frontier, k, n_runs)
+            pad = capacity - size
+            fill = {"run": n_runs, "pair": 0, "triple": -1, "t_score": NEG_INF, "total": NEG_INF, "run_rank": 0,
+                    "keep": False}
+            return _Ranked(*(jnp.pad(getattr(ranked, name), (0, pad), constant_values=fill[name])
+                             for name in _Ranked._fields))
+        return branch
+
+    which = jnp.searchsorted(jnp.asarray(sizes, jnp.int32), count, side="left")
+    return jax.lax.switch(jnp.minimum(which, len(sizes) - 1), [rank_prefix(size) for size in sizes], buffer, count)
 
 
 def _branch_rows(batch: TraceBatch, via: jax.Array, parents: jax.Array, parent_slot: jax.Array) -> jax.Array:
