@@ -286,35 +286,38 @@ def main(argv: list[str] | None = None) -> int:
 
     names = list(engines)
     rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}  # process CPU seconds per round (all threads)
     agree = dict.fromkeys(names, 0)
     for r in range(args.rounds):
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
             query, state = engines[name]
             load = os.getloadavg()[0]
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), time.process_time()
             if name in BATCH_ENGINES:
                 answers = query(state, runs)
                 if r == 0:  # the untimed warm-up ran inside this first call: time it again
-                    began = time.perf_counter()
+                    began, began_cpu = time.perf_counter(), time.process_time()
                     answers = query(state, runs)
             else:
                 answers = [query(state, topic, path) for _, topic, path, _ in runs]
             elapsed = time.perf_counter() - began
             rounds[name].append((elapsed, load))
+            cpu[name].append(time.process_time() - began_cpu)
             if r == 0:
                 agree[name] = sum(a == b for a, b in zip(answers, reference, strict=True))
             print(f"round {r} {name}: {elapsed:.2f} s (load {load:.1f})", flush=True)
 
     rows, table = [], []
     for name in names:
-        quiet = sorted(rounds[name], key=lambda tl: tl[1])[:2]  # the two rounds at the lowest load
-        seconds = float(np.median([t for t, _ in quiet]))
+        quiet = sorted(range(len(rounds[name])), key=lambda i: rounds[name][i][1])[:2]  # the two at the lowest load
+        seconds = float(np.median([rounds[name][i][0] for i in quiet]))
+        cpu_seconds = float(np.median([cpu[name][i] for i in quiet]))
         rows.append({"engine": name, "version": versions[name], "setup_seconds": setup_seconds[name],
-                     "seconds": seconds, "questions_per_second": len(runs) / seconds,
-                     "agreement": agree[name] / len(runs), "rounds": rounds[name]})
+                     "seconds": seconds, "questions_per_second": len(runs) / seconds, "cpu_seconds": cpu_seconds,
+                     "agreement": agree[name] / len(runs), "rounds": rounds[name], "cpu_rounds": cpu[name]})
         table.append([name, versions[name], round(setup_seconds[name], 1), round(seconds, 2),
-                      round(len(runs) / seconds), f"{agree[name]}/{len(runs)}",
+                      round(len(runs) / seconds), round(cpu_seconds, 2), f"{agree[name]}/{len(runs)}",
                       ", ".join(f"{t:.2f}s@{load:.1f}" for t, load in rounds[name])])
     meta = run_metadata()
     md = (f"Graph-database peers on MetaQA test (hops {args.hops}; {len(runs)} questions with a gold path), "
@@ -322,8 +325,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{meta['commit']}. Time = median of the two rounds at the lowest load; agreement = answer set equal "
           "to `follow_relation_path` (MetaQA semantics).\n\nCommand: `python experiments/peers_graphdb.py "
           f"{' '.join(sys.argv[1:] if argv is None else argv)}`\n\n"
-          + markdown_table(["engine", "version", "setup s", "time s (all questions)", "questions/s", "agreement",
-                            "rounds (time@load)"], table)
+          + markdown_table(["engine", "version", "setup s", "time s (all questions)", "questions/s",
+                            "process CPU s (same rounds)", "agreement", "rounds (time@load)"], table)
           + ("\n\nSkipped: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()) if skipped else "")
           + ("\n\nstem_jax rows: the whole split per round in 2,048-question chunks (`StemMethod.retrieve`: anchor, "
              "trace scoring every incident triple semantically, answer ranking), planning and schema-text encoding done "
