@@ -242,11 +242,27 @@ def batch_items(data: TrainData, config: ScrConfig, step: int, seed: int, skippe
                       skipped=skipped)
 
 
+def spread_by_hops(golds: Sequence[GoldSteps], limit: int) -> list[GoldSteps]:
+    """At most ``limit`` of ``golds``, taken round robin from each path length in their own order. MetaQA's
+    questions come grouped by hop, so the first ``limit`` validation paths were all 1-hop and validation
+    (and early stopping) never saw a 2- or 3-hop step."""
+    groups: dict[int, list[GoldSteps]] = {}
+    for gold in golds:
+        groups.setdefault(len(gold.relations), []).append(gold)
+    columns = [groups[hops] for hops in sorted(groups)]
+    picked = []
+    for row in range(max(map(len, columns), default=0)):
+        for column in columns:
+            if row < len(column) and len(picked) < limit:
+                picked.append(column[row])
+    return picked
+
+
 def validation_items(data: TrainData, config: ScrConfig, seed: int, limit: int = 512) -> StepItems | None:
     if not data.val:
         return None
     rng = np.random.default_rng([seed, VAL_SEED_OFFSET])
-    golds = data.val[:limit]
+    golds = spread_by_hops(data.val, limit)
     return step_items(golds, data.neighbours, rng, max_steps=config.max_steps, rows=len(golds) * config.max_steps,
                       width=data.neighbours.max_width)
 
