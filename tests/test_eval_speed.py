@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 import pytest
+from test_gold_path_walk import reference_walk  # every triple scanned per step
 
 from stem_jax.config import StemConfig
 from stem_jax.data.types import Dataset, PathStep, Question
@@ -24,26 +25,6 @@ from stem_jax.eval.scoring import score_predictions
 from stem_jax.kg.index import build_index
 from stem_jax.methods.base import MethodContext, Retrieval
 from stem_jax.plan.oracle import gold_path_triple_ids, gold_path_triples, path_walk_triples_many
-
-
-def reference_walk(triples: np.ndarray, topic: int, path: list[tuple[int, bool]], answers: set[int]) -> list[int]:
-    """Every triple scanned per step (the plain walk of tests/test_gold_path_walk.py)."""
-    frontier = {topic}
-    steps = []
-    for relation, forward in path:
-        edges = []
-        for tid, (h, r, t) in enumerate(triples.tolist()):
-            source, target = (h, t) if forward else (t, h)
-            if r == relation and source in frontier and target != topic:
-                edges.append((tid, source, target))
-        steps.append(edges)
-        frontier = {target for _, _, target in edges}
-    kept, wanted = set(), set(answers)
-    for edges in reversed(steps):
-        on_path = [(tid, source) for tid, source, target in edges if target in wanted]
-        kept.update(tid for tid, _ in on_path)
-        wanted = {source for _, source in on_path}
-    return sorted(kept)
 
 
 def random_kg(rng: np.random.Generator):
