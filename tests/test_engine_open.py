@@ -27,8 +27,7 @@ def _require(module: str):
 def line_by_line(monkeypatch):
     """Force the line-by-line path (what the loaders did before the whole-file read)."""
     def use() -> None:
-        monkeypatch.setattr(types, "decoded_lines", lambda path: None)
-        monkeypatch.setattr(metaqa, "decoded_lines", lambda path: None)
+        monkeypatch.setattr(types, "decoded_lines", lambda path: None)  # read_lines and file_lines call it
     return use
 
 

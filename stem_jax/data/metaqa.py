@@ -17,9 +17,7 @@ from stem_jax.data.types import (
     Question,
     SkipReport,
     Triple,
-    decode_line,
-    decoded_lines,
-    raw_lines,
+    file_lines,
     read_lines,
 )
 from stem_jax.errors import DataError
@@ -83,16 +81,12 @@ def read_questions(
     """Read a MetaQA-format question file (a user's own questions work too, with or without qtypes)."""
     if not qa_path.is_file():
         raise DataError("question file not found", path=str(qa_path), fix="check the path or STEM_DATA_DIR")
-    lines: list[str | DataError] | None = decoded_lines(qa_path)
-    if lines is None:
-        lines = [decode_line(raw, qa_path, lineno) for lineno, raw in raw_lines(qa_path)]
+    lines = file_lines(qa_path)
     qtypes: list[str | DataError] | None = None
     if qtype_path is not None:
         if not qtype_path.is_file():
             raise DataError("qtype file not found", path=str(qtype_path), fix="pass the matching qa_*_qtype.txt or none")
-        qtypes = decoded_lines(qtype_path)
-        if qtypes is None:
-            qtypes = [decode_line(raw, qtype_path, lineno) for lineno, raw in raw_lines(qtype_path)]
+        qtypes = file_lines(qtype_path)
         if len(qtypes) != len(lines):
             raise DataError(
                 f"{len(qtypes)} qtype lines for {len(lines)} questions in {qa_path}",

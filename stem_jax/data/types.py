@@ -186,6 +186,15 @@ def decoded_lines(path: Path) -> list[str] | None:
     return lines
 
 
+def file_lines(path: Path) -> list[str | DataError]:
+    """Every line of ``path`` decoded, in one piece when :func:`decoded_lines` can, else line by line with a
+    :class:`DataError` in place of each line that is not UTF-8 (the caller decides whether that is a skip)."""
+    lines: list[str | DataError] | None = decoded_lines(path)
+    if lines is None:
+        lines = [decode_line(raw, path, lineno) for lineno, raw in raw_lines(path)]
+    return lines
+
+
 def read_lines(path: Path, skips: SkipReport, *, strict: bool = False) -> Iterator[tuple[int, str]]:
     """(line number, text) of every decodable line; undecodable ones are counted skips with file:line
     (with ``strict``: a :class:`DataError` naming the line and byte)."""
