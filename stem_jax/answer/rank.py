@@ -107,3 +107,120 @@ class QuestionAnswers:
             floor = cut * mass[order[0]] - 1e-9
             order = [e for e in order if mass[e] >= floor]
         return [(e, mass[e]) for e in order]
+
+
+def _group_max(group: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group id in [0, n_groups): the largest of ``values`` (-inf for an empty group)."""
+    out = np.full(n_groups, -np.inf)
+    np.maximum.at(out, group, values)
+    return out
+
+
+class ChunkAnswers:
+    """:class:`QuestionAnswers` for many questions at once: runs are collected as arrays, then every
+    question is ranked in a few numpy passes (no per-binding Python), with the same results bit for bit.
+
+    The beam rule's support is a float sum, so it is added in the order the reference adds it: for
+    each (question, entity), the beams in the order they first bound the entity (``tests/test_rank_chunk.py``
+    compares both on random runs)."""
+
+    def __init__(self, n_questions: int) -> None:
+        self.n_questions = n_questions
+        self.overflow = np.zeros(n_questions, np.int64)
+        self._nodes: list[np.ndarray] = []  # answer-slot bindings per run that has an answer slot
+        self._scores: list[np.ndarray] = []
+        self._run_meta: list[tuple[int, int, float, float, int]] = []  # question, beam, prob, anchor score, depth
+        self._via: list[np.ndarray] = []
+        self._via_question: list[int] = []
+
+    def add_run(self, question: int, nodes: np.ndarray, scores: np.ndarray, via: np.ndarray, answer_slot: int,
+                overflow: int, *, beam: int = 0, beam_prob: float = 1.0, depth: int = 1) -> None:
+        """One traced run of question ``question`` ([slots, F] arrays, -1 where empty); as
+        :meth:`QuestionAnswers.add_run`, with exclusions given to :meth:`ranked`."""
+        self.overflow[question] += int(overflow)
+        self._via.append(via.reshape(-1))
+        self._via_question.append(question)
+        if answer_slot < 0:
+            return
+        self._nodes.append(nodes[answer_slot])
+        self._scores.append(scores[answer_slot])
+        self._run_meta.append((question, beam, float(beam_prob), float(scores[0, 0]), max(depth, 1)))
+
+    def evidence(self) -> list[list[int]]:
+        """Per question, its runs' bound triple ids, ascending and distinct."""
+        if not self._via:
+            return [[] for _ in range(self.n_questions)]
+        sizes = np.fromiter((len(v) for v in self._via), np.int64, len(self._via))
+        triple = np.concatenate(self._via).astype(np.int64)
+        question = np.repeat(np.asarray(self._via_question, np.int64), sizes)
+        live = triple >= 0
+        span = int(triple.max(initial=0)) + 1
+        keys = np.unique(question[live] * span + triple[live])
+        bounds = np.searchsorted(keys // span, np.arange(self.n_questions + 1))
+        triples = (keys % span).tolist()
+        return [triples[bounds[q] : bounds[q + 1]] for q in range(self.n_questions)]
+
+    def ranked(self, rule: str = "max", cut: float = 0.0, gap: float = math.inf,
+               exclude: Iterable[tuple[int, int]] = ()) -> list[list[tuple[int, float]]]:
+        """Per question, :meth:`QuestionAnswers.ranked` of its runs; ``exclude`` holds (question, entity)
+        pairs never returned (the questions' topic entities)."""
+        if rule not in RANKINGS:
+            raise ValueError(f"unknown answer ranking {rule!r}; use one of {', '.join(RANKINGS)}")
+        out: list[list[tuple[int, float]]] = [[] for _ in range(self.n_questions)]
+        if not self._nodes:
+            return out
+        sizes = np.fromiter((len(n) for n in self._nodes), np.int64, len(self._nodes))
+        meta = np.asarray(self._run_meta, np.float64)  # question, beam, prob, anchor score, depth per run
+        run = np.repeat(np.arange(len(sizes)), sizes)
+        entity = np.concatenate(self._nodes).astype(np.int64)
+        score = np.concatenate(self._scores).astype(np.float64)
+        question = meta[run, 0].astype(np.int64)
+        span = int(entity.max(initial=0)) + 1
+        pair = question * span + entity  # (question, entity) key
+        live = entity >= 0
+        excluded = np.fromiter((q * span + e for q, e in exclude if 0 <= e < span), np.int64)
+        if excluded.size:
+            live &= ~np.isin(pair, excluded)
+        run, entity, score, question, pair = run[live], entity[live], score[live], question[live], pair[live]
+        if not len(pair):
+            return out
+        keys, of_pair = np.unique(pair, return_inverse=True)
+        if rule == "max":
+            value = _group_max(of_pair, score, len(keys))
+            tie = np.zeros(len(keys))
+        else:
+            fair = (score - meta[run, 3]) / meta[run, 4]  # float64, as the reference's Python floats
+            beam = meta[run, 1].astype(np.int64)
+            n_beams = int(beam.max()) + 1
+            triple_keys, first, of_triple = np.unique(of_pair * n_beams + beam, return_index=True,
+                                                      return_inverse=True)
+            beam_fair = _group_max(of_triple, fair, len(triple_keys))  # (question, entity, beam)
+            support = _group_max(of_triple, meta[run, 2], len(triple_keys))
+            support = np.maximum(support, 0.0)  # the reference starts each beam's support at 0.0
+            triple_pair, triple_beam = triple_keys // n_beams, triple_keys % n_beams
+            beam_group = keys[triple_pair] // span * n_beams + triple_beam  # (question, beam)
+            groups, of_group = np.unique(beam_group, return_inverse=True)
+            best = _group_max(of_group, beam_fair, len(groups))
+            counts = np.where(beam_fair >= best[of_group] - gap, support, 0.0)
+            # the reference sums a float per beam in first-binding order; x + 0.0 is x, so skipped beams add 0.0
+            order = np.lexsort((first, triple_pair))
+            position = np.arange(len(order)) - np.searchsorted(triple_pair[order], triple_pair[order], side="left")
+            value = np.zeros(len(keys))
+            for k in range(int(position.max()) + 1):
+                at = order[position == k]
+                value[triple_pair[at]] += counts[at]
+            tie = _group_max(of_pair, fair, len(keys))
+        owner, ent = keys // span, keys % span
+        order = np.lexsort((ent, -tie, -value, owner))
+        owner, ent, value = owner[order], ent[order], value[order]
+        bounds = np.searchsorted(owner, np.arange(self.n_questions + 1))
+        if rule == "beam" and cut > 0:
+            # float noise must not split a tie: beams with equal probabilities give equal support
+            top = value[np.minimum(bounds[:-1], len(value) - 1)]
+            keep = value >= (cut * top - 1e-9)[owner]
+            owner, ent, value = owner[keep], ent[keep], value[keep]
+            bounds = np.searchsorted(owner, np.arange(self.n_questions + 1))
+        pairs = list(zip(ent.tolist(), value.tolist(), strict=True))
+        for q in np.flatnonzero(np.diff(bounds)).tolist():
+            out[q] = pairs[bounds[q] : bounds[q + 1]]
+        return out

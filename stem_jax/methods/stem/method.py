@@ -264,12 +264,13 @@ class StemMethod:
         outputs, timings = self.pipeline.trace(chunk_runs, self.hyper)
         stage_ms.update({"anchor": 1000 * timings["anchor"] / n, "trace": 1000 * timings["trace"] / n})
         began = time.perf_counter()
-        results, cursor = [], 0
+        per_question, per_output, cursor = [], [], 0
         for question in questions:
             mine = self.runs[question.qid]
-            outs = outputs[cursor : cursor + len(mine)]
+            per_question.append(mine)
+            per_output.append(outputs[cursor : cursor + len(mine)])
             cursor += len(mine)
-            results.append(self.pipeline.retrieval(question, mine, outs, stage_ms, self.hyper))
+        results = self.pipeline.retrievals(questions, per_question, per_output, stage_ms, self.hyper)
         answer_ms = 1000 * (time.perf_counter() - began) / n
         for retrieval in results:
             retrieval.stage_ms["answer"] = answer_ms

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from stem_jax.answer.rank import QuestionAnswers, answer_depth
+from stem_jax.answer.rank import ChunkAnswers, QuestionAnswers, answer_depth
 from stem_jax.config import StemConfig
 from stem_jax.data.types import Dataset, Question
 from stem_jax.encoder.base import TextEncoder
@@ -528,22 +528,50 @@ class StemPipeline:
 
     def retrieval(self, question: Question, runs: Sequence[Run], outputs: Sequence[dict],
                   stage_ms: dict[str, float] | None = None, hyper: StemHyper | None = None) -> Retrieval:
-        """One question's traces as a :class:`~stem_jax.methods.base.Retrieval`: ranked answers and
-        evidence in KG ids (the shared record), STEM's extras (plans, strategies, θ) in ``info``."""
+        """One question's traces as a :class:`~stem_jax.methods.base.Retrieval` (:meth:`retrievals` of one)."""
+        return self.retrievals([question], [runs], [outputs], stage_ms, hyper)[0]
+
+    def retrievals(self, questions: Sequence[Question], runs: Sequence[Sequence[Run]],
+                   outputs: Sequence[Sequence[dict]], stage_ms: dict[str, float] | None = None,
+                   hyper: StemHyper | None = None) -> list[Retrieval]:
+        """Each question's traces (``runs[i]``, ``outputs[i]``) as a :class:`~stem_jax.methods.base.Retrieval`:
+        ranked answers and evidence in KG ids (the shared record), STEM's extras (plans, strategies, θ) in
+        ``info``. The questions are ranked together (:class:`~stem_jax.answer.rank.ChunkAnswers`), the same
+        answers as folding each into a :class:`~stem_jax.answer.rank.QuestionAnswers` (:meth:`fold_answers`)."""
         hyper = self.resolve(hyper)
         engine = self.engine
-        answers = self.fold_answers(question, runs, outputs)
-        ranked = answers.ranked(engine.rank, engine.answer_cut, self.ranking_gap(runs, hyper))
-        info = {
-            "strategies": sorted({r.plan.schema.strategy for r in runs}),
-            "plans": [r.plan.schema.describe() for r in runs],
-            "capacity": max((int(o.get("capacity", 0)) for o in outputs), default=0),
-            "theta": round(float(hyper.theta), 6),  # effective θ (calibrated, --tracer.theta or a grid point's)
-            "runs": len(runs),
-        }
-        return Retrieval(question.qid, answers=[(int(e), float(s)) for e, s in ranked],
-                         evidence=sorted(answers.evidence), stage_ms=dict(stage_ms or {}), info=info,
-                         overflow=int(answers.overflow))
+        chunk = ChunkAnswers(len(questions))
+        exclude: list[tuple[int, int]] = []
+        entity_ids = self.index.entity_ids
+        for qi, (question, mine, outs) in enumerate(zip(questions, runs, outputs, strict=True)):
+            if engine.exclude_topic:
+                exclude.extend((qi, entity_ids[t]) for t in question.topic_entities if t in entity_ids)
+            for run, out in zip(mine, outs, strict=True):
+                plan = run.plan
+                nodes, via = prune_unreached(out["nodes"], out["via"], out["parents"], plan.steps, plan.constants)
+                chunk.add_run(qi, nodes, out["scores"], via, plan.answer_slot, int(out["overflow"]), beam=run.beam,
+                              beam_prob=run.beam_prob, depth=answer_depth(plan.steps, plan.answer_slot))
+        # the gap depends on each question's runs (guided or not): one ranking per distinct gap
+        gaps = [self.ranking_gap(mine, hyper) for mine in runs]
+        ranked: list[list[tuple[int, float]]] = [[] for _ in questions]
+        for gap in set(gaps):
+            part = chunk.ranked(engine.rank, engine.answer_cut, gap, exclude)
+            for qi in (i for i, g in enumerate(gaps) if g == gap):
+                ranked[qi] = part[qi]
+        evidence = chunk.evidence()
+        theta = round(float(hyper.theta), 6)  # effective θ (calibrated, --tracer.theta or a grid point's)
+        results = []
+        for qi, (question, mine, outs) in enumerate(zip(questions, runs, outputs, strict=True)):
+            info = {
+                "strategies": sorted({r.plan.schema.strategy for r in mine}),
+                "plans": [r.plan.schema.describe() for r in mine],
+                "capacity": max((int(o.get("capacity", 0)) for o in outs), default=0),
+                "theta": theta,
+                "runs": len(mine),
+            }
+            results.append(Retrieval(question.qid, answers=ranked[qi], evidence=evidence[qi],
+                                     stage_ms=dict(stage_ms or {}), info=info, overflow=int(chunk.overflow[qi])))
+        return results
 
     def record(self, question: Question, runs: Sequence[Run], outputs: Sequence[dict],
                stage_ms: dict[str, float] | None = None, hyper: StemHyper | None = None) -> dict[str, Any]:
