@@ -109,6 +109,23 @@ def test_need_names_the_level_the_climb_stops_at_from_any_level(c):
                 assert min(fits[row], len(LADDER) - 1) <= stop, (level, row)
 
 
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(c=case(), level=st.integers(0, len(LADDER) - 1))
+def test_halting_overflowed_runs_changes_nothing_the_ladder_keeps(c, level):
+    """``halt_overflowed`` (the pipeline's setting below the ladder's top): a run that fits gets the same
+    arrays, and a run that overflows still overflows with the same needs, so the ladder sends it to the
+    same level; only the bindings the ladder throws away are left out."""
+    shapes = LADDER[level]
+    full, halted = (trace_batch(c["kg"], c["batch"], c["hyper"], shapes=shapes, precision=False,
+                                halt_overflowed=halt, **c["switches"]) for halt in (False, True))
+    full, halted = (type(o)(*(np.asarray(x) for x in o)) for o in (full, halted))
+    np.testing.assert_array_equal(halted.need, full.need)
+    np.testing.assert_array_equal(halted.overflow > 0, full.overflow > 0)
+    fits = full.overflow == 0
+    for field in (*FIELDS, "overflow"):
+        np.testing.assert_array_equal(getattr(halted, field)[fits], getattr(full, field)[fits], err_msg=field)
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(c=case())
 def test_precision_needs_fit_its_single_level(c):

@@ -383,16 +383,22 @@ def _branch_rows(batch: TraceBatch, via: jax.Array, parents: jax.Array, parent_s
     return jnp.stack(found, axis=-1).reshape(n_runs * f, n_steps)
 
 
-@functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus", "tau_admits", "direction", "used"))
+@functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus", "tau_admits", "direction", "used",
+                                             "halt_overflowed"))
 def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: TracerShapes, precision: bool,
                 relation_bonus: bool = False, tau_admits: bool = True, direction: str = "undirected",
-                used: str = "run") -> TraceOutput:
+                used: str = "run", halt_overflowed: bool = False) -> TraceOutput:
     """Trace a padded batch of runs that share one strategy; see the module docstring.
 
     ``tau_admits=False``: Breadth's θ test reads the T-Score without the guidance bonus τ (τ still
     ranks), so the guidance graph cannot admit triples of other relations on its own.
     ``direction`` (undirected | directed, which reads ``batch.forward``) and ``used`` (run | branch | step)
-    are the KG conventions of :class:`~stem_jax.trace.types.TraceOptions`."""
+    are the KG conventions of :class:`~stem_jax.trace.types.TraceOptions`.
+
+    ``halt_overflowed=True``: a run stops expanding after the first step at which a capacity dropped a
+    match. Its ``overflow`` (> 0) and ``need`` are what the full trace returns, but its later slots stay
+    empty, so this is only for callers that discard such a run's bindings and trace it again with larger
+    capacities (the capacity ladder below its top level); its later steps would be wasted work there."""
     if direction not in ("undirected", "directed") or used not in ("run", "branch", "step"):
         raise ValueError(f"unknown direction {direction!r} or used-triple rule {used!r}")
     if direction == "directed" and batch.forward is None:
@@ -417,12 +423,14 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
         step = batch.steps[:, s]
         parent_slot = jnp.clip(step[:, 0], 0, n_steps)
         live = batch.step_mask[:, s] & (carry[0][runs, parent_slot] >= 0).any(axis=-1)
+        if halt_overflowed:
+            live &= carry[4] == 0
         return jax.lax.cond(live.any(), expand, lambda c, _s: c, carry, s), None
 
     def expand(carry, s):
         nodes, scores, via, parents, overflow, need = carry
         step = batch.steps[:, s]
-        active = batch.step_mask[:, s]
+        active = batch.step_mask[:, s] & (overflow == 0) if halt_overflowed else batch.step_mask[:, s]
         parent_slot = jnp.clip(step[:, 0], 0, n_steps)
         forward = batch.forward[:, s] if direction == "directed" else None
         if used == "run":  # triples kept at earlier steps (level order), one row per run

@@ -321,11 +321,13 @@ class StemPipeline:
                 began = time.perf_counter()
                 # Every batch of the level is dispatched before any result is read (JAX runs them
                 # asynchronously, the host prepares the next batch meanwhile), then one transfer brings
-                # them all back.
+                # them all back. Below the ladder's top a run that overflows is traced again higher up, so it
+                # stops expanding at its first overflowing step (its later steps would be thrown away).
                 pending = [self.sharding.trace(self.kg, self.trace_batch([runs[i] for i in chunk], anchors[chunk],
                                                                          anchor_scores[chunk], size, bucket,
                                                                          guidance[chunk]),
-                                               traced, shapes=shapes, precision=precision, **self.tracer_switches())
+                                               traced, shapes=shapes, precision=precision,
+                                               halt_overflowed=level + 1 < len(ladder), **self.tracer_switches())
                            for chunk in chunks]
                 fetched = jax.device_get(pending)
                 timings["trace"] += time.perf_counter() - began
@@ -364,7 +366,8 @@ class StemPipeline:
                         empty = np.zeros(0, np.int32)
                         batch = self.trace_batch([], empty, empty.astype(np.float32), size, bucket)
                         jax.block_until_ready(self.sharding.trace(
-                            self.kg, batch, traced, shapes=shapes, precision=precision, **self.tracer_switches()))
+                            self.kg, batch, traced, shapes=shapes, precision=precision,
+                            halt_overflowed=level + 1 < len(self.ladder_for(precision)), **self.tracer_switches()))
                         visited += 1
         return visited
 
