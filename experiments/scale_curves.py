@@ -17,6 +17,31 @@ products' cost)**, a 2-step chain schema (parent 0 -> 1 -> 2), anchors at four d
 (amortised per question), no guidance. Compile time is reported apart (first call).
 Writes experiments/results/scale-curves.{json,md,png} (``--label L``: scale-curves-L.*).
 
+What the size table's times and memory are (so that the engine's own cost is not mixed with the
+benchmark's): the synthetic string triples come from a generator that ``build_index`` consumes, so
+the child first times one pass over a fresh generator alone (``gen strings s``, nothing kept), then
+times ``build_index`` over another fresh one (``build_index+gen s``); ``build_index s`` is the
+difference, the index's own time. The embeddings are drawn in chunks of 2^20 rows (float32 per chunk,
+normalised, written into one preallocated float16 table), so the host holds only the float16 table
+(``emb f16 GiB`` = m*d*2 bytes). RSS columns: ``index RSS GiB`` = resident set after ``build_index``
+minus the one before it (the index kept), ``index peak GiB`` = the high-water mark during the build
+minus the same start, ``device KG GiB`` = the bytes of the ``KGArrays`` (on CPU, a second copy of the
+table and the int32 arrays), ``peak RSS GiB`` = the child's whole-run high-water mark (imports,
+index, table, device copy and the traces' buffers).
+
+``--emb-transfer`` says how the table reaches the device. ``copy`` (the default, the engine's path):
+the float16 numpy table goes to ``KGArrays.from_index``, whose ``jnp.asarray`` holds a staging copy
+and the device copy beside the host table until the transfer ends (about 3x the table at the peak on
+CPU). ``alias``: the script puts the table on the device itself with ``jax.device_put(table,
+may_alias=True)`` from a 64-byte-aligned buffer (zero copy on CPU) and hands that array to
+``from_index``: what the run would cost if ``from_index`` did not copy the table (a diagnostic, not
+the engine's path).
+
+Before each synthetic KG past the first, the parent predicts its peak RSS from the largest finished
+one (linear in triples) and skips it, with a note, when that exceeds 90% of MemAvailable: the machine
+is shared, and the kernel's OOM killer may pick another process (each child also raises its own
+``oom_score_adj`` to 1000, so that it is the one picked).
+
 ``--configs`` picks the (strategy:F) rows, e.g. ``breadth:64,precision:64`` for a quick 10M run.
 ``--old-tracer PATH`` also times the tracer module at PATH (e.g. a file written by ``git show
 COMMIT:stem_jax/trace/tracer.py``) on the same KG and batches, alternating old and new call by
@@ -26,7 +51,9 @@ call, and records whether both return identical arrays: a before/after under the
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
+import hashlib
 import json
 import os
 import resource
@@ -44,7 +71,72 @@ ZIPF = 0.9
 
 
 def rss_mb() -> float:
+    """The process's peak resident set so far (ru_maxrss), MiB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def rss_now_mb() -> float:
+    """The process's resident set now (VmRSS), MiB; the peak where /proc is missing."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return rss_mb()
+
+
+def mem_available_mb() -> float | None:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def random_unit_f16(rows: int, dim: int, seed: int = 1, chunk: int = 1 << 20) -> np.ndarray:
+    """float16 [rows, dim]: standard normal rows scaled to unit norm, drawn ``chunk`` rows at a time.
+
+    Each chunk is drawn and normalised in float32 and written into the preallocated float16 table, so
+    the host holds the table plus one chunk (``chunk * dim * 4`` bytes), never a float32 or float64
+    copy of the whole table. Deterministic for a given (rows, dim, seed, chunk).
+    """
+    rng = np.random.default_rng(seed)
+    size = rows * dim * 2
+    raw = np.empty(size + 64, np.uint8)  # 64-byte aligned, so that jax on CPU may alias it (--emb-transfer alias)
+    start = -raw.ctypes.data % 64
+    table = raw[start:start + size].view(np.float16).reshape(rows, dim)
+    for lo in range(0, rows, chunk):
+        block = rng.standard_normal((min(chunk, rows - lo), dim), dtype=np.float32)
+        block /= np.linalg.norm(block, axis=1, keepdims=True)
+        table[lo:lo + len(block)] = block
+    return table
+
+
+def source_digest(*relative: str) -> dict[str, str]:
+    """sha1 (12 hex) of engine files as the child imported them (others may edit the tree meanwhile)."""
+    root = Path(__file__).resolve().parent.parent
+    out = {}
+    for name in relative:
+        try:
+            out[name] = hashlib.sha1((root / name).read_bytes()).hexdigest()[:12]
+        except OSError:
+            out[name] = "missing"
+    return out
+
+
+def scrub_paths(text: str) -> str:
+    """Error text without this machine's absolute folders (result files are committed)."""
+    root = Path(__file__).resolve().parent.parent
+    for folder, name in ((str(root), "."), (sys.prefix, "$PREFIX"), (sys.base_prefix, "$BASE_PREFIX"),
+                         (tempfile.gettempdir(), "$TMPDIR"), (str(Path.home()), "~")):
+        if len(folder) > 1:
+            text = text.replace(folder, name)
+    return text
 
 
 def synthetic_triples(m: int, seed: int = 0):
@@ -86,8 +178,13 @@ def load_tracer(path: str):
 
 
 def run_one(kind: str, size: int, dim: int, reps: int, configs: list[tuple[int, bool]] | None = None,
-            old_tracer: str | None = None) -> dict:
+            old_tracer: str | None = None, emb_transfer: str = "copy") -> dict:
     """Measure one KG (runs in the child process)."""
+    try:  # if memory runs out, the kernel kills this child first, not a neighbour's process
+        with open("/proc/self/oom_score_adj", "w") as adj:
+            adj.write("1000")
+    except OSError:
+        pass
     import jax
     import jax.numpy as jnp
 
@@ -96,32 +193,51 @@ def run_one(kind: str, size: int, dim: int, reps: int, configs: list[tuple[int, 
 
     old = load_tracer(old_tracer) if old_tracer else None
 
-    out: dict = {"kind": kind, "requested_triples": size, "dim": dim}
-    rss0 = rss_mb()
+    out: dict = {"kind": kind, "requested_triples": size, "dim": dim, "emb_transfer": emb_transfer,
+                 "sources": source_digest("stem_jax/kg/index.py", "stem_jax/trace/tracer.py")}
     if kind == "fb15k-237":
         from stem_jax.data.registry import DatasetSpec, load_dataset
 
         triples = load_dataset(DatasetSpec(name="fb15k-237", split="test")).triples
+        out["generate_seconds"] = 0.0  # loaded before the clock starts: build_index alone is timed
     else:
+        began = time.perf_counter()
+        collections.deque(synthetic_triples(size), maxlen=0)  # the strings alone, nothing kept
+        out["generate_seconds"] = time.perf_counter() - began
         triples = synthetic_triples(size)
+    rss0 = rss_now_mb()
+    out["rss_before_mb"] = rss0
     began = time.perf_counter()
     index = build_index(triples)
-    out["index_seconds"] = time.perf_counter() - began
+    out["index_with_generation_seconds"] = time.perf_counter() - began
+    out["index_seconds"] = out["index_with_generation_seconds"] - out["generate_seconds"]  # build_index's own
     del triples
-    out["rss_after_index_mb"] = rss_mb()
-    out["rss_before_mb"] = rss0
+    out["rss_after_index_mb"] = rss_now_mb()
+    out["index_rss_mb"] = out["rss_after_index_mb"] - rss0
+    out["index_peak_mb"] = rss_mb() - rss0
+    out["peak_rss_after_index_mb"] = rss_mb()
+    out["index_arrays_mb"] = sum(np.asarray(a).nbytes for a in (index.triples, index.csr_offsets,
+                                                                   index.csr_triples)) / 2**20
     degree = index.degree
     out.update(entities=index.num_entities, triples=index.num_triples, relations=index.num_relations,
                max_degree=int(degree.max()), mean_degree=float(degree.mean()),
                p99_degree=float(np.percentile(degree, 99)))
-    rng = np.random.default_rng(1)
-    emb = rng.standard_normal((index.num_triples, dim)).astype(np.float32)
-    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
     began = time.perf_counter()
-    kg = KGArrays.from_index(index, emb.astype(np.float16))
+    emb = random_unit_f16(index.num_triples, dim, seed=1)
+    out["embedding_seconds"] = time.perf_counter() - began
+    out["embedding_mb"] = emb.nbytes / 2**20
+    out["rss_after_embedding_mb"] = rss_now_mb()
+    began = time.perf_counter()
+    if emb_transfer == "alias":
+        emb = jax.device_put(emb, may_alias=True)  # zero copy on CPU: the device array shares the host buffer
+    kg = KGArrays.from_index(index, emb)
     jax.block_until_ready(kg)
     out["device_kg_seconds"] = time.perf_counter() - began
+    out["device_kg_mb"] = sum(leaf.nbytes for leaf in jax.tree_util.tree_leaves(kg)) / 2**20
+    out["rss_after_device_kg_mb"] = rss_now_mb()
+    out["peak_rss_after_device_kg_mb"] = rss_mb()
     del emb
+    rng = np.random.default_rng(1)
 
     order = np.argsort(degree, kind="stable")
     levels = {"median": order[len(order) // 2], "p99": order[int(len(order) * 0.99)],
@@ -172,6 +288,13 @@ def run_one(kind: str, size: int, dim: int, reps: int, configs: list[tuple[int, 
                                                                                        strict=True))
                 res = outputs[""]
                 row[f"{key}_load_average"] = os.getloadavg()[0]
+                # incident triples each run scores: the anchor's at step 1, its step-1 bindings' at step 2
+                step1 = np.asarray(res.nodes[:, 1])
+                edges = degree[np.asarray(batch.anchor)] + np.where(step1 >= 0, degree[np.maximum(step1, 0)],
+                                                                    0).sum(axis=1)
+                row[f"{key}_edges_mean"] = float(edges.mean())
+                row[f"{key}_ms_per_1k_edges"] = (row[f"{key}_per_question_ms"] / (edges.mean() / 1e3)
+                                                 if edges.mean() > 0 else None)
                 if b == 1:
                     # frontier width actually reached: bindings at step 1 and 2
                     nodes = np.asarray(res.nodes[0])
@@ -184,12 +307,13 @@ def run_one(kind: str, size: int, dim: int, reps: int, configs: list[tuple[int, 
             print(json.dumps(row), flush=True)
     out["traces"] = traces
     out["peak_rss_mb"] = rss_mb()
+    out["rss_end_mb"] = rss_now_mb()
     return out
 
 
 def child_main(args: argparse.Namespace) -> int:
     result = run_one(args.child_kind, args.child_size, args.dim, args.reps, parse_configs(args.configs),
-                     args.old_tracer)
+                     args.old_tracer, args.emb_transfer)
     Path(args.child_out).write_text(json.dumps(result))
     return 0
 
@@ -206,6 +330,9 @@ def plot(results: list[dict], path: Path) -> None:
     ax = axes[0]
     ax.loglog([r["triples"] for r in synth], [r["index_seconds"] for r in synth], "o-", label="build_index s")
     ax.loglog([r["triples"] for r in synth], [r["peak_rss_mb"] / 1024 for r in synth], "s-", label="peak RSS GiB")
+    if all("index_rss_mb" in r for r in synth):
+        ax.loglog([r["triples"] for r in synth], [max(r["index_rss_mb"], 1) / 1024 for r in synth], "^-",
+                  label="index RSS GiB")
     for r in ok:
         if r["kind"] == "fb15k-237":
             ax.loglog([r["triples"]], [r["index_seconds"]], "k*", ms=12, label="FB15k-237 build s")
@@ -244,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="strategy:frontier rows to trace")
     parser.add_argument("--old-tracer", dest="old_tracer", default=None,
                         help="also time this tracer module file (before/after, alternating calls)")
+    parser.add_argument("--emb-transfer", dest="emb_transfer", choices=("copy", "alias"), default="copy",
+                        help="copy: the numpy table goes to KGArrays.from_index (the engine's path); alias: "
+                             "device_put(may_alias=True) first, no copy on CPU (diagnostic)")
     parser.add_argument("--label", default="", help="results go to scale-curves-LABEL.*")
     parser.add_argument("--child-kind", dest="child_kind", help=argparse.SUPPRESS)
     parser.add_argument("--child-size", dest="child_size", type=int, help=argparse.SUPPRESS)
@@ -258,10 +388,26 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [("synthetic", s) for s in sizes if s <= 1_000_000] + ([("fb15k-237", 0)] if args.fb15k else [])
     jobs += [("synthetic", s) for s in sizes if s > 1_000_000]  # the largest last: a timeout loses only it
     results = []
+    tree = subprocess.run(["git", "status", "--porcelain", "--", "stem_jax"], capture_output=True, text=True,
+                          check=False, cwd=Path(__file__).resolve().parent.parent).stdout.split("\n")
     for kind, size in jobs:
         out = Path(tempfile.gettempdir()) / f"scale-{os.getpid()}-{kind}-{size}.json"
+        done = [r for r in results if r["kind"] == "synthetic" and "peak_rss_mb" in r]
+        available = mem_available_mb()
+        if kind == "synthetic" and done and available is not None:
+            ref = max(done, key=lambda r: r["requested_triples"])
+            predicted = ref["peak_rss_mb"] * size / ref["requested_triples"]
+            if predicted > 0.9 * available:
+                results.append({"kind": kind, "requested_triples": size, "wall_seconds": 0.0,
+                                "load_average_before": os.getloadavg()[0],
+                                "error": f"skipped: predicted peak RSS {predicted / 1024:.1f} GiB (linear from "
+                                         f"{ref['requested_triples']:,}) > 90% of MemAvailable "
+                                         f"{available / 1024:.1f} GiB"})
+                print(kind, size, results[-1], flush=True)
+                continue
         cmd = [sys.executable, __file__, "--child-kind", kind, "--child-size", str(size), "--child-out", str(out),
-               "--dim", str(args.dim), "--reps", str(args.reps), "--configs", args.configs]
+               "--dim", str(args.dim), "--reps", str(args.reps), "--configs", args.configs,
+               "--emb-transfer", args.emb_transfer]
         if args.old_tracer:
             cmd += ["--old-tracer", str(Path(args.old_tracer).resolve())]
         began = time.perf_counter()
@@ -269,29 +415,51 @@ def main(argv: list[str] | None = None) -> int:
         try:
             proc = subprocess.run(cmd, timeout=args.limit, capture_output=True, text=True)
             if proc.returncode != 0 or not out.exists():
-                results.append({"kind": kind, "requested_triples": size, "error": proc.stderr[-2000:]})
+                killed = " (killed: SIGKILL, e.g. the OOM killer)" if proc.returncode == -9 else ""
+                results.append({"kind": kind, "requested_triples": size,
+                                "error": scrub_paths(f"exit {proc.returncode}{killed}: {proc.stderr[-2000:]}")})
             else:
                 results.append(json.loads(out.read_text()))
         except subprocess.TimeoutExpired:
             results.append({"kind": kind, "requested_triples": size, "error": f"over the {args.limit}s limit"})
         results[-1]["wall_seconds"] = time.perf_counter() - began
         results[-1]["load_average_before"] = load
+        results[-1]["load_average_after"] = os.getloadavg()[0]
+        results[-1]["mem_available_before_mb"] = available
         print(kind, size, {k: v for k, v in results[-1].items() if k != "traces"}, flush=True)
         out.unlink(missing_ok=True)
 
     compared = any("old_b1_p50_ms" in t for r in results for t in r.get("traces", []))
     size_rows, trace_rows = [], []
+    size_header = ["KG", "triples", "entities", "max degree", "p99 degree", "gen strings s", "build_index+gen s",
+                   "build_index s", "device KG s", "start RSS GiB", "index RSS GiB", "index peak GiB",
+                   "index arrays GiB", "emb f16 GiB", "device KG GiB", "peak RSS GiB", "wall s", "load before/after"]
+
+    def gib(mb: float) -> float:
+        return round(mb / 1024, 2)
+
+    def per_k(value: float | None) -> str | float:
+        return "-" if value is None else round(value, 3)
+
     for r in results:
+        loads = f"{r['load_average_before']:.1f} / {r.get('load_average_after', float('nan')):.1f}"
         if "error" in r:
-            size_rows.append([r["kind"], r["requested_triples"], "-", "-", "-", "-", "-", "-", r["error"][-120:]])
+            size_rows.append([r["kind"], f"{r['requested_triples']:,} requested"] + ["-"] * 14
+                             + [round(r["wall_seconds"]), loads + "; " + r["error"][-160:].replace("\n", " ")])
             continue
         size_rows.append([r["kind"], r["triples"], r["entities"], r["max_degree"], round(r["p99_degree"], 1),
-                          round(r["index_seconds"], 1), round(r["device_kg_seconds"], 1),
-                          round(r["peak_rss_mb"] / 1024, 2), f"load {r['load_average_before']:.1f}"])
+                          round(r.get("generate_seconds", 0.0), 2),
+                          round(r.get("index_with_generation_seconds", r["index_seconds"]), 2),
+                          round(r["index_seconds"], 2), round(r["device_kg_seconds"], 2), gib(r["rss_before_mb"]),
+                          gib(r.get("index_rss_mb", float("nan"))), gib(r.get("index_peak_mb", float("nan"))),
+                          gib(r.get("index_arrays_mb", float("nan"))), gib(r.get("embedding_mb", float("nan"))),
+                          gib(r.get("device_kg_mb", float("nan"))), gib(r["peak_rss_mb"]), round(r["wall_seconds"]),
+                          loads])
         for t in r["traces"]:
             row = [r["kind"], r["triples"], t["strategy"], t["frontier"], t["anchor_level"], t["anchor_degree"],
                    t["bound_step1"], t["bound_step2"], t.get("edges_scored", "-"), round(t["b1_p50_ms"], 2),
-                   round(t["b32_per_question_ms"], 2)]
+                   per_k(t.get("b1_ms_per_1k_edges")), round(t.get("b32_edges_mean", float("nan"))),
+                   round(t["b32_per_question_ms"], 2), per_k(t.get("b32_ms_per_1k_edges"))]
             if compared:
                 row += [round(t["old_b1_p50_ms"], 2), round(t["old_b32_per_question_ms"], 2),
                         "yes" if t["b1_identical_to_old"] and t["b32_identical_to_old"] else "NO"]
@@ -299,20 +467,40 @@ def main(argv: list[str] | None = None) -> int:
             trace_rows.append(row)
     meta = run_metadata()
     trace_header = ["KG", "triples", "strategy", "F", "anchor", "anchor degree", "bound 1", "bound 2",
-                    "edges/run", "b1 ms", "b32 ms/q"]
+                    "b1 edges/run", "b1 ms", "b1 ms/1k edges", "b32 edges/run (mean)", "b32 ms/q", "b32 ms/q per 1k edges"]
     if compared:
         trace_header += ["old b1 ms", "old b32 ms/q", "identical"]
     trace_header += ["compile s", "load"]
+    dirty = [line for line in tree if line.strip()]
+    sources = sorted({json.dumps(r["sources"], sort_keys=True) for r in results if "sources" in r})
     md = (f"Scale curves (CPU {meta['machine']}, {meta['cpu_count']} cores shared with other jobs; commit "
-          f"{meta['commit']}, jax {meta['jax']}; load average before each KG in the last column). Synthetic KGs: "
-          f"power law p(rank) ~ rank^-{ZIPF}, m/5 entities, {RELATIONS} relations; triple embeddings random "
-          f"unit-norm float16 of width {args.dim}.\n\nCommand: `python experiments/scale_curves.py "
-          f"{' '.join(sys.argv[1:] if argv is None else argv)}`\n\n"
-          + markdown_table(["KG", "triples", "entities", "max degree", "p99 degree", "build_index s",
-                            "device KG s", "peak RSS GiB", "note"], size_rows)
+          f"{meta['commit']}"
+          + (f" with uncommitted changes under stem_jax/ ({', '.join(line.strip() for line in dirty)})" if dirty
+             else ", stem_jax/ clean")
+          + f", jax {meta['jax']}; engine sources as each child read them: {'; '.join(sources) or '-'}). "
+          f"Synthetic KGs: power law p(rank) ~ rank^-{ZIPF}, m/5 entities, {RELATIONS} relations; triple "
+          f"embeddings random unit-norm float16 of width {args.dim}, drawn 2^20 rows at a time; table to the "
+          f"device: --emb-transfer {args.emb_transfer} ("
+          + ("the numpy table to KGArrays.from_index, the engine's path" if args.emb_transfer == "copy" else
+             "device_put(may_alias=True) before from_index, zero copy on CPU: a diagnostic, not the engine's path")
+          + ").\n\nCommand: "
+          f"`python experiments/scale_curves.py {' '.join(sys.argv[1:] if argv is None else argv)}`\n\n"
+          "Size table: gen strings = one pass over the synthetic string-triple generator alone; build_index+gen "
+          "= build_index over a fresh generator (what earlier rows called build_index s); build_index = the "
+          "difference (the index's own time; FB15k-237 is loaded first, so its gen is 0). start RSS = resident "
+          "set before build_index (imports); index RSS = resident after build_index minus start; index peak = "
+          "high-water mark during build_index minus start; index arrays = triples + CSR int arrays; emb f16 = "
+          "the float16 embedding table (m x d x 2 bytes, the only copy the host builds); device KG = the "
+          "KGArrays' bytes (the table and the int32 arrays; with --emb-transfer copy, on CPU a second copy "
+          "of the table beside the host one, with alias the same buffer); peak RSS = the child's "
+          "whole-run high-water mark; wall = the child's wall time; load = 1-minute load average before / "
+          "after the child.\n\n"
+          + markdown_table(size_header, size_rows)
           + "\n\nPer-question trace latency (2-step chain; b1 = batch of one, warm p50; b32 = batch of 32 "
-            "divided by 32; bound = bindings kept at step 1 / 2; edges/run = incident triples a run scores "
-            "(anchor degree + degrees of its step-1 bindings); compile = first batch-1 call"
+            "divided by 32; bound = bindings kept at step 1 / 2 (b1 run); edges/run = incident triples a run "
+            "scores (anchor degree + degrees of its step-1 bindings), for the b1 run and the mean over the 32 "
+            "b32 runs (same anchor, different step embeddings); ms/1k edges = ms per question / (edges/run / "
+            "1000); compile = first batch-1 call"
           + ("; old = the --old-tracer module timed on the same batches, calls alternating with the new one, "
              "identical = both return the same arrays" if compared else "")
           + "; load = load average after the row):\n\n"
