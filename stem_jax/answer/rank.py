@@ -109,13 +109,6 @@ class QuestionAnswers:
         return [(e, mass[e]) for e in order]
 
 
-def _group_max(group: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
-    """Per group id in [0, n_groups): the largest of ``values`` (-inf for an empty group)."""
-    out = np.full(n_groups, -np.inf)
-    np.maximum.at(out, group, values)
-    return out
-
-
 class ChunkAnswers:
     """:class:`QuestionAnswers` for many questions at once: runs are collected as arrays, then every
     question is ranked in a few numpy passes (no per-binding Python), with the same results bit for bit.
@@ -178,38 +171,50 @@ class ChunkAnswers:
         span = int(entity.max(initial=0)) + 1
         pair = question * span + entity  # (question, entity) key
         live = entity >= 0
-        excluded = np.fromiter((q * span + e for q, e in exclude if 0 <= e < span), np.int64)
-        if excluded.size:
-            live &= ~np.isin(pair, excluded)
+        excluded = np.unique(np.fromiter((q * span + e for q, e in exclude if 0 <= e < span), np.int64))
+        if excluded.size:  # a few per question: binary search beats np.isin's sort of every binding
+            live &= excluded[np.minimum(np.searchsorted(excluded, pair), excluded.size - 1)] != pair
         run, entity, score, question, pair = run[live], entity[live], score[live], question[live], pair[live]
         if not len(pair):
             return out
-        keys, of_pair = np.unique(pair, return_inverse=True)
+        # One stable sort groups the bindings by (question, entity[, beam]); a stable sort keeps each group in
+        # insertion order, so its first element is where the group was first bound. The input comes grouped by
+        # question already, which the sort's merge of presorted runs makes cheap.
         if rule == "max":
-            value = _group_max(of_pair, score, len(keys))
-            tie = np.zeros(len(keys))
+            order = np.argsort(pair, kind="stable")
+            pair = pair[order]
+            starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
+            keys, value, tie = pair[starts], np.maximum.reduceat(score[order], starts), np.zeros(len(starts))
         else:
             fair = (score - meta[run, 3]) / meta[run, 4]  # float64, as the reference's Python floats
             beam = meta[run, 1].astype(np.int64)
             n_beams = int(beam.max()) + 1
-            triple_keys, first, of_triple = np.unique(of_pair * n_beams + beam, return_index=True,
-                                                      return_inverse=True)
-            beam_fair = _group_max(of_triple, fair, len(triple_keys))  # (question, entity, beam)
-            support = _group_max(of_triple, meta[run, 2], len(triple_keys))
-            support = np.maximum(support, 0.0)  # the reference starts each beam's support at 0.0
-            triple_pair, triple_beam = triple_keys // n_beams, triple_keys % n_beams
-            beam_group = keys[triple_pair] // span * n_beams + triple_beam  # (question, beam)
-            groups, of_group = np.unique(beam_group, return_inverse=True)
-            best = _group_max(of_group, beam_fair, len(groups))
-            counts = np.where(beam_fair >= best[of_group] - gap, support, 0.0)
-            # the reference sums a float per beam in first-binding order; x + 0.0 is x, so skipped beams add 0.0
-            order = np.lexsort((first, triple_pair))
-            position = np.arange(len(order)) - np.searchsorted(triple_pair[order], triple_pair[order], side="left")
-            value = np.zeros(len(keys))
+            key = pair * n_beams + beam
+            order = np.argsort(key, kind="stable")
+            key = key[order]
+            starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])  # one (question, entity, beam) each
+            first = order[starts]  # where each was first bound
+            beam_fair = np.maximum.reduceat(fair[order], starts)
+            support = np.maximum(np.maximum.reduceat(meta[run[order], 2], starts), 0.0)  # the reference starts at 0.0
+            grouped, grouped_beam = key[starts] // n_beams, key[starts] % n_beams
+            beam_of = grouped // span * n_beams + grouped_beam  # (question, beam)
+            best = np.full(self.n_questions * n_beams, -np.inf)
+            np.maximum.at(best, beam_of, beam_fair)
+            counts = np.where(beam_fair >= best[beam_of] - gap, support, 0.0)
+            is_start = np.r_[True, grouped[1:] != grouped[:-1]]
+            pair_starts = np.flatnonzero(is_start)  # one (question, entity) each, its beams contiguous
+            owner_of = np.cumsum(is_start) - 1
+            # the reference sums a float per beam in first-binding order: each beam's position in that order
+            # (x + 0.0 is x, so a beam outside the gap adds 0.0 where the reference skips it)
+            position = np.zeros(len(starts), np.int64)
+            for shift in range(1, n_beams):  # a pair's beams lie within n_beams of each other
+                position[shift:] += (owner_of[shift:] == owner_of[:-shift]) & (first[:-shift] < first[shift:])
+                position[:-shift] += (owner_of[:-shift] == owner_of[shift:]) & (first[shift:] < first[:-shift])
+            value = np.zeros(len(pair_starts))
             for k in range(int(position.max()) + 1):
-                at = order[position == k]
-                value[triple_pair[at]] += counts[at]
-            tie = _group_max(of_pair, fair, len(keys))
+                at = np.flatnonzero(position == k)
+                value[owner_of[at]] += counts[at]
+            keys, tie = grouped[pair_starts], np.maximum.reduceat(beam_fair, pair_starts)
         owner, ent = keys // span, keys % span
         order = np.lexsort((ent, -tie, -value, owner))
         owner, ent, value = owner[order], ent[order], value[order]
