@@ -77,12 +77,15 @@ class KGArrays(NamedTuple):
         # shorten it), so KGs of equal size share compiled tracers.
         incidence = np.zeros(2 * index.num_triples, np.int32)
         incidence[: len(index.csr_triples)] = index.csr_triples
+        # On the CPU backend device_put may use a suitably aligned host buffer in place: the triple table (the
+        # largest array, 1.16 GiB at 10M triples x 64 float16) is then held once, not twice (jnp.asarray copies,
+        # and peaked at twice the table's size on top of it). The KG arrays are never written after this.
         return cls(
-            csr_offsets=jnp.asarray(offsets.astype(np.int32)),
-            csr_triples=jnp.asarray(incidence),
-            triples=jnp.asarray(index.triples, dtype=jnp.int32),
-            triple_emb=jnp.asarray(triple_emb),
-            degree=jnp.asarray(np.diff(offsets).astype(np.int32)),
+            csr_offsets=jax.device_put(offsets.astype(np.int32), may_alias=True),
+            csr_triples=jax.device_put(incidence, may_alias=True),
+            triples=jax.device_put(np.asarray(index.triples, dtype=np.int32), may_alias=True),
+            triple_emb=jax.device_put(np.asarray(triple_emb), may_alias=True),
+            degree=jax.device_put(np.diff(offsets).astype(np.int32), may_alias=True),
         )
 
 
