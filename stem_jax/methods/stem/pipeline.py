@@ -316,7 +316,10 @@ class StemPipeline:
                 members = sorted(waiting.pop(level, []))
                 if not members:
                     continue
-                size = self._fit(max(self.batch[precision] >> level, 4), len(members))
+                # Padded to what the whole call needs, not this level's tail: a split-sized call then uses one batch
+                # size per level (each new size is a jit trace and lowering, ~0.3 s a process even with the
+                # compilation cache warm), while a one-question call still gets the smallest batch.
+                size = self._fit(max(self.batch[precision] >> level, 4), len(runs))
                 chunks = [members[start : start + size] for start in range(0, len(members), size)]
                 began = time.perf_counter()
                 # Every batch of the level is dispatched before any result is read (JAX runs them
