@@ -81,3 +81,15 @@ def test_overflow_is_reported_when_the_largest_bucket_is_too_small(hub):
     evaluator, _, outputs = _trace(hub, max_frontier=16)
     assert outputs[0]["capacity"] == 16 and int(outputs[0]["overflow"]) > 0
     assert dict(evaluator.capacity_runs) == {16: 1}
+
+
+def test_high_retries_in_the_shared_steps_bucket_return_the_runs_own_arrays(hub):
+    """Retries from SHARED_BUCKET_LEVEL up run in the widest steps bucket planned so far (here one noted
+    16-step bucket): the 2-step run comes back with its own bucket's slots and the same bindings."""
+    evaluator, runs, outputs = _trace(hub, max_frontier=128)
+    assert outputs[0]["capacity"] >= 8 << evaluator.SHARED_BUCKET_LEVEL  # retried at least that high
+    evaluator.shared_bucket = 16
+    again, _ = evaluator.trace(runs)
+    assert again[0]["capacity"] == outputs[0]["capacity"]
+    for field in ("nodes", "scores", "via", "parents", "overflow"):
+        np.testing.assert_array_equal(again[0][field], outputs[0][field], err_msg=field)

@@ -127,6 +127,29 @@ def test_halting_overflowed_runs_changes_nothing_the_ladder_keeps(c, level):
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(c=case(), level=st.integers(0, len(LADDER) - 1), precision=st.booleans())
+def test_a_wider_steps_bucket_traces_the_same_runs(c, level, precision):
+    """Retries high on the ladder share the widest steps bucket (``StemPipeline.SHARED_BUCKET_LEVEL``): a
+    batch padded with masked steps gives the same arrays in the runs' own slots, and nothing beyond them."""
+    batch = c["batch"]
+    pad = MAX_STEPS  # twice the steps
+    wide = batch._replace(
+        steps=np.concatenate([batch.steps, np.full((RUNS, pad, 3), -1, np.int32)], axis=1),
+        step_mask=np.concatenate([batch.step_mask, np.zeros((RUNS, pad), bool)], axis=1),
+        step_emb=np.concatenate([batch.step_emb, np.zeros((RUNS, pad, DIM), np.float32)], axis=1),
+        forward=np.concatenate([batch.forward, np.ones((RUNS, pad), bool)], axis=1))
+    shapes = LADDER[level]
+    own, padded = (trace_batch(c["kg"], b, c["hyper"], shapes=shapes, precision=precision, **c["switches"])
+                   for b in (batch, wide))
+    own, padded = (type(o)(*(np.asarray(x) for x in o)) for o in (own, padded))
+    for field in FIELDS:
+        np.testing.assert_array_equal(getattr(padded, field)[:, : MAX_STEPS + 1], getattr(own, field), err_msg=field)
+    assert (padded.nodes[:, MAX_STEPS + 1 :] < 0).all()
+    np.testing.assert_array_equal(padded.overflow, own.overflow)
+    np.testing.assert_array_equal(padded.need, own.need)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(c=case())
 def test_precision_needs_fit_its_single_level(c):
     shapes = dataclasses.replace(LADDER[0], frontier=1, node_matches=1)

@@ -20,7 +20,7 @@ import sys
 import time
 import unicodedata
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +155,7 @@ class StemPipeline:
         # in batches halved per bucket so the padded work per batch stays about the same.
         self.ladder = capacity_ladder(self.shapes[False], max(engine.max_frontier, engine.frontier))
         self.capacity_runs: dict[int, int] = defaultdict(int)  # final frontier bucket -> Breadth runs
+        self.shared_bucket = 1  # steps bucket of every retry from SHARED_BUCKET_LEVEL up (see note_buckets)
         self.batch = {True: self.sharding.round_up(engine.batch_precision),
                       False: self.sharding.round_up(engine.batch_breadth)}
         self.text_rows: dict[str, int] = {}
@@ -228,7 +229,17 @@ class StemPipeline:
                     mine.append(Run(qi, ground(schema, anchor_name, self.index, entity_of), anchor, beam=beam,
                                     beam_prob=prob, mention=self.display(topic), named=named))
             runs.append(mine)
+        self.note_buckets(run for mine in runs for run in mine)
         return runs, dict(skipped)
+
+    def note_buckets(self, runs: Iterable[Run]) -> int:
+        """Widen :attr:`shared_bucket` to the steps bucket of ``runs``' longest plan; returns it.
+
+        Planning a split notes all its runs at once, so every call of an eval shares one bucket above
+        :attr:`SHARED_BUCKET_LEVEL`, whatever the hops of the chunk."""
+        for run in runs:
+            self.shared_bucket = max(self.shared_bucket, steps_bucket(max(run.plan.num_steps, 1)))
+        return self.shared_bucket
 
     def _named_entities(self, topic: str) -> tuple[int, tuple[tuple[int, int], ...]]:
         """(exact KG id or -1, named anchor candidates) for a topic entity the question names.
@@ -309,46 +320,69 @@ class StemPipeline:
             return [], timings
         guidance = self.guidance_rows(runs)
         anchors, anchor_scores = self.anchor(runs, guidance, timings, lam=hyper.lam)
-        for (precision, bucket), group in self.groups(runs):
+        groups = self.groups(runs)
+        for precision in sorted({precision for (precision, _), _ in groups}):
             ladder = self.ladder_for(precision)
-            waiting: dict[int, list[int]] = {0: group}  # ladder level -> runs to trace there
-            for level, shapes in enumerate(ladder):
-                members = sorted(waiting.pop(level, []))
-                if not members:
-                    continue
-                # Padded to what the whole call needs, not this level's tail: a split-sized call then uses one batch
-                # size per level (each new size is a jit trace and lowering, ~0.3 s a process even with the
-                # compilation cache warm), while a one-question call still gets the smallest batch.
-                size = self._fit(max(self.batch[precision] >> level, 4), len(runs))
-                chunks = [members[start : start + size] for start in range(0, len(members), size)]
-                began = time.perf_counter()
-                # Every batch of the level is dispatched before any result is read (JAX runs them
-                # asynchronously, the host prepares the next batch meanwhile), then one transfer brings
-                # them all back. Below the ladder's top a run that overflows is traced again higher up, so it
-                # stops expanding at its first overflowing step (its later steps would be thrown away).
-                pending = [self.sharding.trace(self.kg, self.trace_batch([runs[i] for i in chunk], anchors[chunk],
-                                                                         anchor_scores[chunk], size, bucket,
-                                                                         guidance[chunk]),
-                                               traced, shapes=shapes, precision=precision,
-                                               halt_overflowed=level + 1 < len(ladder), **self.tracer_switches())
-                           for chunk in chunks]
-                fetched = jax.device_get(pending)
-                timings["trace"] += time.perf_counter() - began
-                for chunk, host in zip(chunks, fetched, strict=True):
-                    for row, (i, fits) in enumerate(zip(chunk, fitting_levels(ladder, host.need[: len(chunk)]).tolist(),
-                                                        strict=True)):
-                        if host.overflow[row] > 0 and level + 1 < len(ladder):
-                            # the levels between would overflow at the same step: straight to one that fits it
-                            waiting.setdefault(min(max(fits, level + 1), len(ladder) - 1), []).append(i)
-                            continue
-                        out = {k: getattr(host, k)[row] for k in OUTPUT_FIELDS}
-                        if host.overflow[row] == 0 and fits < level:  # the ladder would have stopped lower
-                            out = narrowed(out, ladder[fits].frontier)
-                        out["capacity"] = ladder[min(fits, level)].frontier
-                        outputs[i] = out
-                        if not precision:
-                            self.capacity_runs[int(out["capacity"])] += 1
+            # (ladder level, steps bucket) -> runs to trace there
+            waiting: dict[tuple[int, int], list[int]] = {
+                (0, bucket): group for (p, bucket), group in groups if p == precision}
+            widest = self.note_buckets(runs)
+            for level in range(len(ladder)):
+                for bucket in sorted(b for lvl, b in list(waiting) if lvl == level):
+                    members = sorted(waiting.pop((level, bucket)))
+                    self._trace_level(runs, members, level, bucket, ladder, precision, anchors, anchor_scores,
+                                      guidance, traced, timings, outputs, waiting, widest)
         return outputs, timings
+
+    # From this ladder level up, retried runs of every steps bucket share the widest bucket planned so far
+    # (note_buckets): few runs overflow that far (MetaQA oracle: 1,424 of 38,851 at F=256 or more), and each
+    # (bucket, level) shape is a jit trace and lowering per process (~0.3 s). A plan's padding steps are
+    # skipped, and its outputs are cut back to its own bucket's slots, so nothing else changes.
+    SHARED_BUCKET_LEVEL = 2
+
+    def _trace_level(self, runs: Sequence[Run], members: list[int], level: int, bucket: int,
+                     ladder: Sequence[TracerShapes], precision: bool, anchors: np.ndarray, anchor_scores: np.ndarray,
+                     guidance: np.ndarray, traced: Hyper, timings: dict[str, float],
+                     outputs: list[dict[str, np.ndarray] | None], waiting: dict[tuple[int, int], list[int]],
+                     widest: int) -> None:
+        """Trace ``members`` (run indices) at one ladder level in steps bucket ``bucket``; fitting runs go to
+        ``outputs`` (cut to their own bucket's slots), overflowing ones to ``waiting`` for a higher level."""
+        shapes = ladder[level]
+        # Padded to what the whole call needs, not this level's tail: a split-sized call then uses one batch
+        # size per level (each new size is a jit trace and lowering, ~0.3 s a process even with the
+        # compilation cache warm), while a one-question call still gets the smallest batch.
+        size = self._fit(max(self.batch[precision] >> level, 4), len(runs))
+        chunks = [members[start : start + size] for start in range(0, len(members), size)]
+        began = time.perf_counter()
+        # Every batch of the level is dispatched before any result is read (JAX runs them
+        # asynchronously, the host prepares the next batch meanwhile), then one transfer brings
+        # them all back. Below the ladder's top a run that overflows is traced again higher up, so it
+        # stops expanding at its first overflowing step (its later steps would be thrown away).
+        pending = [self.sharding.trace(self.kg, self.trace_batch([runs[i] for i in chunk], anchors[chunk],
+                                                                 anchor_scores[chunk], size, bucket, guidance[chunk]),
+                                       traced, shapes=shapes, precision=precision,
+                                       halt_overflowed=level + 1 < len(ladder), **self.tracer_switches())
+                   for chunk in chunks]
+        fetched = jax.device_get(pending)
+        timings["trace"] += time.perf_counter() - began
+        for chunk, host in zip(chunks, fetched, strict=True):
+            for row, (i, fits) in enumerate(zip(chunk, fitting_levels(ladder, host.need[: len(chunk)]).tolist(),
+                                                strict=True)):
+                if host.overflow[row] > 0 and level + 1 < len(ladder):
+                    # the levels between would overflow at the same step: straight to one that fits it
+                    target = min(max(fits, level + 1), len(ladder) - 1)
+                    shared = widest if target >= self.SHARED_BUCKET_LEVEL else bucket
+                    waiting.setdefault((target, shared), []).append(i)
+                    continue
+                own = steps_bucket(max(runs[i].plan.num_steps, 1)) + 1  # slots of the run's own bucket
+                out = {k: getattr(host, k)[row][:own] if k != "overflow" else getattr(host, k)[row]
+                       for k in OUTPUT_FIELDS}
+                if host.overflow[row] == 0 and fits < level:  # the ladder would have stopped lower
+                    out = narrowed(out, ladder[fits].frontier)
+                out["capacity"] = ladder[min(fits, level)].frontier
+                outputs[i] = out
+                if not precision:
+                    self.capacity_runs[int(out["capacity"])] += 1
 
     def warm_up(self, step_buckets: Sequence[int], max_runs: int) -> int:
         """Compile every tracer a call of at most ``max_runs`` runs can reach, so warm calls never compile.
