@@ -45,6 +45,9 @@ def test_chunk_ranking_equals_the_per_question_reference(seed):
         got = chunk.ranked(rule, cut, gap, exclude=pairs)
         want = [qa.ranked(rule, cut, gap) for qa in reference]
         assert got == want, (rule, cut, gap)  # entities, order and float scores, bit for bit
+    gaps = rng.choice([0.0, 0.25, 0.5, math.inf], n_questions).tolist()  # one per question (guided or not)
+    assert chunk.ranked("beam", 0.5, gaps, exclude=pairs) == [qa.ranked("beam", 0.5, g)
+                                                              for qa, g in zip(reference, gaps, strict=True)]
     assert chunk.evidence() == [sorted(qa.evidence) for qa in reference]
     assert chunk.overflow.tolist() == [qa.overflow for qa in reference]
 

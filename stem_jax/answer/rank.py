@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -153,10 +153,11 @@ class ChunkAnswers:
         triples = (keys % span).tolist()
         return [triples[bounds[q] : bounds[q + 1]] for q in range(self.n_questions)]
 
-    def ranked(self, rule: str = "max", cut: float = 0.0, gap: float = math.inf,
+    def ranked(self, rule: str = "max", cut: float = 0.0, gap: float | Sequence[float] = math.inf,
                exclude: Iterable[tuple[int, int]] = ()) -> list[list[tuple[int, float]]]:
-        """Per question, :meth:`QuestionAnswers.ranked` of its runs; ``exclude`` holds (question, entity)
-        pairs never returned (the questions' topic entities)."""
+        """Per question, :meth:`QuestionAnswers.ranked` of its runs; ``gap`` is one for all questions or one
+        per question, and ``exclude`` holds (question, entity) pairs never returned (the questions' topic
+        entities)."""
         if rule not in RANKINGS:
             raise ValueError(f"unknown answer ranking {rule!r}; use one of {', '.join(RANKINGS)}")
         out: list[list[tuple[int, float]]] = [[] for _ in range(self.n_questions)]
@@ -200,7 +201,8 @@ class ChunkAnswers:
             beam_of = grouped // span * n_beams + grouped_beam  # (question, beam)
             best = np.full(self.n_questions * n_beams, -np.inf)
             np.maximum.at(best, beam_of, beam_fair)
-            counts = np.where(beam_fair >= best[beam_of] - gap, support, 0.0)
+            gaps = np.broadcast_to(np.asarray(gap, np.float64), (self.n_questions,))
+            counts = np.where(beam_fair >= best[beam_of] - gaps[beam_of // n_beams], support, 0.0)
             is_start = np.r_[True, grouped[1:] != grouped[:-1]]
             pair_starts = np.flatnonzero(is_start)  # one (question, entity) each, its beams contiguous
             owner_of = np.cumsum(is_start) - 1

@@ -70,6 +70,11 @@ class Run:
     mention: str = ""  # the topic's name as the question writes it
     named: tuple[tuple[int, int], ...] = ()  # (KG id, level) the question names: EXACT id, FOLDED name twins
 
+    @property
+    def bucket(self) -> int:
+        """The steps bucket its plan is padded to in a compiled batch."""
+        return steps_bucket(self.plan.num_steps)
+
 
 @dataclasses.dataclass(frozen=True)
 class StemHyper:
@@ -238,7 +243,7 @@ class StemPipeline:
         Planning a split notes all its runs at once, so every call of an eval shares one bucket above
         :attr:`SHARED_BUCKET_LEVEL`, whatever the hops of the chunk."""
         for run in runs:
-            self.shared_bucket = max(self.shared_bucket, steps_bucket(max(run.plan.num_steps, 1)))
+            self.shared_bucket = max(self.shared_bucket, run.bucket)
         return self.shared_bucket
 
     def _named_entities(self, topic: str) -> tuple[int, tuple[tuple[int, int], ...]]:
@@ -294,7 +299,7 @@ class StemPipeline:
         """Run indices grouped by (Precision?, steps bucket), in the order they are traced."""
         groups: dict[tuple[bool, int], list[int]] = defaultdict(list)
         for i, run in enumerate(runs):
-            groups[(self.is_precision(run), steps_bucket(max(run.plan.num_steps, 1)))].append(i)
+            groups[(self.is_precision(run), run.bucket)].append(i)
         return sorted(groups.items())
 
     def ladder_for(self, precision: bool) -> list[TracerShapes]:
@@ -321,12 +326,12 @@ class StemPipeline:
         guidance = self.guidance_rows(runs)
         anchors, anchor_scores = self.anchor(runs, guidance, timings, lam=hyper.lam)
         groups = self.groups(runs)
+        widest = self.note_buckets(runs)
         for precision in sorted({precision for (precision, _), _ in groups}):
             ladder = self.ladder_for(precision)
             # (ladder level, steps bucket) -> runs to trace there
             waiting: dict[tuple[int, int], list[int]] = {
                 (0, bucket): group for (p, bucket), group in groups if p == precision}
-            widest = self.note_buckets(runs)
             for level in range(len(ladder)):
                 for bucket in sorted(b for lvl, b in list(waiting) if lvl == level):
                     members = sorted(waiting.pop((level, bucket)))
@@ -374,7 +379,7 @@ class StemPipeline:
                     shared = widest if target >= self.SHARED_BUCKET_LEVEL else bucket
                     waiting.setdefault((target, shared), []).append(i)
                     continue
-                own = steps_bucket(max(runs[i].plan.num_steps, 1)) + 1  # slots of the run's own bucket
+                own = runs[i].bucket + 1  # slots of the run's own bucket
                 out = {k: getattr(host, k)[row][:own] if k != "overflow" else getattr(host, k)[row]
                        for k in OUTPUT_FIELDS}
                 if host.overflow[row] == 0 and fits < level:  # the ladder would have stopped lower
@@ -396,7 +401,7 @@ class StemPipeline:
         visited = 0
         traced = self.hyper.traced()
         for precision in modes:
-            for bucket in sorted({steps_bucket(max(b, 1)) for b in step_buckets}):
+            for bucket in sorted({steps_bucket(b) for b in step_buckets}):
                 for level, shapes in enumerate(self.ladder_for(precision)):
                     capacity = max(self.batch[precision] >> level, 4)
                     for size in sorted({self._fit(capacity, n) for n in range(1, max_runs + 1)}):
@@ -591,13 +596,9 @@ class StemPipeline:
                 nodes, via = prune_unreached(out["nodes"], out["via"], out["parents"], plan.steps, plan.constants)
                 chunk.add_run(qi, nodes, out["scores"], via, plan.answer_slot, int(out["overflow"]), beam=run.beam,
                               beam_prob=run.beam_prob, depth=answer_depth(plan.steps, plan.answer_slot))
-        # the gap depends on each question's runs (guided or not): one ranking per distinct gap
-        gaps = [self.ranking_gap(mine, hyper) for mine in runs]
-        ranked: list[list[tuple[int, float]]] = [[] for _ in questions]
-        for gap in set(gaps):
-            part = chunk.ranked(engine.rank, engine.answer_cut, gap, exclude)
-            for qi in (i for i, g in enumerate(gaps) if g == gap):
-                ranked[qi] = part[qi]
+        # the gap depends on each question's runs (guided or not)
+        ranked = chunk.ranked(engine.rank, engine.answer_cut, [self.ranking_gap(mine, hyper) for mine in runs],
+                              exclude)
         evidence = chunk.evidence()
         theta = round(float(hyper.theta), 6)  # effective θ (calibrated, --tracer.theta or a grid point's)
         results = []
