@@ -25,17 +25,11 @@ difference, the index's own time. The embeddings are drawn in chunks of 2^20 row
 normalised, written into one preallocated float16 table), so the host holds only the float16 table
 (``emb f16 GiB`` = m*d*2 bytes). RSS columns: ``index RSS GiB`` = resident set after ``build_index``
 minus the one before it (the index kept), ``index peak GiB`` = the high-water mark during the build
-minus the same start, ``device KG GiB`` = the bytes of the ``KGArrays`` (on CPU, a second copy of the
-table and the int32 arrays), ``peak RSS GiB`` = the child's whole-run high-water mark (imports,
-index, table, device copy and the traces' buffers).
-
-``--emb-transfer`` says how the table reaches the device. ``copy`` (the default, the engine's path):
-the float16 numpy table goes to ``KGArrays.from_index``, whose ``jnp.asarray`` holds a staging copy
-and the device copy beside the host table until the transfer ends (about 3x the table at the peak on
-CPU). ``alias``: the script puts the table on the device itself with ``jax.device_put(table,
-may_alias=True)`` from a 64-byte-aligned buffer (zero copy on CPU) and hands that array to
-``from_index``: what the run would cost if ``from_index`` did not copy the table (a diagnostic, not
-the engine's path).
+minus the same start, ``device KG GiB`` = the bytes of the ``KGArrays`` (the table and the int32
+arrays; ``KGArrays.from_index`` aliases the 64-byte-aligned host table on CPU, so these bytes are
+mostly not a second copy), ``peak RSS GiB`` = the child's whole-run high-water mark (imports, index,
+table, device arrays and the traces' buffers). Results before a7dc7c0 (``scale-curves-idle-22.md``)
+were made while ``from_index`` still copied the table.
 
 Before each synthetic KG past the first, the parent predicts its peak RSS from the largest finished
 one (linear in triples) and skips it, with a note, when that exceeds 90% of MemAvailable: the machine
@@ -75,27 +69,26 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def rss_now_mb() -> float:
-    """The process's resident set now (VmRSS), MiB; the peak where /proc is missing."""
+def proc_mb(path: str, key: str) -> float | None:
+    """A "key: N kB" line of a /proc file, in MiB; None where the file or the line is missing."""
     try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return rss_mb()
-
-
-def mem_available_mb() -> float | None:
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
+        with open(path) as lines:
+            for line in lines:
+                if line.startswith(key):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
     return None
+
+
+def rss_now_mb() -> float:
+    """The process's resident set now (VmRSS), MiB; the peak where /proc is missing."""
+    now = proc_mb("/proc/self/status", "VmRSS:")
+    return rss_mb() if now is None else now
+
+
+def mem_available_mb() -> float | None:
+    return proc_mb("/proc/meminfo", "MemAvailable:")
 
 
 def random_unit_f16(rows: int, dim: int, seed: int = 1, chunk: int = 1 << 20) -> np.ndarray:
@@ -107,7 +100,7 @@ def random_unit_f16(rows: int, dim: int, seed: int = 1, chunk: int = 1 << 20) ->
     """
     rng = np.random.default_rng(seed)
     size = rows * dim * 2
-    raw = np.empty(size + 64, np.uint8)  # 64-byte aligned, so that jax on CPU may alias it (--emb-transfer alias)
+    raw = np.empty(size + 64, np.uint8)  # 64-byte aligned, so that KGArrays.from_index may alias it on CPU
     start = -raw.ctypes.data % 64
     table = raw[start:start + size].view(np.float16).reshape(rows, dim)
     for lo in range(0, rows, chunk):
@@ -178,7 +171,7 @@ def load_tracer(path: str):
 
 
 def run_one(kind: str, size: int, dim: int, reps: int, configs: list[tuple[int, bool]] | None = None,
-            old_tracer: str | None = None, emb_transfer: str = "copy") -> dict:
+            old_tracer: str | None = None) -> dict:
     """Measure one KG (runs in the child process)."""
     try:  # if memory runs out, the kernel kills this child first, not a neighbour's process
         with open("/proc/self/oom_score_adj", "w") as adj:
@@ -193,7 +186,7 @@ def run_one(kind: str, size: int, dim: int, reps: int, configs: list[tuple[int, 
 
     old = load_tracer(old_tracer) if old_tracer else None
 
-    out: dict = {"kind": kind, "requested_triples": size, "dim": dim, "emb_transfer": emb_transfer,
+    out: dict = {"kind": kind, "requested_triples": size, "dim": dim,
                  "sources": source_digest("stem_jax/kg/index.py", "stem_jax/trace/tracer.py")}
     if kind == "fb15k-237":
         from stem_jax.data.registry import DatasetSpec, load_dataset
@@ -228,8 +221,6 @@ def run_one(kind: str, size: int, dim: int, reps: int, configs: list[tuple[int, 
     out["embedding_mb"] = emb.nbytes / 2**20
     out["rss_after_embedding_mb"] = rss_now_mb()
     began = time.perf_counter()
-    if emb_transfer == "alias":
-        emb = jax.device_put(emb, may_alias=True)  # zero copy on CPU: the device array shares the host buffer
     kg = KGArrays.from_index(index, emb)
     jax.block_until_ready(kg)
     out["device_kg_seconds"] = time.perf_counter() - began
@@ -313,7 +304,7 @@ def run_one(kind: str, size: int, dim: int, reps: int, configs: list[tuple[int, 
 
 def child_main(args: argparse.Namespace) -> int:
     result = run_one(args.child_kind, args.child_size, args.dim, args.reps, parse_configs(args.configs),
-                     args.old_tracer, args.emb_transfer)
+                     args.old_tracer)
     Path(args.child_out).write_text(json.dumps(result))
     return 0
 
@@ -371,9 +362,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="strategy:frontier rows to trace")
     parser.add_argument("--old-tracer", dest="old_tracer", default=None,
                         help="also time this tracer module file (before/after, alternating calls)")
-    parser.add_argument("--emb-transfer", dest="emb_transfer", choices=("copy", "alias"), default="copy",
-                        help="copy: the numpy table goes to KGArrays.from_index (the engine's path); alias: "
-                             "device_put(may_alias=True) first, no copy on CPU (diagnostic)")
     parser.add_argument("--label", default="", help="results go to scale-curves-LABEL.*")
     parser.add_argument("--child-kind", dest="child_kind", help=argparse.SUPPRESS)
     parser.add_argument("--child-size", dest="child_size", type=int, help=argparse.SUPPRESS)
@@ -406,8 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(kind, size, results[-1], flush=True)
                 continue
         cmd = [sys.executable, __file__, "--child-kind", kind, "--child-size", str(size), "--child-out", str(out),
-               "--dim", str(args.dim), "--reps", str(args.reps), "--configs", args.configs,
-               "--emb-transfer", args.emb_transfer]
+               "--dim", str(args.dim), "--reps", str(args.reps), "--configs", args.configs]
         if args.old_tracer:
             cmd += ["--old-tracer", str(Path(args.old_tracer).resolve())]
         began = time.perf_counter()
@@ -479,11 +466,8 @@ def main(argv: list[str] | None = None) -> int:
              else ", stem_jax/ clean")
           + f", jax {meta['jax']}; engine sources as each child read them: {'; '.join(sources) or '-'}). "
           f"Synthetic KGs: power law p(rank) ~ rank^-{ZIPF}, m/5 entities, {RELATIONS} relations; triple "
-          f"embeddings random unit-norm float16 of width {args.dim}, drawn 2^20 rows at a time; table to the "
-          f"device: --emb-transfer {args.emb_transfer} ("
-          + ("the numpy table to KGArrays.from_index, the engine's path" if args.emb_transfer == "copy" else
-             "device_put(may_alias=True) before from_index, zero copy on CPU: a diagnostic, not the engine's path")
-          + ").\n\nCommand: "
+          f"embeddings random unit-norm float16 of width {args.dim}, drawn 2^20 rows at a time, put on the "
+          "device by KGArrays.from_index (the engine's path).\n\nCommand: "
           f"`python experiments/scale_curves.py {' '.join(sys.argv[1:] if argv is None else argv)}`\n\n"
           "Size table: gen strings = one pass over the synthetic string-triple generator alone; build_index+gen "
           "= build_index over a fresh generator (what earlier rows called build_index s); build_index = the "
@@ -491,8 +475,8 @@ def main(argv: list[str] | None = None) -> int:
           "set before build_index (imports); index RSS = resident after build_index minus start; index peak = "
           "high-water mark during build_index minus start; index arrays = triples + CSR int arrays; emb f16 = "
           "the float16 embedding table (m x d x 2 bytes, the only copy the host builds); device KG = the "
-          "KGArrays' bytes (the table and the int32 arrays; with --emb-transfer copy, on CPU a second copy "
-          "of the table beside the host one, with alias the same buffer); peak RSS = the child's "
+          "KGArrays' bytes (the table and the int32 arrays; on CPU the table aliases the host buffer where "
+          "from_index can); peak RSS = the child's "
           "whole-run high-water mark; wall = the child's wall time; load = 1-minute load average before / "
           "after the child.\n\n"
           + markdown_table(size_header, size_rows)
