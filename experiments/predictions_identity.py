@@ -10,7 +10,7 @@ runs ``stem-jax eval --dataset metaqa --split test`` with that source first on `
 ``runs/identity/<sha>-<case>/`` (resumable; an existing folder is reused), and compares the two
 ``predictions.jsonl`` question by question: answers in order, answer scores, evidence triples,
 evidence count, coverage, overflow and θ. Writes
-``experiments/results/predictions-identity-metaqa.{json,md}`` and exits 1 when any question differs.
+``experiments/results/predictions-identity-<dataset>[-<label>].{json,md}`` (``--dataset``, default metaqa) and exits 1 when any question differs.
 """
 
 from __future__ import annotations
@@ -62,14 +62,14 @@ def shown(path: Path) -> str:
         return str(path)
 
 
-def run_eval(tree: Path, out: Path, flags: list[str], log: list[str]) -> float:
+def run_eval(tree: Path, out: Path, flags: list[str], log: list[str], dataset: str = "metaqa") -> float:
     if (out / "metrics.json").exists():
         log.append(f"reused {shown(out)}")
         return 0.0
     env = {**os.environ, "PYTHONPATH": str(tree)}
     # -P: `python -m` would put the working directory (this checkout, with whatever it holds now) first on
     # sys.path, ahead of PYTHONPATH, and every side would run today's code; the check below fails loudly.
-    command = [sys.executable, "-P", "-m", "stem_jax.cli.main", "eval", "--dataset", "metaqa", "--split", "test",
+    command = [sys.executable, "-P", "-m", "stem_jax.cli.main", "eval", "--dataset", dataset, "--split", "test",
                "--no-progress", "--out", str(out), *flags]
     probe = subprocess.run([sys.executable, "-P", "-c", "import stem_jax; print(stem_jax.__file__)"], cwd=ROOT,
                            env=env, check=True, capture_output=True, text=True).stdout.strip()
@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after", default="HEAD")
     parser.add_argument("--case", action="append", choices=tuple(CASES), help="repeatable (default: pattern)")
     parser.add_argument("--gnn-checkpoint", type=Path, default=None)
+    parser.add_argument("--dataset", default="metaqa", help="any `stem-jax eval --dataset` name (test split)")
+    parser.add_argument("--label", default="", help="results go to predictions-identity-DATASET[-LABEL].*")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "identity")
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
     args = parser.parse_args(argv)
@@ -132,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
             flags += ["--gnn-checkpoint", str(args.gnn_checkpoint)]
         folders, seconds = {}, {}
         for side, (sha, tree) in trees.items():
-            folders[side] = args.runs / f"{sha}-{case}"
-            seconds[side] = run_eval(tree, folders[side], flags, log)
+            # MetaQA's folders keep their earlier names, so runs made before --dataset are reused
+            folders[side] = args.runs / (f"{sha}-{case}" if args.dataset == "metaqa" else f"{sha}-{args.dataset}-{case}")
+            seconds[side] = run_eval(tree, folders[side], flags, log, args.dataset)
         result = compare(folders["before"], folders["after"])
         result.update(flags=flags, seconds=seconds, folders={k: shown(v) for k, v in folders.items()})
         results[case] = result
@@ -141,13 +144,14 @@ def main(argv: list[str] | None = None) -> int:
             rows.append([case, hop, result["questions"][hop], result["differ"].get(hop, 0)])
     names = {side: sha for side, (sha, _) in trees.items()}
     table = markdown_table(["case", "hops", "questions", "differ"], rows)
-    text = (f"`stem-jax eval --dataset metaqa --split test` at {names['before']} (before) and {names['after']} "
+    text = (f"`stem-jax eval --dataset {args.dataset} --split test` at {names['before']} (before) and {names['after']} "
             f"(after), compared per question on {', '.join(COMPARED)}.\n\nCommand: `python "
             f"experiments/predictions_identity.py {' '.join(argv if argv is not None else sys.argv[1:])}`\n\n{table}\n")
     for case, result in results.items():
         text += f"\n{case}: {'identical' if result['identical'] else 'DIFFERENT: ' + json.dumps(result['fields'])}\n"
-    write_report(args.out, "predictions-identity-metaqa", {"meta": run_metadata(), "commits": names,
-                                                           "commands": log, "cases": results}, text)
+    name = f"predictions-identity-{args.dataset}" + (f"-{args.label}" if args.label else "")
+    write_report(args.out, name, {"meta": run_metadata(), "commits": names, "dataset": args.dataset,
+                                  "commands": log, "cases": results}, text)
     print(text)
     return 0 if all(r["identical"] for r in results.values()) else 1
 
