@@ -11,7 +11,8 @@ commits in between as more sides. A side that has
 what a user's second eval process gets. Rounds alternate the sides so machine load falls on both; the load
 average is recorded before and after each run, and CPU seconds are reported beside wall seconds because
 other jobs on a shared machine stretch wall time far more than CPU time. Each run's CPU seconds and peak RSS are its own
-(``os.wait4``). Writes ``experiments/results/eval-end-to-end-metaqa-<planner>[-<tag>].{json,md}``.
+(``os.wait4``). Writes ``experiments/results/eval-end-to-end-<dataset>-<planner>[-<tag>].{json,md}`` (``--dataset``,
+default metaqa).
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ from experiments.predictions_identity import source_tree  # noqa: E402
 from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 
-def run_once(tree: Path, out: Path, planner: str) -> dict:
+def run_once(tree: Path, out: Path, planner: str, dataset: str = "metaqa") -> dict:
     """One eval in a child process; its own CPU time and peak RSS come from ``os.wait4`` (the children's
     totals of ``getrusage`` would carry the largest RSS of any earlier run into every later row)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    command = [sys.executable, "-P", "-m", "stem_jax.cli.main", "eval", "--dataset", "metaqa", "--split", "test",
+    command = [sys.executable, "-P", "-m", "stem_jax.cli.main", "eval", "--dataset", dataset, "--split", "test",
                "--planner", planner, "--no-progress", "--out", str(out)]
     load = os.getloadavg()[0]
     with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", required=True)
     parser.add_argument("--after", default="HEAD")
     parser.add_argument("--planner", default="oracle")
+    parser.add_argument("--dataset", default="metaqa", help="any `stem-jax eval --dataset` name (test split)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--also", action="append", default=[], metavar="REV",
                         help="a commit in between, run as one more side (repeatable): whose change gained what")
@@ -75,10 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[dict]] = {side: [] for side in trees}
     try:
         for side, (_, tree) in trees.items():  # untimed: warms the OS file cache and the compilation cache
-            run_once(tree, scratch / f"warm-{side}", args.planner)
+            run_once(tree, scratch / f"warm-{side}", args.planner, args.dataset)
         for r in range(args.rounds):
             for side in (list(trees) if r % 2 == 0 else list(trees)[::-1]):
-                row = run_once(trees[side][1], scratch / f"{side}-{r}", args.planner)
+                row = run_once(trees[side][1], scratch / f"{side}-{r}", args.planner, args.dataset)
                 results[side].append(row)
                 print(f"round {r} {side}: {json.dumps(row)}", flush=True)
     finally:
@@ -91,12 +93,12 @@ def main(argv: list[str] | None = None) -> int:
                          ", ".join(f"{k} {v}" for k, v in sorted(row["stage_s"].items()))])
     meta = run_metadata()
     shown = " ".join(argv if argv is not None else sys.argv[1:])
-    text = (f"`stem-jax eval --dataset metaqa --split test --planner {args.planner}` end to end, caches warm, machine "
+    text = (f"`stem-jax eval --dataset {args.dataset} --split test --planner {args.planner}` end to end, caches warm, machine "
             f"{meta['machine']} ({meta['cpu_count']} cores, shared), rounds alternating the sides.\n\nCommand: "
             f"`python experiments/eval_end_to_end.py {shown}`\n\n"
             + markdown_table(["side", "commit", "round", "questions", "wall s", "questions/s (wall)", "CPU s",
                               "peak RSS GiB", "load before / after", "stage totals s"], rows) + "\n")
-    name = f"eval-end-to-end-metaqa-{args.planner}" + (f"-{args.tag}" if args.tag else "")
+    name = f"eval-end-to-end-{args.dataset}-{args.planner}" + (f"-{args.tag}" if args.tag else "")
     write_report(ROOT / "experiments" / "results", name,
                  {"meta": meta, "commits": {k: v[0] for k, v in trees.items()}, "runs": results}, text)
     print(text)
