@@ -247,12 +247,12 @@ def as_dict(config: Any) -> dict[str, Any]:
 # Validation: every range and relation between fields, checked before any work starts
 # ---------------------------------------------------------------------------------------------
 
-# The tracer keeps a one-byte used-edge mask per run and KG triple plus [steps, dim] float32 step
-# embeddings per run; 16384 runs of MetaQA's 135k-triple KG already need 2.2 GB, and runs x triples
-# must stay below 2**31 (int32 indexing), so larger batches only fail later with a traceback.
+# A compiled batch's arrays grow with runs x frontier x steps (step embeddings, bindings, sorted used-triple
+# rows, candidate buffers), indexed with int32: the cap keeps a mistyped batch size from failing later, inside
+# XLA, with an allocation error or a traceback instead of this message.
 MAX_BATCH_RUNS = 16384
-_MAX_BATCH_WHY = ("each run of a compiled batch holds a one-byte mask per KG triple (16384 runs x 135k MetaQA "
-                  "triples = 2.2 GB) and runs x triples must stay below 2**31")
+_MAX_BATCH_WHY = ("a compiled batch holds runs x frontier x steps bindings, used-triple rows and candidate buffers "
+                  "(int32-indexed); the default batch sizes are 64-256")
 _CHOICES = {
     "encoder.name": ("minilm", "hashing"),
     "engine.preset": ("default", "paper"),
