@@ -376,8 +376,13 @@ def read_run(path: Path) -> dict[str, Any] | None:
     return run
 
 
+# One encoder for every line (json.dumps builds one per call), without the circular-reference bookkeeping: records
+# are trees of plain values (a cycle would still fail, with RecursionError). Output is json.dumps' byte for byte.
+_RECORD_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=False)
+
+
 def _dumps(record: dict) -> str:
-    return json.dumps(record, ensure_ascii=False, allow_nan=False)
+    return _RECORD_ENCODER.encode(record)
 
 
 def lock_folder(path: Path) -> int:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from stem_jax.eval.metrics import MetricAccumulator, rog_question_metrics, strict_metrics
+from stem_jax.eval.metrics import MetricAccumulator, SplitScorer
 from stem_jax.eval.run_folder import clean_predictions
 
 
@@ -41,6 +41,7 @@ def score_records(records: Iterable[dict], qids: set[str] | None = None) -> dict
     passes the very records it wrote (the same values: JSON gives back each string, int and float exactly),
     so the report is the same byte for byte without parsing the file again."""
     acc = MetricAccumulator(group_name="hops")
+    scorer = SplitScorer()
     overflow = defaultdict(int)
     for record in records:
         if qids is not None and record["id"] not in qids:
@@ -49,8 +50,8 @@ def score_records(records: Iterable[dict], qids: set[str] | None = None) -> dict
         if not record["ground_truth"]:
             acc.skip("no gold answers", group=group)
             continue
-        metrics = dict(strict_metrics(record["prediction"], record["ground_truth"]))
-        rog = rog_question_metrics(record["prediction"], record["ground_truth"])
+        metrics = scorer.strict_metrics(record["prediction"], record["ground_truth"])
+        rog = scorer.rog_question_metrics(record["prediction"], record["ground_truth"])
         metrics["rog_hit"] = rog["rog_hit"]
         metrics["rog_f1"] = rog["rog_f1"]
         if record.get("coverage") is not None:

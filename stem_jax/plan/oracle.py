@@ -22,6 +22,7 @@ import dataclasses
 import functools
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain, repeat
 
 import numpy as np
 
@@ -395,9 +396,22 @@ def path_walk_triples_many(index: KGIndex, topics: Sequence[int], path: Sequence
     their walk; the result of walk ``j`` is exactly ``path_walk_triples(index, topics[j], path,
     answers[j])`` (property-tested against it and against a scan of every triple)."""
     walks = len(topics)
-    none = [np.zeros(0, np.int32) for _ in range(walks)]
     if walks == 0 or not path:
-        return none
+        return [np.zeros(0, np.int32) for _ in range(walks)]
+    keys = _walk_keys(index, topics, path, [len(a) for a in answers],
+                      np.concatenate([np.asarray(a, dtype=np.int64) for a in answers]))
+    n_triples = max(index.num_triples, 1)
+    bounds = np.searchsorted(keys // n_triples, np.arange(walks + 1))
+    triple_ids = (keys % n_triples).astype(np.int32)
+    return [triple_ids[bounds[j] : bounds[j + 1]] for j in range(walks)]
+
+
+def _walk_keys(index: KGIndex, topics: Sequence[int], path: Sequence[PathStep], answer_counts: Sequence[int],
+               answers: np.ndarray) -> np.ndarray:
+    """The walks of :func:`path_walk_triples_many` (``answers``: every walk's answers in turn, ``answer_counts``
+    of each) as sorted ``walk * num_triples + triple id`` keys, so batches of walks stay flat arrays."""
+    walks = len(topics)
+    none = np.zeros(0, np.int64)
     n_entities = max(index.num_entities, 1)
     topics = np.asarray(topics, dtype=np.int64)
     walk = np.arange(walks, dtype=np.int64)
@@ -414,21 +428,28 @@ def path_walk_triples_many(index: KGIndex, topics: Sequence[int], path: Sequence
         keep = target != topics[owner]
         ids, owner, source, target = ids[keep], owner[keep], source[keep], target[keep]
         steps.append((ids, owner, source, target))
-        pairs = np.unique(owner * n_entities + target)
+        pairs = _unique(owner * n_entities + target)
         walk, entity = pairs // n_entities, pairs % n_entities
-    sizes = [len(a) for a in answers]
-    wanted = np.unique(np.repeat(np.arange(walks, dtype=np.int64), sizes) * n_entities
-                       + np.concatenate([np.asarray(a, dtype=np.int64) for a in answers]))
+    wanted = _unique(np.repeat(np.arange(walks, dtype=np.int64), answer_counts) * n_entities + answers)
     n_triples = max(index.num_triples, 1)
     kept: list[np.ndarray] = []
     for ids, owner, source, target in reversed(steps):
         on_path = _sorted_contains(wanted, owner * n_entities + target)
         kept.append(owner[on_path] * n_triples + ids[on_path])
-        wanted = np.unique(owner[on_path] * n_entities + source[on_path])
-    keys = np.unique(np.concatenate(kept))
-    bounds = np.searchsorted(keys // n_triples, np.arange(walks + 1))
-    triple_ids = (keys % n_triples).astype(np.int32)
-    return [triple_ids[bounds[j] : bounds[j + 1]] for j in range(walks)]
+        wanted = _unique(owner[on_path] * n_entities + source[on_path])
+    return _unique(np.concatenate(kept))
+
+
+def _unique(keys: np.ndarray) -> np.ndarray:
+    """``np.unique`` of 1-D integer keys by a plain sort: numpy 2's hash-based ``unique`` is several times slower
+    on the frontiers and key sets here (most of a MetaQA split's gold-path walking)."""
+    ordered = np.sort(keys)
+    if ordered.size == 0:
+        return ordered
+    first = np.empty(ordered.size, bool)
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return ordered[first]
 
 
 def _sorted_contains(sorted_values: np.ndarray, queries: np.ndarray) -> np.ndarray:
@@ -462,18 +483,36 @@ def gold_path_triple_ids(questions: Sequence[Question], index: KGIndex, *, max_h
     (:func:`path_walk_triples_many`). ``None`` for a question whose ``R`` lies in its own graph (RoG's
     shortest paths), whose triples have no ids in ``index``: call :func:`gold_path_triples` for it.
     ``index`` deduplicates triples, so ids and (head, relation, tail) strings correspond one to one."""
-    out: list[np.ndarray | None] = [None] * len(questions)
+    keys, own_graph = gold_path_triple_keys(questions, index, max_hops=max_hops, max_paths=max_paths)
+    return [None if own else ids for ids, own in zip(_split_keys(keys, len(questions), index), own_graph, strict=True)]
+
+
+def gold_path_triple_keys(questions: Sequence[Question], index: KGIndex, *, max_hops: int = 4,
+                          max_paths: int = 8) -> tuple[np.ndarray, list[bool]]:
+    """:func:`gold_path_triple_ids` as one sorted int64 array of ``position * max(index.num_triples, 1) + triple
+    id`` keys (each question's ``R`` one run of it, ``position`` its place in ``questions``), and per question
+    whether its ``R`` lies in its own graph instead (it has no keys): a batch's coverage is then array work."""
+    own_graph: list[bool] = []
     todo: list[tuple[Question, GoldPaths]] = []
     places: list[int] = []
     for i, question in enumerate(questions):
         found = gold_paths(question, max_hops=max_hops, max_paths=max_paths)
-        if found.paths and _walks_own_graph(question, found):
-            continue
-        todo.append((question, found))
-        places.append(i)
-    for i, ids in zip(places, _walk_gold_paths(index, todo), strict=True):
-        out[i] = ids
-    return out
+        own = bool(found.paths) and _walks_own_graph(question, found)
+        own_graph.append(own)
+        if not own:
+            todo.append((question, found))
+            places.append(i)
+    keys = _gold_keys(index, todo)
+    n_triples = max(index.num_triples, 1)
+    return np.asarray(places, dtype=np.int64)[keys // n_triples] * n_triples + keys % n_triples, own_graph
+
+
+def _split_keys(keys: np.ndarray, count: int, kg: KGIndex) -> list[np.ndarray]:
+    """Sorted ``position * num_triples + triple id`` keys -> int32 triple ids per position ``0 .. count - 1``."""
+    n_triples = max(kg.num_triples, 1)
+    bounds = np.searchsorted(keys // n_triples, np.arange(count + 1)).tolist()
+    triple_ids = (keys % n_triples).astype(np.int32)
+    return [triple_ids[bounds[i] : bounds[i + 1]] for i in range(count)]
 
 
 def _walks_own_graph(question: Question, found: GoldPaths) -> bool:
@@ -482,22 +521,37 @@ def _walks_own_graph(question: Question, found: GoldPaths) -> bool:
 
 def _walk_gold_paths(kg: KGIndex, questions: Sequence[tuple[Question, GoldPaths]]) -> list[np.ndarray]:
     """Sorted triple ids of ``R`` in ``kg`` per (question, its gold paths), the walks of each path batched."""
-    jobs: dict[RelationPath, list[tuple[int, int, np.ndarray]]] = defaultdict(list)
-    for i, (question, found) in enumerate(questions):
-        if not found.paths:
-            continue
-        answers = np.asarray([kg.entity_ids[a] for a in question.answers if a in kg.entity_ids], dtype=np.int64)
-        if answers.size == 0:
+    return _split_keys(_gold_keys(kg, questions), len(questions), kg)
+
+
+def _gold_keys(kg: KGIndex, questions: Sequence[tuple[Question, GoldPaths]]) -> np.ndarray:
+    """``R`` of every (question, its gold paths) as sorted ``position * num_triples + triple id`` keys: one walk
+    batch per relation path; the batch's answers are looked up in one pass and each walk's gathered by index."""
+    entity_ids = kg.entity_ids
+    sizes = [len(question.answers) for question, _ in questions]
+    answer_ids = np.fromiter(map(entity_ids.get, chain.from_iterable(q.answers for q, _ in questions), repeat(-1)),
+                             dtype=np.int64, count=sum(sizes))
+    known = answer_ids >= 0
+    answer_ids = answer_ids[known]
+    counts = np.bincount(np.repeat(np.arange(len(questions)), sizes)[known], minlength=len(questions))
+    starts = np.cumsum(counts) - counts
+    has_answers = counts.astype(bool).tolist()
+    jobs: dict[RelationPath, tuple[list[int], list[int]]] = {}  # path -> its walks' positions and topic ids
+    for i, (_, found) in enumerate(questions):
+        if not has_answers[i]:
             continue
         for topic, path in found.paths:
-            if topic in kg.entity_ids:
-                jobs[tuple(path)].append((i, kg.entity_ids[topic], answers))
-    parts: dict[int, list[np.ndarray]] = defaultdict(list)
-    for path, walks in jobs.items():
-        found_ids = path_walk_triples_many(kg, [t for _, t, _ in walks], path, [a for _, _, a in walks])
-        for (i, _, _), ids in zip(walks, found_ids, strict=True):
-            parts[i].append(ids)
-    out = [np.zeros(0, np.int32)] * len(questions)
-    for i, arrays in parts.items():
-        out[i] = arrays[0] if len(arrays) == 1 else np.unique(np.concatenate(arrays)).astype(np.int32)
-    return out
+            if topic in entity_ids:
+                positions, topics = jobs.setdefault(tuple(path), ([], []))
+                positions.append(i)
+                topics.append(entity_ids[topic])
+    n_triples = max(kg.num_triples, 1)
+    parts = [np.zeros(0, np.int64)]
+    for path, (positions, topics) in jobs.items():
+        owner = np.asarray(positions, dtype=np.int64)
+        walk_counts = counts[owner]
+        ends = np.cumsum(walk_counts)
+        gather = np.arange(ends[-1]) + np.repeat(starts[owner] - (ends - walk_counts), walk_counts)
+        keys = _walk_keys(kg, topics, path, walk_counts, answer_ids[gather])
+        parts.append(owner[keys // n_triples] * n_triples + keys % n_triples)
+    return _unique(np.concatenate(parts))

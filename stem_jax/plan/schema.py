@@ -13,7 +13,7 @@ import dataclasses
 import difflib
 import re
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -51,6 +51,9 @@ class TraceStep:
 
 @dataclasses.dataclass(frozen=True)
 class SchemaGraph:
+    """Immutable, so its node names are listed once, when it is made (planning and tracing a split asked for them
+    four times a question); they stay out of equality, hashing and pickles."""
+
     triples: tuple[SchemaTriple, ...]
     answer: str
     strategy: Strategy = "Precision"
@@ -60,14 +63,23 @@ class SchemaGraph:
             raise StemError("a schema graph needs at least one triple")
         if self.strategy not in STRATEGIES:
             raise StemError(f"unknown strategy {self.strategy!r}; use Precision or Breadth")
-        if self.answer not in self.nodes():
+        node_names = tuple(dict.fromkeys(n for t in self.triples for n in (t.head, t.tail)))
+        object.__setattr__(self, "_node_names", node_names)
+        if self.answer not in node_names:
             raise StemError(f"answer node {self.answer!r} is not in the schema graph {self.describe()}")
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()
+
     def nodes(self) -> list[str]:
-        return list(dict.fromkeys(n for t in self.triples for n in (t.head, t.tail)))
+        return list(self._node_names)
 
     def constants(self) -> list[str]:
-        return [n for n in self.nodes() if not is_placeholder(n)]
+        return [n for n in self._node_names if not is_placeholder(n)]
 
     def incident(self, node: str) -> list[int]:
         """Schema edges touching ``node``, in triple order (Algorithm 1's GET_N on G_sch)."""
@@ -80,7 +92,7 @@ class SchemaGraph:
         into each edge's other end before the next edge. Edges unreachable from the anchor are
         never traced; a cycle back to a visited node is not followed (trees are the norm).
         """
-        if anchor not in self.nodes():
+        if anchor not in self._node_names:
             raise StemError(f"anchor {anchor!r} is not a node of {self.describe()}")
         steps: list[TraceStep] = []
         seen_edges: set[int] = set()
