@@ -22,9 +22,7 @@ a :class:`~stem_jax.plan.factory.PlannerSpec` and a :class:`GuidanceSpec`, and c
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import hashlib
 import os
 import re
@@ -32,10 +30,11 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from stem_jax.collector import collector_paused
 from stem_jax.config import StemConfig, check, default_cache_dir
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.data.types import Dataset, Question
@@ -188,20 +187,6 @@ def checked_guidance(guidance: Any) -> GuidanceSpec:
                             "  how to fix: pass the --out folder of `stem-jax train-gnn`")
         guidance = GuidanceSpec("gnn", checkpoint)
     return guidance
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector paused while a dataset and its KG load: they allocate millions of
-    objects that all stay alive, and each full collection on the way walks every one of them again
-    (~0.5 s of MetaQA's opening). Reference counting frees as usual; cycles wait for the next collection."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _cache_root(cache_dir: Any) -> Path:

@@ -25,10 +25,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_eval_speed import old_record, random_kg, random_questions, random_retrievals
 
+from stem_jax.collector import collector_paused as _collector_paused
 from stem_jax.config import StemConfig
 from stem_jax.data.types import Dataset, Question
 from stem_jax.errors import StemError
-from stem_jax.eval.loop import _collector_paused
 from stem_jax.eval.metrics import (
     SplitScorer,
     _normalize_joined,

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from stem_jax.collector import collector_paused
 from stem_jax.data.types import Question
 from stem_jax.errors import StemError
 from stem_jax.eval.records import make_records
@@ -72,21 +73,6 @@ def settled_heap() -> Iterator[Callable[[], None]]:
             gc.unfreeze()
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """No automatic cyclic collections inside; the collector is left as it was found. For a chunk's host work,
-    which builds tens of thousands of acyclic lists and dicts (records, their evidence) and settles them before
-    leaving: until then every pass would walk them again, finding nothing (0.3 s of a MetaQA oracle eval).
-    The twin of ``stem_jax.engine.collector_paused``, which cannot be imported here (engine imports this module)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _evaluate_into(method: RetrievalMethod, questions: Sequence[Question], run: Any, *, chunk_size: int,
                    show_progress: bool, log: Callable[[str], None]) -> dict[str, Any]:
     predictions = run.predictions
@@ -109,7 +95,7 @@ def _evaluate_into(method: RetrievalMethod, questions: Sequence[Question], run: 
             for start in range(0, len(todo), chunk_size):
                 chunk = todo[start : start + chunk_size]
                 retrievals = method.retrieve(chunk)
-                with _collector_paused():
+                with collector_paused():
                     records = make_records(method.context, chunk, retrievals, method.name)
                     for record in records:
                         for stage, ms in record.get("ms", {}).items():
