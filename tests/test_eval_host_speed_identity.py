@@ -40,8 +40,8 @@ from stem_jax.eval.metrics import (
 )
 from stem_jax.eval.records import make_records
 from stem_jax.eval.run_folder import _dumps
+from stem_jax.kg.subgraph import sorted_unique as _unique
 from stem_jax.methods.base import MethodContext, Retrieval
-from stem_jax.plan.oracle import _unique
 from stem_jax.plan.schema import SchemaGraph, SchemaTriple, is_placeholder
 
 # articles, ASCII and other punctuation, cased letters with context-dependent lower case (Σ, İ),

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from stem_jax.kg.index import KGIndex
-from stem_jax.kg.subgraph import csr_gather
+from stem_jax.kg.subgraph import csr_gather, sorted_unique
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,18 +30,6 @@ class ManySubgraphs:
     nodes: np.ndarray
     triple_ptr: np.ndarray
     triples: np.ndarray
-
-
-def sorted_unique(keys: np.ndarray) -> np.ndarray:
-    """``np.unique`` of int keys by sorting (numpy 2's hash-based unique is several times slower
-    on millions of wide int64 keys)."""
-    keys = np.sort(keys)
-    if keys.size == 0:
-        return keys
-    keep = np.empty(keys.size, bool)
-    keep[0] = True
-    np.not_equal(keys[1:], keys[:-1], out=keep[1:])
-    return keys[keep]
 
 
 def in_sorted(values: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:

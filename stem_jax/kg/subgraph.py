@@ -75,3 +75,15 @@ def summarize(values: Sequence[float]) -> dict[str, float]:
         "p99": float(np.percentile(array, 99)),
         "max": float(array.max()),
     }
+
+
+def sorted_unique(keys: np.ndarray) -> np.ndarray:
+    """``np.unique`` of int keys by sorting (numpy 2's hash-based unique is several times slower
+    on millions of wide int64 keys)."""
+    keys = np.sort(keys)
+    if keys.size == 0:
+        return keys
+    keep = np.empty(keys.size, bool)
+    keep[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+    return keys[keep]

@@ -29,6 +29,7 @@ import numpy as np
 from stem_jax.data.types import Dataset, PathStep, Question, Triple
 from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex, build_index
+from stem_jax.kg.subgraph import sorted_unique
 from stem_jax.plan.schema import SchemaGraph, SchemaTriple, Strategy
 
 RelationPath = tuple[PathStep, ...]
@@ -428,28 +429,16 @@ def _walk_keys(index: KGIndex, topics: Sequence[int], path: Sequence[PathStep], 
         keep = target != topics[owner]
         ids, owner, source, target = ids[keep], owner[keep], source[keep], target[keep]
         steps.append((ids, owner, source, target))
-        pairs = _unique(owner * n_entities + target)
+        pairs = sorted_unique(owner * n_entities + target)
         walk, entity = pairs // n_entities, pairs % n_entities
-    wanted = _unique(np.repeat(np.arange(walks, dtype=np.int64), answer_counts) * n_entities + answers)
+    wanted = sorted_unique(np.repeat(np.arange(walks, dtype=np.int64), answer_counts) * n_entities + answers)
     n_triples = max(index.num_triples, 1)
     kept: list[np.ndarray] = []
     for ids, owner, source, target in reversed(steps):
         on_path = _sorted_contains(wanted, owner * n_entities + target)
         kept.append(owner[on_path] * n_triples + ids[on_path])
-        wanted = _unique(owner[on_path] * n_entities + source[on_path])
-    return _unique(np.concatenate(kept))
-
-
-def _unique(keys: np.ndarray) -> np.ndarray:
-    """``np.unique`` of 1-D integer keys by a plain sort: numpy 2's hash-based ``unique`` is several times slower
-    on the frontiers and key sets here (most of a MetaQA split's gold-path walking)."""
-    ordered = np.sort(keys)
-    if ordered.size == 0:
-        return ordered
-    first = np.empty(ordered.size, bool)
-    first[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-    return ordered[first]
+        wanted = sorted_unique(owner[on_path] * n_entities + source[on_path])
+    return sorted_unique(np.concatenate(kept))
 
 
 def _sorted_contains(sorted_values: np.ndarray, queries: np.ndarray) -> np.ndarray:
@@ -554,4 +543,4 @@ def _gold_keys(kg: KGIndex, questions: Sequence[tuple[Question, GoldPaths]]) -> 
         gather = np.arange(ends[-1]) + np.repeat(starts[owner] - (ends - walk_counts), walk_counts)
         keys = _walk_keys(kg, topics, path, walk_counts, answer_ids[gather])
         parts.append(owner[keys // n_triples] * n_triples + keys % n_triples)
-    return _unique(np.concatenate(parts))
+    return sorted_unique(np.concatenate(parts))
