@@ -42,7 +42,7 @@ BAD_SETTINGS = [
     ("engine.chunk_questions", "0", ">= 1"),
     ("encoder.chunk_rows", "0", ">= 1"),
     ("encoder.max_length", "0", ">= 1"),
-    ("engine.batch_precision", "1000000", "<= 16384 (each run"),
+    ("engine.batch_precision", "1000000", "<= 16384 (a compiled batch"),
     ("tracer.theta", "nan", "[0, 1]"),
     ("tracer.theta", "1.5", "[0, 1]"),
     ("tracer.lam", "-1", "> 0"),
