@@ -401,10 +401,7 @@ def path_walk_triples_many(index: KGIndex, topics: Sequence[int], path: Sequence
         return [np.zeros(0, np.int32) for _ in range(walks)]
     keys = _walk_keys(index, topics, path, [len(a) for a in answers],
                       np.concatenate([np.asarray(a, dtype=np.int64) for a in answers]))
-    n_triples = max(index.num_triples, 1)
-    bounds = np.searchsorted(keys // n_triples, np.arange(walks + 1))
-    triple_ids = (keys % n_triples).astype(np.int32)
-    return [triple_ids[bounds[j] : bounds[j + 1]] for j in range(walks)]
+    return _split_keys(keys, walks, index)
 
 
 def _walk_keys(index: KGIndex, topics: Sequence[int], path: Sequence[PathStep], answer_counts: Sequence[int],
