@@ -1,5 +1,5 @@
-"""Process plumbing shared by the build-lock race tests (tests/test_cache_build_lock.py,
-tests/test_build_lock_gnn_plan.py): child processes kept in step with events, never sleeps.
+"""Process plumbing shared by the build-lock race tests (tests/cache/test_embedding_cache_build_lock.py,
+tests/cache/test_guidance_plan_build_lock.py): child processes kept in step with events, never sleeps.
 
 A builder stops at a named point (its first manifest rename, or its k-th chunk) until the test sets ``go``,
 and the test sets it once the second process has said that it waits for the lock (its stderr note) or has

@@ -1,3 +1,8 @@
+"""Shared fixtures. Tests live in folders by stage (tests/trace, tests/plan, tests/eval, ...), named by the
+behaviour they pin. pytest imports them in its default ("prepend") mode without __init__.py files, so every
+test file's basename is unique across tests/; the helper modules here (fuzz_inputs.py, build_lock_harness.py)
+import as top-level modules because pytest puts this folder on sys.path when it loads this file."""
+
 import os
 import tempfile
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for input files whose every line has a known fate (issue 13 fuzz tests).
+"""Hypothesis strategies for input files whose every line has a known fate (the loader fuzz tests).
 
 Each generated line belongs to one category, built so that the loaders' verdict on it is
 unambiguous; ``expected_*`` then gives the exact skip counts the loaders must report. Lines are
