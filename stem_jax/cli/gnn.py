@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from stem_jax.cli.args import (
-    cache_root,
     check_out_path,
     config_from_args,
     training_split_of,
@@ -54,16 +53,6 @@ def example_factory(config: StemConfig, dataset: Dataset, index: KGIndex, embedd
     from stem_jax.engine import gnn_example_factory
 
     return gnn_example_factory(config, dataset, index, embeddings, encoder)
-
-
-def guidance_provider(args: argparse.Namespace, config: StemConfig, dataset: Dataset, index: KGIndex, embeddings,
-                      encoder, *, force: bool = False):
-    """The evaluator's guidance provider for ``--guidance gnn`` (None for ``--guidance none``)."""
-    from stem_jax.cli.engine_args import guidance_spec
-    from stem_jax.engine import build_guidance
-
-    return build_guidance(guidance_spec(args, force=force), config, dataset, index, embeddings, encoder,
-                          cache_root=cache_root(args), log=print)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -59,21 +59,6 @@ def make_planner(args: argparse.Namespace, config: StemConfig, dataset: Dataset,
                          dataset_spec=dataset_spec(args, config), encoder=encoder)
 
 
-def eval_planner(args: argparse.Namespace, config: StemConfig, dataset: Dataset, index: KGIndex, encoder=None):
-    """The evaluator's per-question planner (a plan store with ``--plans``, else the planner run once over
-    the split in batches), plus planning statistics."""
-    from stem_jax.plan.factory import open_plan_store, planned
-
-    if getattr(args, "plans", None):
-        plan, info = open_plan_store(args.plans, index)
-        args.planner = f"plans-{Path(args.plans).name}"  # names the run folder and the printed table
-        return plan, info
-    planner, info = make_planner(args, config, dataset, index, encoder)
-    plan, _, stats = planned(planner, dataset.questions, log=print, label=args.planner)
-    info.update(stats)
-    return plan, info
-
-
 # ---------------------------------------------------------------------------------------------
 # Commands
 # ---------------------------------------------------------------------------------------------

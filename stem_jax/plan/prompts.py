@@ -21,7 +21,7 @@ import json
 import re
 from collections.abc import Sequence
 
-from stem_jax.plan.schema import STRATEGIES, Strategy
+from stem_jax.plan.schema import Strategy
 
 # ---------------------------------------------------------------------------------------------
 # Templates
@@ -485,6 +485,3 @@ def parse_reverse(text: str, expected: int) -> tuple[list[str], str] | None:
     question = m.group(1).strip().strip("\"'").strip()
     return (sentences, question) if question else None
 
-
-def check_strategy(value: str | None) -> Strategy | None:
-    return value if value in STRATEGIES else None  # type: ignore[return-value]

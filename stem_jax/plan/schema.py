@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -196,14 +195,3 @@ def ground(schema: SchemaGraph, anchor: str, index: KGIndex, entity_of: dict[str
         answer_slot=slot.get(schema.answer, -1), forward=tuple(forward), constants=constants,
     )
 
-
-def pad_plans(plans: Sequence[GroundedPlan], max_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Stack plans into padded arrays: steps int32 [P, max_steps, 3], step mask [P, max_steps], answer slot [P]."""
-    steps = np.full((len(plans), max_steps, 3), -1, dtype=np.int32)
-    mask = np.zeros((len(plans), max_steps), dtype=bool)
-    for i, plan in enumerate(plans):
-        if plan.num_steps > max_steps:
-            raise StemError(f"plan with {plan.num_steps} steps exceeds max_steps={max_steps}: {plan.schema.describe()}")
-        steps[i, : plan.num_steps] = plan.steps
-        mask[i, : plan.num_steps] = True
-    return steps, mask, np.asarray([p.answer_slot for p in plans], dtype=np.int32)

@@ -77,11 +77,6 @@ class TraceResult:
         return best
 
 
-def rank_answers(answer_scores: dict[int, float]) -> list[tuple[int, float]]:
-    """Entities by score descending, ties by entity id (deterministic across tracers)."""
-    return sorted(answer_scores.items(), key=lambda kv: (-kv[1], kv[0]))
-
-
 def stable_order(scores: np.ndarray) -> np.ndarray:
     """Indices sorting ``scores`` descending, ties kept in input order (as lax.top_k does)."""
     return np.argsort(-np.asarray(scores, dtype=np.float32), kind="stable")
