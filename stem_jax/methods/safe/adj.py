@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -95,6 +96,32 @@ def nearest(queries: jax.Array, keys: jax.Array, allowed: jax.Array, k: int) -> 
     return -neg, ids
 
 
+RERANK_EXTRA = 8  # candidates the fast distance keeps beyond k, re-ranked by the exact one
+
+
+def exact_nearest(queries: np.ndarray, keys: Any, candidates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` of each row's ``candidates`` (key ids, -1 for none) nearest to its query by exact L2 distance:
+    (distances float64 [N, k], ids [N, k]), inf / -1 where a row has fewer; ties: the lower id.
+
+    The fast form (|q|² + |k|² - 2 q·k in float32, one matmul) loses about 1e-3 near 0 to cancellation,
+    and its rounding depends on the padded batch shape, so a question's distances (and the scores
+    built from them) would change with the questions batched beside it. ``sqrt(sum((k - q)²))`` in
+    float64, per (query, key) pair, is the same whatever else is in the batch, and 0 for an exact match."""
+    n = len(candidates)
+    distances = np.full((n, k), np.inf)
+    ids = np.full((n, k), -1, np.int64)
+    for row in range(n):
+        cand = np.unique(candidates[row][candidates[row] >= 0])
+        if not len(cand):
+            continue
+        diff = np.asarray(keys[cand], np.float64) - np.asarray(queries[row], np.float64)[None, :]
+        dist = np.sqrt((diff * diff).sum(axis=1))
+        order = np.lexsort((cand, dist))[:k]
+        distances[row, : len(order)] = dist[order]
+        ids[row, : len(order)] = cand[order]
+    return distances, ids
+
+
 def candidate_schema_edges(pseudo_vectors: np.ndarray, schema_vectors: np.ndarray, allowed: np.ndarray,
                            k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` allowed schema edges per pseudo edge by L2 distance: (ids int [N, k], distances [N, k]).
@@ -110,10 +137,10 @@ def candidate_schema_edges(pseudo_vectors: np.ndarray, schema_vectors: np.ndarra
     queries[:n] = pseudo_vectors
     mask = np.zeros((size, schema_vectors.shape[0]), bool)
     mask[:n] = allowed
-    kk = min(k, schema_vectors.shape[0])
+    kk = min(k + RERANK_EXTRA, schema_vectors.shape[0])
     top, order = nearest(jnp.asarray(queries), jnp.asarray(schema_vectors, jnp.float32), jnp.asarray(mask), kk)
     top, order = np.asarray(top)[:n], np.asarray(order)[:n]
-    ids = np.where(np.isfinite(top), order, -1)
+    top, ids = exact_nearest(pseudo_vectors, schema_vectors, np.where(np.isfinite(top), order, -1), min(k, kk))
     if ids.shape[1] < k:
         pad = k - ids.shape[1]
         ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)

@@ -35,10 +35,12 @@ from stem_jax.data.types import Question
 from stem_jax.kg.index import relation_text
 from stem_jax.methods.base import MethodContext, Retrieval
 from stem_jax.methods.safe.adj import (
+    RERANK_EXTRA,
     AlignedGraph,
     PseudoGraph,
     candidate_schema_edges,
     distance_edge_join,
+    exact_nearest,
     instantiate,
     unaligned,
 )
@@ -59,18 +61,27 @@ def _nearest_rows(queries: jax.Array, keys: jax.Array, k: int) -> tuple[jax.Arra
     return -neg, ids
 
 
-def nearest_rows(queries: np.ndarray, keys: jax.Array, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` rows of ``keys`` nearest to each query (L2): (distances [N, k], ids [N, k]), batched and padded."""
+def nearest_rows(queries: np.ndarray, keys: jax.Array, k: int,
+                 exact_keys: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` rows of ``keys`` nearest to each query (L2): (distances [N, k], ids [N, k]), batched and padded.
+
+    With ``exact_keys`` (the same rows, host-side), the fast batched distance only shortlists ``k`` +
+    :data:`~.adj.RERANK_EXTRA` rows per query, and the exact distance ranks them (:func:`.adj.exact_nearest`):
+    then a query's result does not depend on the other queries of the call."""
     k = min(k, int(keys.shape[0]))
+    wide = min(k + RERANK_EXTRA, int(keys.shape[0])) if exact_keys is not None else k
     dists, ids = [], []
     for start in range(0, len(queries), VALUE_BATCH):
         block = np.asarray(queries[start : start + VALUE_BATCH], np.float32)
         size = 1 << max(0, (len(block) - 1).bit_length())
         padded = np.zeros((size, block.shape[1]), np.float32)
         padded[: len(block)] = block
-        d, i = _nearest_rows(jnp.asarray(padded), keys, k)
-        dists.append(np.asarray(d)[: len(block)])
-        ids.append(np.asarray(i)[: len(block)])
+        d, i = _nearest_rows(jnp.asarray(padded), keys, wide)
+        d, i = np.asarray(d)[: len(block)], np.asarray(i)[: len(block)]
+        if exact_keys is not None:
+            d, i = exact_nearest(block, exact_keys, i, k)
+        dists.append(d)
+        ids.append(i)
     if not dists:
         return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
     return np.concatenate(dists), np.concatenate(ids)
@@ -136,12 +147,14 @@ class SafeMethod:
         encoder = context.encoder
         self.type_vectors = np.asarray(encoder.encode(list(self.schema.type_names)), np.float32)
         edge_texts = [self.schema.edge_text(e, index.relations) for e in range(len(self.schema.edges))]
-        self.edge_vectors = (np.asarray(encoder.encode(edge_texts), np.float32) if edge_texts
+        # float16-rounded as the pseudo edges' texts are (``text_vectors``): the same text, distance 0
+        self.edge_vectors = (np.asarray(encoder.encode(edge_texts), np.float16).astype(np.float32) if edge_texts
                              else np.zeros((0, self.type_vectors.shape[1]), np.float32))
         self.relation_vectors = np.asarray(context.embeddings.relations.array, np.float32)
         self.relation_distance = pairwise_l2(self.relation_vectors, self.relation_vectors)
         self.type_distance = pairwise_l2(self.type_vectors, self.type_vectors)
-        self.entity_keys = jnp.asarray(np.asarray(context.embeddings.entities.array, np.float32))
+        self.entity_rows = context.embeddings.entities.array  # host rows: value retrieval's exact re-ranking
+        self.entity_keys = jnp.asarray(np.asarray(self.entity_rows, np.float32))
         # relations each entity has as head / as tail (the "associated relation" filter of ADJ)
         self.out_relations = self._relations_by_entity(0)
         self.in_relations = self._relations_by_entity(2)
@@ -252,7 +265,7 @@ class SafeMethod:
         """SimEnt for every named node of every pseudo graph of the chunk, in one batched call."""
         names = sorted({n for nodes, _, _ in graphs for n in nodes if not is_placeholder(n)})
         vectors = self.text_vectors[[self.text_rows[n] for n in names]] if names else np.zeros((0, 1), np.float32)
-        dists, ids = nearest_rows(vectors, self.entity_keys, self.config.k_ent)
+        dists, ids = nearest_rows(vectors, self.entity_keys, self.config.k_ent, exact_keys=self.entity_rows)
         found = {n: (ids[i].astype(np.int64), dists[i]) for i, n in enumerate(names)}
         return [{i: found[n] for i, n in enumerate(nodes) if not is_placeholder(n)} for nodes, _, _ in graphs]
 
