@@ -63,6 +63,28 @@ def _normalised(text: str) -> str:
     return " ".join(text.lower().split()).rstrip("?. ")
 
 
+def _check_distinct_ids(questions: Sequence[Question], *, repeats_allowed: bool) -> None:
+    """Answers, prepared runs and run-folder records are kept by question id: two questions of one call with
+    one id (the second would get the first's answer, or overwrite its record) are a :class:`StemError`.
+    ``repeats_allowed``: the same question twice is fine (``retrieve`` answers it twice)."""
+    first: dict[str, tuple[int, Question]] = {}
+    for i, question in enumerate(questions):
+        if not isinstance(question, Question):
+            continue  # checked by the caller
+        if question.qid not in first:
+            first[question.qid] = (i, question)
+            continue
+        j, other = first[question.qid]
+        if repeats_allowed and other == question:
+            continue
+        differ = [f for f in ("text", "topic_entities", "answers", "gold_path", "graph")
+                  if getattr(other, f) != getattr(question, f)]
+        what = f"but differ in {', '.join(differ)}" if differ else "(a repeat)"
+        raise StemError(f"questions {j} and {i} of this call share the id {question.qid!r} {what}; answers and "
+                        "run-folder records are kept by id, so one would take the other's place\n  how to fix: give "
+                        "each question its own qid (dataclasses.replace(q, qid=...)), or drop the repeat")
+
+
 @dataclasses.dataclass(frozen=True)
 class GuidanceSpec:
     """The global guidance graph: ``none``, or ``gnn`` with a ``train-gnn`` run folder."""
@@ -243,7 +265,8 @@ class Engine:
         self._methods: dict[str, RetrievalMethod] = {}
         self._linker: Any = None
         self._by_name: dict[str, str] | None = None
-        self._by_text: dict[str, Question] | None = None
+        self._same_name: dict[str, list[str]] = {}  # names that several entities carry -> their ids
+        self._by_text: dict[str, list[Question]] | None = None
         self._qids: set[str] | None = None
         self._lock = threading.RLock()  # see the class docstring: one call at a time
         self.keep_prepared = 0
@@ -375,8 +398,25 @@ class Engine:
     def _entity_by_name_locked(self) -> dict[str, str]:
         if self._by_name is None:  # built once: a dict over every entity costs ~10 ms per question on MetaQA
             names = self.dataset.entity_names or {}
-            self._by_name = {names.get(e, e): e for e in self.index.entities}
+            by_name: dict[str, str] = {}
+            same: dict[str, list[str]] = {}
+            for e in self.index.entities:
+                name = names.get(e, e)
+                if name in by_name:
+                    same.setdefault(name, [by_name[name]]).append(e)
+                else:
+                    by_name[name] = e
+            self._same_name = same
+            self._by_name = by_name
         return self._by_name
+
+    def _ambiguous(self, mention: str, entities: Sequence[str]) -> StemError:
+        """The error for a name that several KG entities carry: which ones, and how to name one."""
+        shown = ", ".join(sorted(entities)[:5]) + (f" and {len(entities) - 5} more" if len(entities) > 5 else "")
+        first = sorted(entities)[0]
+        return StemError(f"topic [{mention}] names {len(entities)} KG entities ({shown}); which one is meant is not "
+                         f"known\n  how to fix: name it by its KG id, e.g. [{first}] in the question or "
+                         f"topic=\"{first}\" (--topic {first})")
 
     def question(self, text: str, *, topic: str | None = None, qid: str | None = None) -> tuple[Question, dict]:
         """A :class:`Question` from free text, and how its topic entity was found.
@@ -397,30 +437,44 @@ class Engine:
 
     def _with_gold_path(self, question: Question) -> Question:
         """For the oracle planner: a question without a gold relation path that is, word for word (case,
-        spacing and a final ? aside), a question of the loaded split becomes that question."""
+        spacing and a final ? aside), a question of the loaded split about the same topic entities
+        becomes that question. Another topic keeps the question as asked (the split's gold path
+        leaves another entity): it gets no plan, and :attr:`Answer.reason` says why."""
         from stem_jax.plan.oracle import gold_paths
 
         if gold_paths(question).paths:
             return question
+        for q in self._split_by_text(question.text):
+            if not question.topic_entities or set(q.topic_entities) == set(question.topic_entities):
+                return q
+        return question
+
+    def _split_by_text(self, text: str) -> list[Question]:
         if self._by_text is None:
             self._by_text = {}
             for q in self.dataset.questions:
-                self._by_text.setdefault(_normalised(q.text), q)
-        return self._by_text.get(_normalised(question.text), question)
+                self._by_text.setdefault(_normalised(q.text), []).append(q)
+        return self._by_text.get(_normalised(text), [])
 
     def _question(self, text: str, topic: str | None, qid: str | None) -> tuple[Question, dict]:
         # the topic is part of the id: one text asked about two entities is two questions (their prepared runs
         # are kept by qid, see keep_prepared)
         qid = qid or "ask/" + hashlib.sha256((text if topic is None else f"{text}\0{topic}").encode()).hexdigest()[:12]
         by_name = self._entity_by_name()
-        mentions = [m.strip() for m in _BRACKET.findall(text)] if topic is None else [topic]
-        clean = _BRACKET.sub(lambda m: m.group(1), text).strip()
+        mentions = [m.strip() for m in _BRACKET.findall(text)] if topic is None else [topic.strip()]
+        resolved: dict[str, tuple[str, str]] = {}
         if mentions:
-            entities, kinds = [], []
             for mention in mentions:
-                entity, kind = self._resolve_mention(mention, by_name)
-                entities.append(entity)
-                kinds.append(kind)
+                resolved[mention] = self._resolve_mention(mention, by_name)
+
+        def unbracket(match: re.Match) -> str:  # [Q1] (an entity named by its id) reads as its name
+            entity, kind = resolved.get(match.group(1).strip(), (None, None))
+            return self.display(entity) if kind == "id" else match.group(1)
+
+        clean = _BRACKET.sub(unbracket, text).strip()
+        if mentions:
+            entities = [resolved[m][0] for m in mentions]
+            kinds = [resolved[m][1] for m in mentions]
             link = {"mentions": mentions, "entities": [self.display(e) for e in entities], "match": kinds}
             return Question(qid, clean, tuple(entities), ()), link
         links = self.linker().link(clean)
@@ -428,18 +482,34 @@ class Engine:
             raise StemError(f"no KG entity found in {text!r}\n  how to fix: mark the topic entity with "
                             "[brackets], e.g. 'what films did [Tom Hanks] star in'")
         best = links[0]
+        twins = sorted({link.entity for link in links if (link.start, link.end, link.kind, link.name)
+                        == (best.start, best.end, best.kind, best.name)})
+        if len(twins) > 1:
+            raise self._ambiguous(best.mention, twins)
         link = {"mentions": [best.mention], "entities": [self.display(best.entity)], "match": [best.kind],
                 "score": round(float(best.score), 4)}
         return Question(qid, clean, (best.entity,), ()), link
 
     def _resolve_mention(self, mention: str, by_name: dict[str, str]) -> tuple[str, str]:
+        """(entity id, how it matched) for a topic mention: a name (exact, then case-insensitive, then the
+        linker's), else an entity id; a name several entities carry is an error naming them."""
         if mention in by_name:
+            if mention in self._same_name:
+                raise self._ambiguous(mention, self._same_name[mention])
             return by_name[mention], "exact"
-        lowered = [e for name, e in by_name.items() if name.lower() == mention.lower()]
+        if mention in self.index.entity_ids:  # an opaque id named directly (how a shared name is disambiguated)
+            return mention, "id"
+        lowered = sorted({e for name, e in by_name.items() if name.lower() == mention.lower()}
+                         | {e for name, ids in self._same_name.items() if name.lower() == mention.lower() for e in ids})
+        if len(lowered) > 1:
+            raise self._ambiguous(mention, lowered)
         if lowered:
-            return sorted(lowered)[0], "case-insensitive"
+            return lowered[0], "case-insensitive"
         links = [link for link in self.linker().link(mention) if link.mention.lower() == mention.lower()]
         if links:
+            twins = sorted({link.entity for link in links if (link.kind, link.name) == (links[0].kind, links[0].name)})
+            if len(twins) > 1:
+                raise self._ambiguous(mention, twins)
             return links[0].entity, links[0].kind
         raise StemError(f"topic entity [{mention}] is not in the KG\n  how to fix: use an entity name as it "
                         "appears in the KG (or drop the brackets to let the entity linker search)")
@@ -476,6 +546,7 @@ class Engine:
         if self._plans_from_gold() and method in ("stem", "safe"):
             parsed = [(self._with_gold_path(q), link) for q, link in parsed]
         batch = [q for q, _ in parsed]
+        _check_distinct_ids(batch, repeats_allowed=True)
         chosen = self.method(method)
         if hasattr(chosen, "keep_online"):
             chosen.keep_online = self.keep_prepared
@@ -513,7 +584,14 @@ class Engine:
         if found.paths:
             return None
         why = f"it has none ({found.reason})"
-        if question.qid not in self._split_qids():
+        same_text = [q for q in self._split_by_text(question.text)
+                     if set(q.topic_entities) != set(question.topic_entities)]
+        if question.qid not in self._split_qids() and same_text:
+            about = ", ".join(sorted({self.display(t) for q in same_text for t in q.topic_entities})) or "no entity"
+            asked = ", ".join(self.display(t) for t in question.topic_entities)
+            why = (f"the split's question with this text is about {about}, not {asked} (the topic given), and a "
+                   "gold path leaves its own topic only")
+        elif question.qid not in self._split_qids():
             why = (f"it is not a question of {self.dataset.name}/{self.dataset_spec.split} ({len(self.dataset.questions)} "
                    "questions, compared word for word, case and spacing aside)")
         return (f"the oracle planner plans from the dataset's gold relation path, and {why}; the pattern planner "
@@ -601,10 +679,12 @@ class Engine:
         with self._lock:
             from stem_jax.eval.run_folder import selection_of
 
+            chosen_questions = list(self.dataset.questions if questions is None else questions)
+            _check_distinct_ids(chosen_questions, repeats_allowed=False)
             fingerprint = self.results_fingerprint(method)
             chosen = self.method(method)
             # the loaded split is what ``questions`` are a share of (a shard of `eval --num-processes N`)
-            return evaluate_method(chosen, list(self.dataset.questions if questions is None else questions), Path(out),
+            return evaluate_method(chosen, chosen_questions, Path(out),
                                    selection=selection_of(self.dataset.questions),
                                    chunk_size=self.config.engine.chunk_questions,
                                    show_progress=self.show_progress if show_progress is None else show_progress,
