@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import types
 import typing
 from pathlib import Path
@@ -78,6 +79,9 @@ class EncoderConfig:
     batch_size: int = 128
     max_length: int = 64  # longest token bucket; longer strings are truncated (counted)
     chunk_rows: int = 4096  # rows per TensorStore chunk (also the resume granularity)
+    # How the tracer stores and reads triple rows (stem_jax/encoder/compact.py): float16 (768 B a row at d=384),
+    # int8 (d + 4 B), pca<k> (float16, 2k B) or pca<k>-int8 (k + 4 B), the projection fitted on the KG's own rows
+    row_format: str = "float16"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,6 +268,7 @@ _CHOICES = {
     "planner.llm_server": ("auto", "vllm", "llama.cpp"),
     "scr.question_encoder": ("segments", "minilm"),
 }
+_ROW_FORMAT = re.compile(r"^(float16|int8|pca[1-9][0-9]*(-int8|-float16)?)$")  # encoder.row_format (encoder/compact.py)
 _INT_MIN = {  # integer fields and their smallest allowed value
     "tracer.top_n": 1, "tracer.breadth_cap": 0, "guidance.k_prime": 1, "gnn.layers": 1, "gnn.d_gnn": 1,
     "planner.beam": 1, "planner.retries": 0, "planner.max_triples": 1, "subgraph.hops": 0, "subgraph.hub_cap": 1,
@@ -337,6 +342,8 @@ def field_problem(name: str, value: Any, flag: str | None = None) -> str | None:
         flag = f"--{name}={value!r}" if isinstance(value, str) else f"--{name}={value}"
     if name in _CHOICES and value not in _CHOICES[name]:
         return f"{flag}: expected one of {', '.join(_CHOICES[name])}"
+    if name == "encoder.row_format" and not _ROW_FORMAT.match(str(value)):
+        return f"{flag}: expected float16, int8, pca<k> or pca<k>-int8 (e.g. pca128-int8)"
     if isinstance(value, bool):
         return None
     if isinstance(value, int):

@@ -146,12 +146,17 @@ def open_embeddings(config: StemConfig, dataset: Dataset, index: KGIndex, cache_
     folder = cache_folder(cache_root, dataset.name, index, encoder, names=dataset.entity_names)
     log(f"embedding cache: {folder}")
     embeddings = build_kg_embeddings(index, encoder, folder, chunk_rows=config.encoder.chunk_rows,
-                                     names=dataset.entity_names, rebuild=rebuild, progress=show_progress)
+                                     names=dataset.entity_names, rebuild=rebuild, progress=show_progress,
+                                     row_format=config.encoder.row_format)
     rows = []
     for kind, table in embeddings.tables().items():
         rate = table.encoded_rows / table.build_seconds if table.build_seconds else 0.0
         rows.append([kind, table.n, table.dim, table.encoded_rows, round(table.build_seconds, 1),
                      round(rate, 1) if table.encoded_rows else "cached"])
+    if embeddings.triple_rows is not None:  # the tracer's compact triple rows (encoder.row_format)
+        compact = embeddings.triple_rows
+        rows.append([f"triples {compact.format} ({compact.bytes_per_row} B/row)", compact.n, compact.width, 0,
+                     round(compact.build_seconds, 1), "built" if compact.build_seconds else "cached"])
     return encoder, embeddings, rows
 
 

@@ -66,7 +66,9 @@ def bench_trace(pipeline: StemPipeline, runs: list[Run], *, repeats: int = 3, re
 
     engine = pipeline.engine  # preset-resolved
     tracer_config = dataclasses.replace(pipeline.config.tracer, lam=hyper.lam, tau=hyper.tau, theta=hyper.theta)
-    triple_emb = np.asarray(pipeline.embeddings.triples.array, dtype=np.float32)
+    triple_emb = pipeline.embeddings.trace_rows()  # the rows the JAX tracer reads (float16, or compact)
+    triple_emb = (dataclasses.replace(triple_emb, codes=triple_emb.codes.astype(np.float32)) if hasattr(triple_emb, "codes")
+                  else np.asarray(triple_emb, dtype=np.float32))
     entity_emb = np.asarray(pipeline.embeddings.entities.array, dtype=np.float32)
     shapes_by_frontier = {shapes.frontier: shapes for shapes in pipeline.ladder}
     subset = runs[: reference_runs or len(runs)]

@@ -6,9 +6,13 @@ import dataclasses
 import json
 import re
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from stem_jax.encoder.base import TextEncoder
 from stem_jax.encoder.cache import EmbeddingTable, open_or_build, texts_fingerprint
+from stem_jax.encoder.compact import CompactRows, open_or_build_compact
 from stem_jax.kg.index import KGIndex, relation_text, serialize_triple
 from stem_jax.zarr_table import MANIFEST
 
@@ -18,9 +22,33 @@ class KGEmbeddings:
     entities: EmbeddingTable
     relations: EmbeddingTable
     triples: EmbeddingTable
+    # The triple rows the tracer reads, in a compact format (encoder.row_format); None: the float16 table
+    triple_rows: CompactRows | None = None
 
     def tables(self) -> dict[str, EmbeddingTable]:
         return {"entities": self.entities, "relations": self.relations, "triples": self.triples}
+
+    @property
+    def row_format(self) -> str:
+        return self.triple_rows.format if self.triple_rows is not None else "float16"
+
+    def trace_rows(self) -> np.ndarray | CompactRows:
+        """What the tracer's KG arrays hold (:meth:`~stem_jax.trace.tracer.KGArrays.from_index`)."""
+        return self.triple_rows if self.triple_rows is not None else self.triples.array
+
+    def row_summary(self) -> dict[str, Any]:
+        """The stored form of the triple rows, for a run's settings: format, bytes per row, total bytes,
+        and the float16 table's for comparison."""
+        f16 = self.triples.array
+        row = {"row_format": self.row_format, "float16_bytes_per_triple": int(f16.dtype.itemsize * self.triples.dim)}
+        if self.triple_rows is None:
+            row.update(bytes_per_triple=row["float16_bytes_per_triple"], triple_row_bytes=int(f16.nbytes))
+        else:
+            rows = self.triple_rows
+            row.update(bytes_per_triple=rows.bytes_per_row, triple_row_bytes=rows.nbytes, row_dims=rows.width)
+            if rows.explained is not None:
+                row["explained_variance"] = round(rows.explained, 6)
+        return row
 
 
 def kg_texts(index: KGIndex, names: dict[str, str] | None = None) -> dict[str, list[str]]:
@@ -108,8 +136,11 @@ def build_kg_embeddings(
     names: dict[str, str] | None = None,
     rebuild: bool = False,
     progress: bool = True,
+    row_format: str = "float16",
 ) -> KGEmbeddings:
-    """Open the three caches under ``folder``, encoding whatever is missing (resumable)."""
+    """Open the three caches under ``folder``, encoding whatever is missing (resumable); with a compact
+    ``row_format`` also the triple rows in that format, built from the float16 table once and cached beside it
+    (:mod:`stem_jax.encoder.compact`)."""
     texts = kg_texts(index, names)
     tables = {
         kind: open_or_build(
@@ -118,4 +149,5 @@ def build_kg_embeddings(
         )
         for kind, strings in texts.items()
     }
-    return KGEmbeddings(**tables)
+    triple_rows = open_or_build_compact(tables["triples"], row_format, rebuild=rebuild)
+    return KGEmbeddings(**tables, triple_rows=triple_rows)

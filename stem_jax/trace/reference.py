@@ -22,9 +22,11 @@ products are exact in float32 both tracers agree bit for bit.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from kernels.rows import project_queries_reference
 from stem_jax.config import TracerConfig
 from stem_jax.kg.index import KGIndex
 from stem_jax.plan.schema import GroundedPlan
@@ -64,8 +66,14 @@ class _Scorer:
         self.index = index
         self.forward = forward
         self.directed = options.direction == "directed"
-        self.triple_emb = triple_emb.astype(F32, copy=False)
-        self.step_emb = step_emb.astype(F32, copy=False)
+        self.scale = self.bias = None
+        if hasattr(triple_emb, "codes"):  # compact rows: cosine = scale · (code · basisᵀq) + q · mean (kernels.rows)
+            self.triple_emb = np.asarray(triple_emb.codes, F32)  # no copy when the caller converted it once
+            self.scale = None if triple_emb.scale is None else np.asarray(triple_emb.scale, F32)
+            self.step_emb, self.bias = project_queries_reference(step_emb, triple_emb.basis, triple_emb.mean)
+        else:
+            self.triple_emb = triple_emb.astype(F32, copy=False)
+            self.step_emb = step_emb.astype(F32, copy=False)
         self.steps = steps
         self.tau = F32(config.tau)
         self.theta = F32(config.theta)
@@ -75,6 +83,10 @@ class _Scorer:
     def t_score(self, t: int, s: int) -> np.float32:
         """Eq. 12-13: cos(schema triple, KG triple) + τ·[triple in guidance] (+1 relation bonus)."""
         score = F32(np.dot(self.triple_emb[t], self.step_emb[s]))
+        if self.scale is not None:
+            score = F32(score * self.scale[t])
+        if self.bias is not None:
+            score = F32(score + self.bias[s])
         score = F32(score + (self.tau if self.triple_guidance is not None and self.triple_guidance[t] else F32(0.0)))
         if self.options.relation_bonus and self._same_relation(t, s):
             score = F32(score + F32(1.0))
@@ -136,7 +148,7 @@ def trace_reference(
     strategy: str,
     anchor: int,
     anchor_score: float,
-    triple_emb: np.ndarray,
+    triple_emb: Any,
     step_emb: np.ndarray,
     config: TracerConfig = TracerConfig(),
     options: TraceOptions = TraceOptions(),
@@ -145,7 +157,8 @@ def trace_reference(
     """Trace ``plan`` through the KG from ``anchor`` (whose eq.-15 score is ``anchor_score``).
 
     ``step_emb`` [S, d] holds the embedding of each DFS step's schema triple text; ``triple_emb``
-    [m, d] the KG triples'. ``triple_guidance`` [m] bool marks guidance-graph triples (τ bonus).
+    [m, d] the KG triples' (or a :class:`~stem_jax.encoder.compact.CompactRows`: the schema steps are then
+    projected into its space, as the JAX tracer does). ``triple_guidance`` [m] bool marks guidance-graph triples (τ bonus).
     """
     steps = plan.steps
     if options.direction not in DIRECTIONS:

@@ -45,6 +45,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels.rows import gathered_dots, project_queries
+
 NEG_INF = -jnp.inf
 BIG = np.iinfo(np.int32).max
 
@@ -60,16 +62,31 @@ class TracerShapes:
 
 
 class KGArrays(NamedTuple):
-    """The KG as device arrays (one copy shared by every batch)."""
+    """The KG as device arrays (one copy shared by every batch).
+
+    ``triple_emb`` holds the triple rows as stored (:mod:`stem_jax.encoder.compact`): float16 [m, d], or the
+    codes [m, k] of a compact row format, with ``triple_scale`` (int8 formats) and ``row_basis`` /
+    ``row_mean`` (projected formats) from which :mod:`kernels.rows` computes each cosine."""
 
     csr_offsets: jax.Array  # int32 [n + 1]
     csr_triples: jax.Array  # int32 [2m]
     triples: jax.Array  # int32 [m, 3]
-    triple_emb: jax.Array  # float16/float32 [m, d]
+    triple_emb: jax.Array  # float16/float32 [m, d], or int8/float16 codes [m, k] of a compact format
     degree: jax.Array  # int32 [n]
+    triple_scale: jax.Array | None = None  # float32 [m]: int8 codes' per-row scale
+    row_basis: jax.Array | None = None  # float32 [d, k]: the projection of a pca format
+    row_mean: jax.Array | None = None  # float32 [d]
+
+    @property
+    def query_dim(self) -> int:
+        """d: the dimension of the schema-step embeddings the tracer takes (the encoder's)."""
+        if self.row_basis is not None:
+            return int(self.row_basis.shape[0])
+        return int(self.triple_emb.shape[-1])
 
     @classmethod
-    def from_index(cls, index, triple_emb: np.ndarray) -> KGArrays:
+    def from_index(cls, index, triple_emb) -> KGArrays:
+        """``triple_emb``: the float16 (or float32) rows [m, d], or a :class:`~stem_jax.encoder.compact.CompactRows`."""
         offsets = np.asarray(index.csr_offsets)
         if offsets[-1] >= np.iinfo(np.int32).max:
             raise ValueError("KG too large for int32 CSR offsets")
@@ -77,6 +94,12 @@ class KGArrays(NamedTuple):
         # shorten it), so KGs of equal size share compiled tracers.
         incidence = np.zeros(2 * index.num_triples, np.int32)
         incidence[: len(index.csr_triples)] = index.csr_triples
+        compact = hasattr(triple_emb, "codes")
+        rows = triple_emb.codes if compact else triple_emb
+
+        def put(a):
+            return None if a is None else jax.device_put(np.asarray(a), may_alias=True)
+
         # On the CPU backend device_put may use a suitably aligned host buffer in place: the triple table (the
         # largest array, 1.16 GiB at 10M triples x 64 float16) is then held once, not twice (jnp.asarray copies,
         # and peaked at twice the table's size on top of it). The KG arrays are never written after this.
@@ -84,8 +107,11 @@ class KGArrays(NamedTuple):
             csr_offsets=jax.device_put(offsets.astype(np.int32), may_alias=True),
             csr_triples=jax.device_put(incidence, may_alias=True),
             triples=jax.device_put(np.asarray(index.triples, dtype=np.int32), may_alias=True),
-            triple_emb=jax.device_put(np.asarray(triple_emb), may_alias=True),
+            triple_emb=jax.device_put(np.asarray(rows), may_alias=True),
             degree=jax.device_put(np.diff(offsets).astype(np.int32), may_alias=True),
+            triple_scale=put(triple_emb.scale) if compact else None,
+            row_basis=put(triple_emb.basis) if compact else None,
+            row_mean=put(triple_emb.mean) if compact else None,
         )
 
 
@@ -195,7 +221,8 @@ def _score_block(kg, hyper, relation_bonus, block, cum, pair_nodes, runs_of_pair
     ends = kg.triples[triple]
     if used.forward is not None:  # directed: the frontier node must be the step's own end of the triple
         valid &= jnp.where(used.forward[run], ends[:, 0], ends[:, 2]) == node
-    dots = jnp.einsum("wd,wd->w", kg.triple_emb[triple].astype(jnp.float32), queries[run])
+    projected, bias = queries
+    dots = gathered_dots(kg.triple_emb, kg.triple_scale, triple, projected[run], None if bias is None else bias[run])
     guidance_rows, any_guidance = guidance
     in_guidance = jax.lax.cond(
         any_guidance,
@@ -419,6 +446,8 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
     parents = jnp.full((n_runs, n_steps + 1, f), -1, jnp.int32)
     # guidance entities as sorted rows (membership by binary search); a batch without any skips the test
     guidance = (_sorted_rows(batch.guidance), jnp.any(batch.guidance >= 0))
+    # schema-step queries in the stored rows' space, once per batch: [B, S, k] (+ a bias [B, S] per query)
+    step_proj, step_bias = project_queries(batch.step_emb, kg.row_basis, kg.row_mean)
 
     def step_fn(carry, s):
         # A step no run of the batch can expand (padding steps of a shorter plan, or every frontier
@@ -448,7 +477,8 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
         pair_base = scores[runs, parent_slot].reshape(-1)
         degree = jnp.where(pair_nodes >= 0, kg.degree[jnp.maximum(pair_nodes, 0)], 0)
         cum = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(degree).astype(jnp.int32)])
-        args = (kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, masks, batch.step_emb[:, s],
+        queries = (step_proj[:, s], None if step_bias is None else step_bias[:, s])
+        args = (kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, masks, queries,
                 step[:, 2], guidance, shapes.window)
         if precision:
             ranked, qualified = _precision_candidates(*args, f)

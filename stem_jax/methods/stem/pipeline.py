@@ -143,7 +143,7 @@ class StemPipeline:
         self.hyper = StemHyper(float(config.tracer.lam), float(config.tracer.tau), float(self.theta))
         self.cache_dir = cache_dir
         self.names = dataset.entity_names or {}
-        self.kg = KGArrays.from_index(index, embeddings.triples.array)
+        self.kg = KGArrays.from_index(index, embeddings.trace_rows())  # float16, or compact (encoder.row_format)
         # float32 on device once: anchoring reads the whole table for every batch
         self.entity_emb = jnp.asarray(np.asarray(embeddings.entities.array, dtype=np.float32))
         # issue 10: batches sharded over the local devices, KG and entity table replicated (identity on 1 device)
@@ -526,7 +526,7 @@ class StemPipeline:
     def trace_batch(self, runs: Sequence[Run], anchors, anchor_scores, size: int, bucket: int,
                     guidance_rows: np.ndarray | None = None) -> TraceBatch:
         """One padded :class:`~stem_jax.trace.tracer.TraceBatch` of ``runs`` (host arrays)."""
-        dim = self.kg.triple_emb.shape[-1]  # schema and KG triples share the encoder's space
+        dim = self.kg.query_dim  # schema and KG triples share the encoder's space (the tracer projects compact rows)
         steps = np.full((size, bucket, 3), -1, np.int32)
         mask = np.zeros((size, bucket), bool)
         step_emb = np.zeros((size, bucket, dim), np.float32)
