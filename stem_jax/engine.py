@@ -85,6 +85,15 @@ def _check_distinct_ids(questions: Sequence[Question], *, repeats_allowed: bool)
                         "each question its own qid (dataclasses.replace(q, qid=...)), or drop the repeat")
 
 
+def _unmatched_reason(record: dict[str, Any]) -> str | None:
+    """Why the answers are not matches of the plan's relation (STEM's ``unmatched_relations``), else None."""
+    lines = record.get("unmatched_relations") or []
+    if not lines or not record.get("prediction"):
+        return None
+    return ("the answers do not follow the plan: " + "; ".join(lines) + ". Their scores rank them among themselves "
+            "only")
+
+
 @dataclasses.dataclass(frozen=True)
 class GuidanceSpec:
     """The global guidance graph: ``none``, or ``gnn`` with a ``train-gnn`` run folder."""
@@ -103,7 +112,9 @@ class Answer:
     chains a method writes itself, SAFE's matches and SCR's paths, are in ``record["chains"]``).
 
     ``reason``: set when the planner made no plan for the question, saying why (the oracle planner
-    on a question without a gold relation path); None otherwise, also when plans found no answer."""
+    on a question without a gold relation path), or when a plan step's KG relation matched no edge and
+    its answers came through other relations by similarity (which relation, and why: no such edge, or
+    only a self-loop back to the excluded topic); None otherwise, also when plans found no answer."""
 
     question: Question
     answers: list[tuple[str, float]]
@@ -576,7 +587,8 @@ class Engine:
             stage_ms["total"] = round(total_ms, 3)
             answers.append(Answer(question, list(zip(record["prediction"], record.get("scores", []), strict=False)),
                                   evidence, chains, stage_ms, record, link,
-                                  self._no_plan_reason(question, record) if method in ("stem", "safe") else None))
+                                  (self._no_plan_reason(question, record) if method in ("stem", "safe") else None)
+                                  or _unmatched_reason(record)))
         return answers
 
     def _no_plan_reason(self, question: Question, record: dict[str, Any]) -> str | None:
