@@ -84,9 +84,27 @@ def _engine_conventions(args: argparse.Namespace, config, dataset: Dataset, inde
 
 
 def _upper_bound_table(summary: dict) -> str:
-    rows = [[g, s["n"], _percent(s["mean"]["hit"]), _percent(s["mean"]["f1"]), _percent(s["mean"]["exact_set"])]
+    rows = [[g, s["n"], _percent(s["mean"]["hit"]) if s["n"] else "-", _percent(s["mean"]["f1"]) if s["n"] else "-",
+             _percent(s["mean"]["exact_set"]) if s["n"] else "-"]
             for g, s in summary["groups"].items()]
-    return markdown_table(["hops", "questions", "any gold reached %", "F1 %", "exact gold set %"], rows)
+    table = markdown_table(["hops", "questions", "any gold reached %", "F1 %", "exact gold set %"], rows)
+    skipped = summary.get("overall", {}).get("skipped") or {}
+    if skipped:
+        table += "\nnot scored: " + ", ".join(f"{reason}: {n}" for reason, n in skipped.items())
+    return table
+
+
+def unscored_lines(questions: list, skipped: dict) -> list[str]:
+    """One line per reason questions were not scored, naming a few of them (the questions without gold answers)."""
+    lines = []
+    for reason, count in sorted(skipped.items()):
+        line = f"not scored: {reason}: {count}"
+        if reason == "no gold answers":
+            qids = [q.qid for q in questions if not any(str(a).strip() for a in q.answers)][:5]
+            if qids:
+                line += f" ({', '.join(qids)}{', ...' if count > len(qids) else ''}); how to fix: give them answers"
+        lines.append(line)
+    return lines
 
 
 def cmd_data_stats(args: argparse.Namespace) -> int:
@@ -230,6 +248,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(table)
     if summary.get("plan_skips"):
         print(f"runs not traced: {summary['plan_skips']}")
+    for line in unscored_lines(questions or engine.dataset.questions, (summary.get("overall") or {}).get("skipped") or {}):
+        print(line)
     print(f"overflow (matches dropped by capacities) per hop: {summary['overflow_total']}")
     payload = {"meta": run_metadata(), "dataset": engine.dataset.name, "split": args.split, "method": method,
                "planner": label, "planner_info": {**engine.planner_info, **summary.pop("planning", {})}, "config": as_dict(config),

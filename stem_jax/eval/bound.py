@@ -31,6 +31,8 @@ def gold_path_bound(questions: Iterable[Question], index: KGIndex, names: dict[s
                     directed: bool = True, used: str = "step", drop_topic: str = "every") -> dict | None:
     """Per-hop Hit, F1 and exact-set share of the entities the gold path(s) reach (None: no paths).
 
+    A question without gold answers is not scored: it is counted in ``skipped`` ("no gold answers").
+
     The defaults are MetaQA's walk (directed, topic dropped from every set); :func:`data_bound` and
     :func:`engine_bound` choose the conventions. Single-path questions follow their first gold path."""
     names = names or {}
@@ -48,7 +50,12 @@ def gold_path_bound(questions: Iterable[Question], index: KGIndex, names: dict[s
             reached = ids if reached is None else np.intersect1d(reached, ids)
         predicted = [names.get(index.entities[e], index.entities[e]) for e in reached]
         gold = [names.get(a, a) for a in q.answers]
-        metrics = strict_metrics(predicted, gold)
+        try:
+            metrics = strict_metrics(predicted, gold)
+        except ValueError:  # no gold answers (none given, or none left after normalising): a counted skip
+            acc.skip("no gold answers", group=f"{q.hops}-hop")
+            found = True
+            continue
         acc.add({"hit": metrics["hit"], "f1": metrics["f1"], "exact_set": float(set(predicted) == set(gold))},
                 group=f"{q.hops}-hop")
         found = True
