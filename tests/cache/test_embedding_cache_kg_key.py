@@ -1,8 +1,8 @@
 """KG embedding caches are keyed by KG fingerprint and encoder, not dataset name.
 
-The demo KG exported to files (README "Your own KG") is the same KG under another dataset name; it
-used to be encoded again from scratch (95 s with MiniLM). Caches written by the former layout
-(``<root>/<dataset>/kg-<fp>/<encoder>``) are read in place, never encoded again.
+The demo KG exported to files (docs/your-own-kg.md) is the same KG under another dataset name, so it must
+not be encoded again (95 s with MiniLM). Caches written in the older layout (``<root>/<dataset>/kg-<fp>/<encoder>``)
+are read in place, never encoded again.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from stem_jax.errors import StemError
 
 FAST = {"encoder.name": "hashing", "engine.batch_precision": "32", "engine.batch_breadth": "8"}
 FLAGS = [f"--{k}={v}" for k, v in FAST.items()]
-QUESTION = "which actors appear in The Rimloumjaith"  # README's example, a demo test question
+QUESTION = "which actors appear in The Rimloumjaith"  # the README's example, a demo test question
 
 
 @pytest.fixture(scope="module")

@@ -87,7 +87,7 @@ def test_retrieve_still_takes_questions(engine):
 
 
 def test_files_kg_opens_from_a_str_path(config, tmp_path):
-    """README's own `Engine.open("files", data_dir="runs/demo-kg")` with a str (it raised AttributeError)."""
+    """The documented `Engine.open("files", data_dir="runs/demo-kg")` takes a str path."""
     kg = tmp_path / "kg"
     kg.mkdir()
     (kg / "triples.tsv").write_text("Kismet\tdirected_by\tWilliam Dieterle\nKismet\tstarred_actors\tRonald Colman\n")

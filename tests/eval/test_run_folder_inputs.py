@@ -1,8 +1,8 @@
 """Run folders keep apart what was made from other inputs.
 
 - The question source (``--questions FILE``, or the ``<split>.jsonl|.txt`` a ``files`` KG supplies)
-  is in the run fingerprint and in the default folder name: README's "evaluate" and "plain-text
-  questions" rows used to share one folder and append 450 records to 450 others.
+  is in the run fingerprint and in the default folder name, so the documented "evaluate" and "plain-text
+  questions" commands of docs/your-own-kg.md write two folders, not 450 records appended to 450 others.
 - The trained pattern planner's content (its default folder included) is in the fingerprint:
   retraining it and rerunning into the same ``--out`` is refused instead of mixing two planners.
 """
@@ -41,7 +41,7 @@ def lines(folder: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def demo_kg(tmp_path_factory) -> Path:
-    """README's `python experiments/export_metaqa_generic.py --dataset demo --out runs/demo-kg --plain-text`."""
+    """The documented `python experiments/export_metaqa_generic.py --dataset demo --out runs/demo-kg --plain-text`."""
     spec = importlib.util.spec_from_file_location("export_metaqa_generic", REPO / "experiments" /
                                                   "export_metaqa_generic.py")
     export = importlib.util.module_from_spec(spec)

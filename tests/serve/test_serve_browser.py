@@ -1,6 +1,6 @@
 """The evidence explorer page in a real browser (headless Chromium) against a real `stem-jax serve`.
 
-The README flow on the demo KG (hashing encoder, fresh cache): `stem-jax train-planner`, then `stem-jax
+The documented flow on the demo KG (docs/serving.md) (hashing encoder, fresh cache): `stem-jax train-planner`, then `stem-jax
 serve` on a free port of 127.0.0.1. Chromium loads ``/``, the question is typed into the form and sent
 with Enter, and the test waits until the page has drawn its answers, then checks the DOM against what
 ``POST /v1/ask`` returns for the same question: the ranked answer list, the plan, the chains, and the SVG
@@ -240,5 +240,5 @@ def test_explorer_page_draws_the_answers(browser, server, tmp_path):
     with Image.open(tmp_path / "explorer.png") as image:
         assert image.size == (WIDTH, HEIGHT)
         assert len(image.convert("RGB").getcolors(1 << 20) or []) > 20, "the screenshot looks blank"
-    if os.environ.get("STEM_UPDATE_SCREENSHOT") == "1":  # the README's picture: regenerate deliberately
+    if os.environ.get("STEM_UPDATE_SCREENSHOT") == "1":  # docs/serving.md's picture: regenerate deliberately
         (REPO / "docs" / "explorer.png").write_bytes(png)
