@@ -141,6 +141,14 @@ def read_manifest(path: Path, required: Sequence[str] = ()) -> dict[str, Any] | 
     return manifest
 
 
+def write_failure(path: Path, chunk: int, finished: int, err: BaseException) -> str:
+    """One line for a chunk TensorStore could not write (disk full, permissions): what, where, how to fix."""
+    status = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return (f"{path}: cannot write chunk {chunk} ({status[:300]}); the {finished} chunks written before it are kept "
+            "and a rerun resumes from them\n  how to fix: free space on that disk or make the folder writable, then "
+            "run the same command again (or pass another --cache-dir / STEM_CACHE_DIR)")
+
+
 def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
     """Replace ``path/manifest.json`` atomically (unique temp file in the folder, fsync, rename), then fsync
     the folder so that the rename itself survives a crash."""
@@ -369,7 +377,10 @@ class ZarrTable:
             old = self.path / column.subdir / "c" / str(chunk)
             shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
         for column in self.columns:
-            self.arrays[column.name][lo:hi].write(cast[column.name]).result()
+            try:
+                self.arrays[column.name][lo:hi].write(cast[column.name]).result()
+            except ValueError as err:  # TensorStore's status (RESOURCE_EXHAUSTED, PERMISSION_DENIED, ...)
+                raise CacheError(write_failure(self.path, chunk, len(self.done), err)) from None
         self.done[str(chunk)] = chunk_sha256(self.columns, cast, extra)
         self.save()
 
