@@ -1,13 +1,18 @@
 """Shared fixtures. Tests live in folders by stage (tests/trace, tests/plan, tests/eval, ...), named by the
 behaviour they pin. pytest imports them in its default ("prepend") mode without __init__.py files, so every
 test file's basename is unique across tests/; the helper modules here (fuzz_inputs.py, build_lock_harness.py)
-import as top-level modules because pytest puts this folder on sys.path when it loads this file."""
+import as top-level modules because this file puts its folder on sys.path (also where the folders are
+packages, as in Bazel's runfiles)."""
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
 
 
 def pytest_configure(config):
