@@ -620,34 +620,49 @@ class Engine:
         return self._qids
 
     def warm_up(self, batch_questions: int = 1, *, method: str = "stem",
-                step_buckets: Sequence[int] | None = None) -> dict[str, Any]:
+                step_buckets: Sequence[int] | None = None, log: Log | None = None) -> dict[str, Any]:
         """Compile, ahead of the first question, what a :meth:`retrieve` of up to ``batch_questions``
         questions can reach: the encoder's short-row forwards, every tracer shape of the capacity
         ladder at the padded batch sizes those runs can take, and (with GNN guidance) the reach bin
         shapes of such calls over a sample of the split, so that warm calls (almost) never compile.
 
         ``step_buckets``: schema-graph lengths to cover (default: those of the pattern planner's
-        templates, else 1, 2 and 4 steps). Returns what was compiled and how long it took."""
+        templates, else 1, 2 and 4 steps). ``log`` receives a line before and after each part (what it
+        compiles, then how many shapes in how long). Returns what was compiled and how long it took."""
         with self._lock:
-            return self._warm_up(batch_questions, method, step_buckets)
+            return self._warm_up(batch_questions, method, step_buckets, log or _quiet)
 
-    def _warm_up(self, batch_questions: int, method: str, step_buckets: Sequence[int] | None) -> dict[str, Any]:
+    def _warm_up(self, batch_questions: int, method: str, step_buckets: Sequence[int] | None,
+                 log: Log = _quiet) -> dict[str, Any]:
         began = time.perf_counter()
         info: dict[str, Any] = {}
         if hasattr(self.encoder, "warm_up"):
+            log(f"  compiling the encoder ({getattr(self.encoder, 'name', 'encoder')}): one forward per short row shape ...")
+            part = time.perf_counter()
             info["encoder_compiles"] = self.encoder.warm_up()
+            log(f"  encoder: {info['encoder_compiles']} shapes in {time.perf_counter() - part:.1f}s")
+        log(f"  building the {method} method (planner, plans' text table) ...")
+        part = time.perf_counter()
         pipeline = getattr(self.method(method), "pipeline", None)
+        log(f"  {method}: ready in {time.perf_counter() - part:.1f}s")
         if pipeline is not None:
             if step_buckets is None:
                 templates = getattr(self.planner, "templates", None) if self.planner_spec.plans is None else None
                 step_buckets = sorted({len(t.triples) for t in templates}) if templates else (1, 2, 4)
             topics = max((len(q.topic_entities) for q in self.dataset.questions), default=1)
             runs = batch_questions * self.config.planner.beam * max(topics, 1)
+            log(f"  compiling the tracer: plans of {', '.join(map(str, step_buckets))} steps, batches up to {runs} runs "
+                "(every capacity of the ladder) ...")
+            part = time.perf_counter()
             info["tracer_shapes"] = pipeline.warm_up(step_buckets, runs)
+            log(f"  tracer: {info['tracer_shapes']} shapes in {time.perf_counter() - part:.1f}s")
             info["step_buckets"] = list(step_buckets)
             info["max_runs"] = runs
             if method == "stem" and self.guidance is not None:
+                log("  compiling the Triple-GNN guidance over a sample of the split ...")
+                part = time.perf_counter()
                 info["gnn_shapes"] = self._warm_up_guidance(batch_questions)
+                log(f"  guidance: {info['gnn_shapes']} shapes in {time.perf_counter() - part:.1f}s")
         info["seconds"] = round(time.perf_counter() - began, 3)
         return info
 

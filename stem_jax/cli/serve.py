@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import socket
+import threading
 import time
 from pathlib import Path
 
@@ -89,20 +92,59 @@ def cmd_serve(args: argparse.Namespace) -> int:
     warm = None
     if args.warm_up:
         began = time.perf_counter()
-        print(f"warming up for batches of up to {args.max_batch} questions ...", flush=True)
-        warm = engine.warm_up(args.max_batch, method=args.method)
-        print(f"warm-up done in {time.perf_counter() - began:.1f}s: {warm}", flush=True)
+        print(f"warming up for batches of up to {args.max_batch} questions (compiling every shape a request can "
+              "reach, so that no request compiles; --no-warm-up skips it) ...", flush=True)
+        with _heartbeat(began):
+            warm = engine.warm_up(args.max_batch, method=args.method, log=lambda line: print(line, flush=True))
+        print(f"warm-up done in {time.perf_counter() - began:.1f}s", flush=True)
     app = create_app(engine, method=args.method, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                      queue_size=args.queue_size, warm_up=warm, keep_prepared=args.keep_prepared)
+    sock = _bind(args.host, args.port)  # bound here, so that --port 0 prints the port it got
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
     print(f"serving {engine.dataset.name} ({args.method}, planner {engine.planner_spec.name}) on "
-          f"http://{args.host}:{args.port}  (docs: /docs, metrics: /metrics; Ctrl-C stops after open requests)",
+          f"http://{shown}:{port}  (docs: /docs, metrics: /metrics; Ctrl-C stops after open requests)",
           flush=True)
     # The engine (KG index, dataset, caches) lives as long as the service: in the collector's permanent
     # generation, a full collection no longer walks its ~265k objects (MetaQA: 0.13 s that stalled the event
     # loop, and every request waiting on it, each time one ran).
     gc.freeze()
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)  # waits for open requests
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=args.log_level))
+    server.run(sockets=[sock])  # waits for open requests
     return 0
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0: a free port), as uvicorn would bind it."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as err:
+        raise StemError(f"cannot listen on {host}:{port} ({err.strerror or err})\n  how to fix: pass another "
+                        "--port (0 picks a free one) or --host") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+@contextlib.contextmanager
+def _heartbeat(began: float, every_s: float = 20.0):
+    """Print a line every ``every_s`` seconds while a long step (a compile) runs, so it does not look stuck."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            print(f"  ... still compiling ({time.perf_counter() - began:.0f}s so far)", flush=True)
+
+    thread = threading.Thread(target=beat, name="stem-serve-warm-up-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _rates(text: str) -> tuple[float, ...]:

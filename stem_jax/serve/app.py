@@ -5,8 +5,11 @@ an OpenAPI schema at ``/openapi.json`` and ``/docs`` for free, and uvicorn's gra
 (stop accepting, let open requests finish, then run the app's lifespan exit, which drains the
 batch queue). The engine runs on the batcher's one thread; the event loop only awaits futures.
 
-Every error a client can see is JSON ``{"error": {"type", "message", ...}}``: 422 for a request that
-does not fit the models (empty or oversized question, bad types, unknown fields), 400 for a question
+Every error a client can see is JSON ``{"error": {"type", "message", ...}}``: 413 for a body over
+:data:`MAX_BODY_BYTES` (refused before it is parsed), 422 for a request that is not JSON (malformed,
+not UTF-8, nested too deep) or does not fit the models (empty or oversized question, wrong types, with
+no coercion: ``"top": "3"`` and ``"top": true`` are refused, unknown fields; at most
+:data:`MAX_ERRORS_LISTED` problems are listed, and how many there were), 400 for a question
 the engine refuses (its :class:`StemError` text: unknown entity, no entity found), 404 for an unknown
 split question id or route, 503 + ``Retry-After`` when the queue is full or the server is stopping,
 500 ``internal error`` (the traceback goes to the server log only).
@@ -38,6 +41,11 @@ log = logging.getLogger("stem_jax.serve")
 MAX_QUESTION_CHARS = 1000
 MAX_TOPIC_CHARS = 300
 MAX_REQUEST_QUESTIONS = 256
+# The largest valid request (256 questions of 1000 characters, topics, options) is ~330 KB; a body over
+# this is refused unread, so that parsing and validating one request cannot stall the others (a 10 MB
+# body of 650k unknown keys took 8 s and answered 89 MB of errors).
+MAX_BODY_BYTES = 1 << 19
+MAX_ERRORS_LISTED = 20
 METHOD_NAMES = ("stem", "safe", "scr")
 
 QuestionText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUESTION_CHARS)]
@@ -67,8 +75,8 @@ class QuestionItem(BaseModel):
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     method: str | None = Field(None, description="retrieval method (default: the server's --method)")
-    top: int = Field(10, ge=1, le=1000, description="answers and chains to return")
-    evidence_limit: int = Field(200, ge=0, le=100_000, description="evidence triples to return")
+    top: int = Field(10, ge=1, le=1000, strict=True, description="answers and chains to return")
+    evidence_limit: int = Field(200, ge=0, le=100_000, strict=True, description="evidence triples to return")
 
 
 class AskRequest(QuestionItem, Options):
@@ -106,6 +114,53 @@ def answer_json(answer: Any, *, top: int, evidence_limit: int, method: str) -> d
         "chains": list(answer.chains[:top]),
         "stage_ms": {k: float(v) for k, v in answer.stage_ms.items()},
     }
+
+
+class _LimitBody:
+    """Pure ASGI middleware: a request body over ``limit`` bytes is answered 413 before anything parses it
+    (by its Content-Length, else while it streams in); a body within it is passed on unchanged."""
+
+    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES):
+        self.app, self.limit = app, limit
+
+    async def _refuse(self, send: Any, size: str) -> None:
+        body = JSONResponse({"error": {"type": "too_large", "message": f"the request body is {size} bytes, over the "
+                                       f"limit of {self.limit}\n  how to fix: send at most {MAX_REQUEST_QUESTIONS} "
+                                       f"questions of at most {MAX_QUESTION_CHARS} characters per request",
+                                       "limit_bytes": self.limit}}, status_code=413)
+        await send({"type": "http.response.start", "status": 413, "headers": body.raw_headers})
+        await send({"type": "http.response.body", "body": body.body})
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(send, declared.decode())
+            return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                await self._refuse(send, f"more than {size}")
+                return
+            if not message.get("more_body"):
+                break
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
 
 class _CountRequests:
@@ -195,17 +250,26 @@ def create_app(engine: Any, *, method: str = "stem", max_batch: int = 32, max_wa
     app.state.metrics = metrics
     app.state.engine = engine
 
-    app.add_middleware(_CountRequests, metrics=metrics)
+    app.add_middleware(_LimitBody)
+    app.add_middleware(_CountRequests, metrics=metrics)  # outermost: counts the 413s too
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+        errors = err.errors()
         details = [{"loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg", ""), "type": e.get("type", "")}
-                   for e in err.errors()]
+                   for e in errors[:MAX_ERRORS_LISTED]]
         message = "; ".join(f"{'.'.join(d['loc'])}: {d['msg']}" for d in details) or "invalid request"
-        return _error(422, "invalid_request", message, details=details)
+        if len(errors) > len(details):
+            message += f"; and {len(errors) - len(details)} more problems (the first {len(details)} are listed)"
+        return _error(422, "invalid_request", message, details=details, problems=len(errors))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:
+        if err.status_code == 400 and "parsing the body" in str(err.detail):
+            # FastAPI's answer to a body json.loads raised on other than a syntax error (not UTF-8, nested
+            # too deep): malformed JSON like any other, so the same 422 as a syntax error
+            return _error(422, "invalid_request", "body: the request body is not valid JSON (malformed, not UTF-8, "
+                          "or nested too deep)")
         return _error(err.status_code, "http", str(err.detail), headers=getattr(err, "headers", None))
 
     @app.exception_handler(APIError)
@@ -294,7 +358,7 @@ def create_app(engine: Any, *, method: str = "stem", max_batch: int = 32, max_wa
     if explorer:
         page = Path(__file__).with_name("explorer.html")
 
-        @app.get("/", include_in_schema=False)
+        @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
         async def index() -> Response:
             if not page.is_file():
                 return _error(404, "http", "the explorer page is not installed")
