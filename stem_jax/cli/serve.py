@@ -109,9 +109,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # generation, a full collection no longer walks its ~265k objects (MetaQA: 0.13 s that stalled the event
     # loop, and every request waiting on it, each time one ran).
     gc.freeze()
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=args.log_level))
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level=args.log_level))
     server.run(sockets=[sock])  # waits for open requests
     return 0
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server on a socket bound beforehand, logging "Uvicorn running on ..." as it does
+        when it binds itself (it stays silent for given sockets)."""
+
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)
+            if sockets and not self.should_exit:
+                self._log_started_message(sockets)
+
+    return Server
+
+
+def _Server(config):  # noqa: N802 (a class, built on first use: uvicorn is an optional dependency)
+    return _server_class()(config)
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import platform
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -98,20 +99,100 @@ def _error(status: int, kind: str, message: str, headers: dict[str, str] | None 
     return JSONResponse({"error": {"type": kind, "message": message, **extra}}, status_code=status, headers=headers)
 
 
-def answer_json(answer: Any, *, top: int, evidence_limit: int, method: str) -> dict[str, Any]:
-    """An :class:`~stem_jax.engine.Answer` as plain JSON."""
+_PLAN = re.compile(r"^\{(?P<body>.*)\} -> (?P<answer>.+) \[(?P<strategy>\w+)\]$")
+_PLACEHOLDER = re.compile(r"^\[ENT(\d+)\]$")
+_STRATEGY_WORDS = {"Precision": "the best match at each step", "Breadth": "every good match at each step"}
+
+
+def plan_in_words(plan: str) -> str:
+    """A schema plan as a sentence: ``{(Kismet, directed_by, [ENT1])} -> [ENT1] [Precision]`` reads
+    "start at Kismet; follow 'directed by' from Kismet to ?1; the answers are ?1 (the best match at each
+    step)"; the plan text itself when it is not in that form."""
+    found = _PLAN.match(plan.strip())
+    if not found:
+        return plan
+    triples = [t.strip("() ").split(", ") for t in found["body"].split("); (")]
+    if any(len(t) != 3 for t in triples):
+        return plan
+
+    def node(text: str) -> str:
+        slot = _PLACEHOLDER.match(text.strip())
+        return f"?{slot.group(1)}" if slot else text.strip()
+
+    known = {n.strip() for t in triples for n in (t[0], t[2]) if not _PLACEHOLDER.match(n.strip())}
+    start = next((n.strip() for t in triples for n in (t[0], t[2]) if n.strip() in known), None)
+    steps = [f"start at {start}"] if start else []
+    for head, relation, tail in triples:
+        words = relation.strip().replace("_", " ")
+        head, tail = head.strip(), tail.strip()
+        if head in known or tail not in known:
+            steps.append(f"follow '{words}' from {node(head)} to {node(tail)}")
+        else:
+            steps.append(f"follow '{words}' backwards from {node(tail)} to {node(head)}")
+        known |= {head, tail}
+    strategy = _STRATEGY_WORDS.get(found["strategy"], found["strategy"])
+    return f"{'; '.join(steps)}; the answers are {node(found['answer'])} ({strategy})"
+
+
+def chain_paths(evidence: Sequence[Sequence[str]], topics: Sequence[str], answers: Sequence[str],
+                limit: int = 5) -> list[dict[str, Any]]:
+    """For each of the first ``limit`` answers the evidence reaches, one shortest walk from a topic to it:
+    ``{"answer", "nodes": [topic, ..., answer], "edges": [{"relation", "forward"}, ...]}`` (``forward``:
+    the KG triple points along the walk). What the explorer draws first, topic left, answer right."""
+    adjacency: dict[str, list[tuple[str, str, bool]]] = {}
+    for head, relation, tail in sorted({tuple(t) for t in evidence}):
+        adjacency.setdefault(head, []).append((tail, relation, True))
+        if tail != head:
+            adjacency.setdefault(tail, []).append((head, relation, False))
+    parent: dict[str, tuple[str, str, bool] | None] = {t: None for t in topics if t in adjacency}
+    queue = list(parent)
+    for node in queue:  # breadth first: the first parent found lies on a shortest walk
+        for neighbour, relation, forward in adjacency.get(node, []):
+            if neighbour not in parent:
+                parent[neighbour] = (node, relation, forward)
+                queue.append(neighbour)
+    out = []
+    for answer in answers:
+        if answer not in parent or parent[answer] is None:
+            continue
+        nodes, edges, node = [answer], [], answer
+        while parent[node] is not None:
+            previous, relation, forward = parent[node]
+            nodes.append(previous)
+            edges.append({"relation": relation, "forward": forward})
+            node = previous
+        out.append({"answer": answer, "nodes": nodes[::-1], "edges": edges[::-1]})
+        if len(out) >= limit:
+            break
+    return out
+
+
+def answer_json(answer: Any, *, top: int, evidence_limit: int, method: str,
+                display: Any = None) -> dict[str, Any]:
+    """An :class:`~stem_jax.engine.Answer` as plain JSON.
+
+    Beside the answers: ``reason`` (why there is no answer, or why the answers do not follow the plan),
+    ``topic_names`` (the topics as the evidence names them, through ``display``), ``plans_in_words``
+    (:func:`plan_in_words`) and ``chain_paths`` (:func:`chain_paths`: the explorer's first picture)."""
     record = answer.record or {}
+    plans = list(record.get("plans") or [])
+    topic_names = [display(t) if display else t for t in answer.question.topic_entities]
+    ranked = [name for name, _ in answer.answers[:top]]
     return {
         "qid": answer.question.qid,
         "question": answer.question.text,
         "topic_entities": list(answer.question.topic_entities),
+        "topic_names": topic_names,
         "topic_link": answer.topic_link,
         "method": method,
         "answers": [{"entity": name, "score": float(score)} for name, score in answer.answers[:top]],
-        "plans": list(record.get("plans") or []),
+        "reason": getattr(answer, "reason", None),
+        "plans": plans,
+        "plans_in_words": [plan_in_words(p) for p in plans],
         "evidence": [list(t) for t in answer.evidence[:evidence_limit]],
         "evidence_count": len(answer.evidence),
         "chains": list(answer.chains[:top]),
+        "chain_paths": chain_paths(answer.evidence, topic_names, ranked),
         "stage_ms": {k: float(v) for k, v in answer.stage_ms.items()},
     }
 
@@ -317,7 +398,8 @@ def create_app(engine: Any, *, method: str = "stem", max_batch: int = 32, max_wa
             except OverloadedError as err:
                 raise APIError(503, "overloaded", str(err), {"Retry-After": str(err.retry_after_s)}) from None
             metrics.on_answer(answer.stage_ms)
-            out.append(answer_json(answer, top=options.top, evidence_limit=options.evidence_limit, method=chosen))
+            out.append(answer_json(answer, top=options.top, evidence_limit=options.evidence_limit, method=chosen,
+                                   display=getattr(engine, "display", None)))
         return out
 
     # JSONResponse directly: the answers are plain JSON already, and FastAPI's generic re-encoding of a
