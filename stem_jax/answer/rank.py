@@ -154,10 +154,10 @@ class ChunkAnswers:
         return [triples[bounds[q] : bounds[q + 1]] for q in range(self.n_questions)]
 
     def ranked(self, rule: str = "max", cut: float = 0.0, gap: float | Sequence[float] = math.inf,
-               exclude: Iterable[tuple[int, int]] = ()) -> list[list[tuple[int, float]]]:
+               exclude: Iterable[tuple[int, int]] = (), never: np.ndarray | None = None) -> list[list[tuple[int, float]]]:
         """Per question, :meth:`QuestionAnswers.ranked` of its runs; ``gap`` is one for all questions or one
-        per question, and ``exclude`` holds (question, entity) pairs never returned (the questions' topic
-        entities)."""
+        per question, ``exclude`` holds (question, entity) pairs never returned (the questions' topic
+        entities), and ``never`` is a bool mask over entities never returned for any question (mediators)."""
         if rule not in RANKINGS:
             raise ValueError(f"unknown answer ranking {rule!r}; use one of {', '.join(RANKINGS)}")
         out: list[list[tuple[int, float]]] = [[] for _ in range(self.n_questions)]
@@ -172,6 +172,8 @@ class ChunkAnswers:
         span = int(entity.max(initial=0)) + 1
         pair = question * span + entity  # (question, entity) key
         live = entity >= 0
+        if never is not None:
+            live &= ~never[np.maximum(entity, 0)]
         excluded = np.unique(np.fromiter((q * span + e for q, e in exclude if 0 <= e < span), np.int64))
         if excluded.size:  # a few per question: binary search beats np.isin's sort of every binding
             live &= excluded[np.minimum(np.searchsorted(excluded, pair), excluded.size - 1)] != pair

@@ -332,7 +332,12 @@ def _strip_brackets(text: str) -> str:
 
 
 def read_questions_jsonl(path: Path, builder: _QuestionBuilder, skips: SkipReport, *,
-                         strict: bool = False) -> list[Question]:
+                         strict: bool = False, dropped: list | None = None,
+                         notes: SkipReport | None = None) -> list[Question]:
+    """Questions of a JSONL file; ``dropped`` collects (qid, reason, hops) of questions with answers but no
+    usable topic (misses in the metrics over every question), ``notes`` what was kept with a change."""
+    dropped = [] if dropped is None else dropped
+    notes = SkipReport() if notes is None else notes
     reader = _Reader(path, skips, strict)
     questions: list[Question] = []
     seen: set[str] = set()
@@ -363,6 +368,9 @@ def read_questions_jsonl(path: Path, builder: _QuestionBuilder, skips: SkipRepor
             continue
         topics, problem = builder.topics(given, record["question"])
         if topics is None:
+            if answers and not strict:
+                dropped.append((qid, "no topic entity" if not given else "unknown topic entity",
+                                record.get("hops") if isinstance(record.get("hops"), int) else None))
             if given:
                 bad("unknown topic entity (not an entity id or a unique name)",
                     "name the topic by its entity id or by a name only one entity has", repr(problem))
@@ -376,9 +384,12 @@ def read_questions_jsonl(path: Path, builder: _QuestionBuilder, skips: SkipRepor
                 bad("malformed gold_path", 'write a list like ["directed_by", "^directed_by"]')
                 continue
             gold, problem = builder.gold_path(steps)
-            if gold is None:
+            if gold is None and strict:
                 bad("unknown relation in gold_path", "use relation ids or names of the KG", problem)
-                continue
+            if gold is None:
+                # only the oracle needs the gold path: the question stays, planned by every other planner
+                notes.skip("gold_path names a relation that is not in the KG: kept without its gold path "
+                           "(only the oracle planner is affected)", f"{path}:{lineno} {problem}")
         hops = record.get("hops")
         if hops is not None and (isinstance(hops, bool) or not isinstance(hops, int) or hops < 1):
             bad("hops must be a positive integer", "fix or drop the field", f"(got {json.dumps(hops)})")
@@ -397,7 +408,11 @@ def read_questions_jsonl(path: Path, builder: _QuestionBuilder, skips: SkipRepor
 
 
 def read_questions_text(path: Path, builder: _QuestionBuilder, skips: SkipReport, *,
-                        strict: bool = False) -> list[Question]:
+                        strict: bool = False, dropped: list | None = None,
+                        notes: SkipReport | None = None) -> list[Question]:
+    """Questions of a plain-text file (one per line, optionally ``<TAB>answers``); see
+    :func:`read_questions_jsonl` for ``dropped`` and ``notes``."""
+    dropped = [] if dropped is None else dropped
     reader = _Reader(path, skips, strict)
     questions: list[Question] = []
     for lineno, line in reader.lines():
@@ -406,6 +421,9 @@ def read_questions_text(path: Path, builder: _QuestionBuilder, skips: SkipReport
         text, _, answer_field = line.partition("\t")
         topics, problem = builder.topics((), text)
         if topics is None:
+            answers = tuple(a.strip() for a in answer_field.split("|") if a.strip())
+            if answers and not strict:
+                dropped.append((f"{path.stem}/{lineno}", "no topic entity", None))
             reader.bad(lineno, problem, "write the topic as the KG names it, or mark it with [brackets]",
                        repr(text[:80]))
             continue
@@ -483,12 +501,14 @@ def load_files(
         kg = _rename_relations(kg, relation_ids, Path(relation_path))
     question_path = questions or find_questions(folder or Path(triples_path).parent, split)
     parsed: list[Question] = []
+    dropped: list[tuple[str, str, int | None]] = []
+    notes = SkipReport()
     if question_path is not None:
         builder = _QuestionBuilder(kg, names, relation_ids)
         read: Callable = read_questions_jsonl if _base_suffix(Path(question_path)) in _JSONL else read_questions_text
-        parsed = read(Path(question_path), builder, skips, strict=strict)
+        parsed = read(Path(question_path), builder, skips, strict=strict, dropped=dropped, notes=notes)
     return Dataset(name=name or dataset_name(folder, Path(triples_path)), questions=parsed, triples=kg, skips=skips,
-                   entity_names=names or None)
+                   entity_names=names or None, dropped=dropped, notes=notes, folder=folder)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -76,9 +76,9 @@ class SkipReport:
         for reason, where in other.examples.items():
             self.examples.setdefault(reason, where)
 
-    def lines(self) -> list[str]:
+    def lines(self, verb: str = "skipped") -> list[str]:
         return [
-            f"skipped {n} record(s): {reason} (first at {self.examples[reason]})"
+            f"{verb} {n} record(s): {reason} (first at {self.examples[reason]})"
             for reason, n in sorted(self.counts.items())
         ]
 
@@ -99,6 +99,11 @@ class Dataset:
     # The data's own convention: its answers never include the question's entity, and its gold paths
     # never pass through it (MetaQA). The data's bound follows it; other KGs walk their paths as written.
     excludes_topic: bool = False
+    # Questions the loader could not make answerable (no topic entity found) but whose answers are known:
+    # (qid, reason, hops). They are misses in the metrics over every question of the split, listed by reason.
+    dropped: list[tuple[str, str, int | None]] = dataclasses.field(default_factory=list)
+    notes: SkipReport = dataclasses.field(default_factory=SkipReport)  # records kept with a change, by reason
+    folder: Path | None = None  # the folder the KG was read from, when it was read from one (files, RoG)
 
     def splits_by_hops(self) -> dict[int | None, list[Question]]:
         groups: dict[int | None, list[Question]] = {}

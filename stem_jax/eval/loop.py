@@ -22,7 +22,7 @@ from stem_jax.data.types import Question
 from stem_jax.errors import StemError
 from stem_jax.eval.records import make_records
 from stem_jax.eval.run_folder import RunFolder, method_fingerprint, selection_of
-from stem_jax.eval.scoring import score_predictions, score_records, scored_fields
+from stem_jax.eval.scoring import over_every_question, score_predictions, score_records, scored_fields
 from stem_jax.methods.base import RetrievalMethod
 from stem_jax.progress import progress
 
@@ -49,10 +49,13 @@ def evaluate_method(
         raise StemError("no questions to evaluate: the selection is empty\n"
                         "  how to fix: check --hops, --limit, --split and the question file")
     fingerprint = method_fingerprint(method) if fingerprint is None else fingerprint
+    whole_split = selection is None
     selection = selection_of(questions) if selection is None else selection
     with RunFolder.open(Path(out_dir), fingerprint, overwrite=overwrite, questions=questions, selection=selection,
                         log=log) as run:
-        return _evaluate_into(method, questions, run, chunk_size=chunk_size, show_progress=show_progress, log=log)
+        # a shard of a multi-process eval is part of the split: the merged score counts the dropped questions once
+        return _evaluate_into(method, questions, run, chunk_size=chunk_size, show_progress=show_progress, log=log,
+                              every_question=whole_split)
 
 
 @contextlib.contextmanager
@@ -74,7 +77,7 @@ def settled_heap() -> Iterator[Callable[[], None]]:
 
 
 def _evaluate_into(method: RetrievalMethod, questions: Sequence[Question], run: Any, *, chunk_size: int,
-                   show_progress: bool, log: Callable[[str], None]) -> dict[str, Any]:
+                   show_progress: bool, log: Callable[[str], None], every_question: bool = True) -> dict[str, Any]:
     predictions = run.predictions
     finished = run.finished()
     wanted = {q.qid for q in questions}
@@ -109,6 +112,9 @@ def _evaluate_into(method: RetrievalMethod, questions: Sequence[Question], run: 
         # a repeated question id (two lines for one id) is what reading the file back cleans up: read it then
         summary = score_predictions(predictions, wanted) if repeated else score_records(scored.values(), wanted)
     summary.update({k: v for k, v in prepared.items() if v is not None})
+    if every_question:
+        dataset = getattr(getattr(method, "context", None), "dataset", None)
+        summary["all_questions"] = over_every_question(summary, getattr(dataset, "dropped", None) or [])
     summary["method"] = method.name
     effective = getattr(method, "effective", None)
     if callable(effective):  # the settings the records were traced with (preset-resolved, calibrated θ)

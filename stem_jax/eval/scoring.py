@@ -62,3 +62,21 @@ def score_records(records: Iterable[dict], qids: set[str] | None = None) -> dict
     summary = acc.summary()
     summary["overflow_total"] = dict(overflow)
     return summary
+
+
+EVERY_QUESTION_METRICS = ("hit", "hit_at_1", "f1", "precision", "recall", "rog_hit", "rog_f1")
+
+
+def over_every_question(summary: dict[str, Any], dropped: Iterable[tuple[str, str, Any]]) -> dict[str, Any]:
+    """The headline metrics over every question of the split: the scored ones plus those the loader could not
+    make answerable (``dropped``: (qid, reason, hops), e.g. no topic entity found), each a miss; the dropped
+    questions are listed by reason, so no question leaves the denominator unnoticed."""
+    overall = summary["overall"]
+    scored = int(overall["n"])
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for qid, reason, _ in dropped:
+        by_reason[reason].append(qid)
+    total = scored + sum(len(v) for v in by_reason.values())
+    mean = {k: overall["mean"][k] * scored / total for k in EVERY_QUESTION_METRICS if k in overall["mean"] and total}
+    return {"n": total, "scored": scored, "dropped": {r: len(v) for r, v in sorted(by_reason.items())},
+            "dropped_ids": {r: v for r, v in sorted(by_reason.items())}, "mean": mean}

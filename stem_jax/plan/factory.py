@@ -109,9 +109,25 @@ def build_planner(spec: PlannerSpec, config: StemConfig, dataset: Dataset, index
         planner = PatternPlanner.load(path, encoder=encoder, method=spec.method, beam=config.planner.beam,
                                       min_prob=config.planner.min_prob, names=names, index=index)
         planner.name = f"pattern-{spec.method}"
-        return planner, {"planner": "pattern", "path": str(path), "method": spec.method,
-                         "beam": config.planner.beam, "min_prob": config.planner.min_prob,
-                         "templates": len(planner.templates)}
+        info = {"planner": "pattern", "path": str(path), "method": spec.method, "beam": config.planner.beam,
+                "min_prob": config.planner.min_prob, "templates": len(planner.templates)}
+        mode = pattern_mode(planner, config)
+        info["mode"] = mode
+        if mode == "templates":
+            return planner, info
+        from stem_jax.plan.path_ranker import PathRanker
+        from stem_jax.plan.training import PATHS_FOLDER
+
+        folder = Path(path) / PATHS_FOLDER
+        if not folder.is_dir():
+            raise StemError(f"{path}: this pattern planner has no path ranker ({PATHS_FOLDER}/ missing)\n  how to fix: "
+                            f"retrain with `stem-jax train-planner {train_planner_flags(dataset.name)} "
+                            "--planner.paths paths`, or run with --planner.paths templates")
+        ranker = PathRanker.load(folder, beam=config.planner.beam, min_prob=config.planner.min_prob, names=names,
+                                 index=index, encoder=encoder)
+        ranker.name = "pattern-paths"
+        info.update(paths=ranker.report.get("val", {}), temperature=ranker.temperature)
+        return ranker, info
     if spec.name in ("vllm", "hybrid"):
         from stem_jax.data.splits import hash_split
         from stem_jax.plan.llm_planner import build_llm_planner
@@ -133,6 +149,14 @@ def build_planner(spec: PlannerSpec, config: StemConfig, dataset: Dataset, index
         hybrid = HybridPlanner(planner, fallback, index, names, consult_below=consult if consult <= 1.0 else None)
         return hybrid, {"planner": "hybrid", "llm": info, "fallback": fallback_info, "consult_below": consult}
     raise StemError(f"unknown planner {spec.name!r}; choose one of {', '.join(PLANNERS)}")
+
+
+def pattern_mode(planner: Any, config: StemConfig) -> str:
+    """Which part of a trained pattern planner runs: ``config.planner.paths`` when set, else the choice
+    ``train-planner`` made on held-out questions (templates for planners trained before the choice existed)."""
+    if config.planner.paths != "auto":
+        return config.planner.paths
+    return str(planner.report.get("selection", {}).get("mode", "templates"))
 
 
 def planned(planner: Any, questions: list[Question], *, log: Callable[[str], None] | None = None,

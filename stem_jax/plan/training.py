@@ -54,10 +54,108 @@ def train_and_save(dataset: Dataset, split: str, config: StemConfig, out: Path, 
         began = time.perf_counter()
         planner = train_pattern_planner(train, val, encoder, names=dataset.entity_names, config=train_config,
                                         embed=embed, log=log)
+        selection = select_planner(dataset, train, val, planner, config, Path(out), encoder=encoder, embed=embed,
+                                   log=log)
         planner.report.update({"dataset": dataset.name, "split": split, "val_fraction": val_fraction,
-                               "seconds": time.perf_counter() - began, **(report or {})})
+                               "seconds": time.perf_counter() - began, "selection": selection, **(report or {})})
         planner.save(Path(out))
     return planner
+
+
+# a template classifier that plans this share of held-out questions right needs no path ranker (templated data:
+# MetaQA, WorldCup2014, the demo KG, where it sits at the data's bound)
+TEMPLATES_SUFFICE = 0.9
+PATHS_FOLDER = "paths"
+
+
+def select_planner(dataset: Dataset, train: list, val: list, planner: Any, config: StemConfig, out: Path, *,
+                   encoder: Any, embed: Callable[[list[str]], np.ndarray],
+                   log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Train the KG-constrained path ranker beside the template classifier where it may help, and choose
+    which of the two ``--planner pattern`` runs on this KG by the held-out questions (``val``).
+
+    ``config.planner.paths``: ``templates`` never trains the ranker, ``paths`` always uses it, ``auto``
+    trains it when the templates' held-out top-1 accuracy is below :data:`TEMPLATES_SUFFICE` and then keeps
+    the planner whose first plan, walked exactly from the topic, reaches a gold answer for more held-out
+    questions (ties keep the templates). Returns the choice and the measurements behind it."""
+    from stem_jax.kg.index import build_index
+    from stem_jax.plan.path_ranker import PathRankerConfig, train_path_ranker
+
+    mode = config.planner.paths
+    template_top1 = float(planner.report.get("mlp", {}).get("template", {}).get("top1", 0.0) or 0.0)
+    selection: dict[str, Any] = {"requested": mode, "template_val_top1": template_top1}
+    stale = out / PATHS_FOLDER
+    if mode == "templates" or (mode == "auto" and template_top1 >= TEMPLATES_SUFFICE):
+        selection.update(mode="templates", reason="templates requested" if mode == "templates" else
+                         f"template top-1 on held-out questions {template_top1:.3f} >= {TEMPLATES_SUFFICE}")
+        if stale.exists():
+            import shutil
+
+            shutil.rmtree(stale, ignore_errors=True)
+        log(f"planner choice: templates ({selection['reason']})")
+        return selection
+    index = build_index(dataset.triples)
+    ranker = train_path_ranker(train, val, index, encoder_name=encoder.name, embed=embed,
+                               names=dataset.entity_names, extra_pairs=extra_pairs(dataset),
+                               config=PathRankerConfig(seed=config.seed), log=log)
+    ranker.save(out / PATHS_FOLDER)
+    planner.index = index
+    templates_hit = first_plan_hit(planner, val, index)
+    paths_hit = first_plan_hit(ranker, val, index)
+    chosen = "paths" if mode == "paths" or paths_hit > templates_hit else "templates"
+    selection.update(mode=chosen, val_questions=len(val), first_plan_hit={"templates": templates_hit,
+                                                                           "paths": paths_hit},
+                     reason="paths requested" if mode == "paths" else
+                     f"first plan reaches a gold answer: paths {paths_hit:.3f} vs templates {templates_hit:.3f}")
+    log(f"planner choice: {chosen} ({selection['reason']}, {len(val)} held-out questions)")
+    return selection
+
+
+def first_plan_hit(planner: Any, questions: list, index: Any) -> float:
+    """Share of ``questions`` whose first planned schema, walked exactly from the topic, reaches a gold answer."""
+    from stem_jax.kg.paths import walk_relation_path
+    from stem_jax.plan.schema_paths import chain_path
+
+    if not questions:
+        return 0.0
+    hits = 0
+    for question, beam in zip(questions, planner.plan_batch(questions), strict=True):
+        topic = index.entity_ids.get(question.topic_entities[0]) if question.topic_entities else None
+        if not beam or topic is None:
+            continue
+        path = chain_path(beam[0].schema)
+        if path is None:
+            continue
+        reached, _ = walk_relation_path(index, topic, path)
+        gold = {index.entity_ids[a] for a in question.answers if a in index.entity_ids}
+        hits += bool(gold & set(reached.tolist()))
+    return hits / len(questions)
+
+
+def extra_pairs(dataset: Dataset) -> list:
+    """Question -> relation path pairs without a topic, from ``relation-paths.jsonl`` beside a files KG (RoG's
+    ``ground_paths``, each written forward from the topic), for the path ranker; [] when there is none."""
+    import json
+
+    from stem_jax.data.types import PathStep
+
+    folder = getattr(dataset, "folder", None)
+    if folder is None:
+        return []
+    pairs = []
+    for name in ("relation-paths.jsonl", "relation_paths.jsonl"):
+        path = Path(folder) / name
+        if not path.is_file():
+            continue
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            paths = record.get("ground_paths") or record.get("paths") or []
+            if isinstance(record.get("question"), str) and paths and all(isinstance(r, str) for r in paths[0]):
+                pairs.append((record["question"], tuple(PathStep(r, True) for r in paths[0])))
+    return pairs
 
 
 def train_default_planner(dataset_spec: DatasetSpec, config: StemConfig, out: Path, *, encoder: Any = None,

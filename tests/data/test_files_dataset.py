@@ -95,13 +95,14 @@ def test_skips_are_counted_with_file_and_line_and_strict_stops(tmp_path):
              json.dumps({"question": "nothing to link here"})]
     (folder / "test.jsonl").write_text("\n".join(lines) + "\n")
     data = load_files(folder=folder)
-    assert [q.qid for q in data.questions] == ["q1"]
+    # a gold path naming an unknown relation costs only the oracle its plan: the question stays, without it
+    assert [q.qid for q in data.questions] == ["q1", "test/5"] and data.questions[1].gold_path is None
+    assert sum(data.notes.counts.values()) == 1 and "test.jsonl:5" in "\n".join(data.notes.lines("kept"))
     counts = data.skips.counts
     assert counts["duplicate triple"] == 1 and counts["undecodable bytes (not UTF-8)"] == 1
     assert sum(1 for reason in counts if reason.startswith("malformed triple line")) == 1
     assert counts["invalid JSON"] == 1 and counts["duplicate question id"] == 1
     assert counts["unknown topic entity (not an entity id or a unique name)"] == 1
-    assert counts["unknown relation in gold_path"] == 1
     assert counts["no topic entity found in the question (entity linker)"] == 1
     text = "\n".join(data.skips.lines())
     assert f"{folder / 'triples.tsv'}:11" in text and f"{folder / 'test.jsonl'}:2" in text

@@ -1,0 +1,537 @@
+"""The KG-constrained planner: rank the relation paths that really leave the topic against the question.
+
+This is the paper's schema-guided alignment (SGDA) without an LLM. A template classifier
+(:mod:`stem_jax.plan.pattern`) can only repeat the plans it saw in training; people ask in their own words,
+about relations no training question used. Here the candidates are the topic's own paths in the KG
+(:mod:`stem_jax.plan.relation_paths`), so every plan leaves the topic, and a learned model scores each
+against the question:
+
+* the question, topic mention masked (``X``), embedded with the frozen sentence encoder: ``q``;
+* each step's relation text embedded with the same encoder: ``r_1 .. r_L`` (zeros past the path's end),
+  its orientation, the path's length and ``log(1 + entities it ends at)``;
+* an MLP over ``[q, r_i, q * r_i, cos(q, r_i), ...]`` gives one logit per path; a softmax over the topic's
+  candidates (temperature fitted on held-out questions) gives each path's probability.
+
+Training (:func:`train_path_ranker`) is listwise: for each training question, the target puts its mass on
+the candidates that end at gold answers, in proportion to the F1 of their end set against the answers (the
+gold path counts as a hit even when the incomplete KG does not reach the answers along it); every other
+candidate of the same topic is a negative. Question -> path pairs without a topic (RoG's
+``relation-paths.jsonl``) add positives against paths drawn from the KG's path vocabulary. A logistic head
+on ``q`` gives P(Breadth) (several answers). Everything runs on CPU in a minute or two.
+
+The beam is the ``B`` most probable paths, each a chain schema graph with its probability; relation
+embeddings are cached per relation text, and the per-topic enumeration by :class:`PathCatalog`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stem_jax.data.types import PathStep, Question
+from stem_jax.errors import StemError
+from stem_jax.kg.index import KGIndex, relation_text
+from stem_jax.kg.mediators import mediator_mask
+from stem_jax.plan.base import ScoredSchema
+from stem_jax.plan.relation_paths import CandidatePath, PathCatalog, path_key
+from stem_jax.text import mask_topics, topic_names
+
+RANKER_FILE = "ranker.json"
+N_EXTRA = 3  # per path: hops / max_hops, log1p(ends), 1-step flag
+N_STEP = 2  # per step: orientation (+1 forward, -1 backward, 0 none), share of its words in the question
+
+
+@dataclasses.dataclass(frozen=True)
+class PathRankerConfig:
+    """Path enumeration bounds and the model's training budget."""
+
+    max_hops: int = 2
+    fan_cap: int = 64
+    hub_cap: int = 2000
+    max_paths: int = 4096
+    max_candidates: int = 256  # per training question (positives always kept, negatives sampled)
+    hidden: int = 128
+    projection: int = 96
+    epochs: int = 40
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    weight_decay: float = 1e-4
+    extra_pairs_weight: float = 0.5
+    extra_negatives: int = 63
+    seed: int = 0
+
+
+def _logits(params: dict[str, Any], table, q, rel_idx, steps, extra):
+    """Path logits for [..., C] candidates: q [..., d], rel_idx [..., C, L], steps [..., C, L, S], extra [..., C, E].
+
+    Question and relations are projected to ``k`` dimensions first (the relation table once, not per
+    candidate), so a step's features are ``[r', q' * r', cos(q, r), its S flags]``."""
+    import jax
+
+    rel = table[rel_idx]  # [..., C, L, d]
+    cos = (q[..., None, None, :] * rel).sum(-1, keepdims=True)
+    projected = (table @ params["wr"])[rel_idx]  # [..., C, L, k]
+    qp = q @ params["wq"]  # [..., k]
+    per_step = jax.numpy.concatenate([projected, qp[..., None, None, :] * projected, cos, steps], axis=-1)
+    flat = per_step.reshape(*per_step.shape[:-2], -1)
+    x = jax.numpy.concatenate([flat, extra, jax.numpy.broadcast_to(qp[..., None, :], (*flat.shape[:-1], qp.shape[-1]))],
+                              axis=-1)
+    h = jax.nn.gelu(x @ params["w1"] + params["b1"])
+    return (h @ params["w2"])[..., 0] + params["b2"][0]
+
+
+def _init_params(d: int, config: PathRankerConfig) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(config.seed)
+    k, hidden = config.projection, config.hidden
+    d_in = config.max_hops * (2 * k + 1 + N_STEP) + N_EXTRA + k
+
+    def dense(rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype(np.float32)
+
+    return {"wq": dense(d, k), "wr": dense(d, k), "w1": dense(d_in, hidden), "b1": np.zeros(hidden, np.float32),
+            "w2": dense(hidden, 1), "b2": np.zeros(1, np.float32),
+            "wb": np.zeros(d, np.float32), "bb": np.zeros(1, np.float32)}  # wb, bb: the P(Breadth) head on q
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def words_of(text: str) -> set[str]:
+    """Lower-case word stems (a final ``s`` dropped) for the lexical-overlap feature."""
+    return {w[:-1] if len(w) > 3 and w.endswith("s") else w for w in _WORD.findall(text.lower())}
+
+
+@dataclasses.dataclass
+class PathRanker:
+    """A trained path scorer used as a planner (see the module docstring)."""
+
+    params: dict[str, np.ndarray]
+    config: PathRankerConfig
+    encoder_name: str
+    temperature: float = 1.0
+    relation_bank: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # relation text -> embedding
+    report: dict[str, Any] = dataclasses.field(default_factory=dict)
+    beam: int = 4
+    min_prob: float = 0.0
+    names: dict[str, str] | None = None
+    index: KGIndex | None = None
+    encoder: Any = None
+    embed_fn: Callable[[list[str]], np.ndarray] | None = None
+    name: str = "paths"
+    _catalog: PathCatalog | None = dataclasses.field(default=None, repr=False)
+    _forward: Any = dataclasses.field(default=None, repr=False)
+    _table: Any = dataclasses.field(default=None, repr=False)
+    _property_words: dict[str, set[str]] = dataclasses.field(default_factory=dict, repr=False)
+
+    # ----- inputs -------------------------------------------------------------------------------
+    @property
+    def catalog(self) -> PathCatalog:
+        if self._catalog is None or self._catalog.index is not self.index:
+            if self.index is None:
+                raise StemError("the path planner needs the KG index (Engine and eval pass it)")
+            c = self.config
+            self._catalog = PathCatalog(self.index, max_hops=c.max_hops, fan_cap=c.fan_cap, hub_cap=c.hub_cap,
+                                        max_paths=c.max_paths, mediators=mediator_mask(self.index.entities, self.names))
+        return self._catalog
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        if self.embed_fn is not None:
+            return np.asarray(self.embed_fn(texts), np.float32)
+        if self.encoder is None:
+            from stem_jax.config import EncoderConfig
+            from stem_jax.encoder.base import get_encoder
+
+            self.encoder = get_encoder(EncoderConfig())
+        if self.encoder.name != self.encoder_name:
+            raise StemError(f"the path planner was trained on {self.encoder_name} embeddings, this run encodes with "
+                            f"{self.encoder.name}\n  how to fix: use the same --encoder.* options, or retrain with "
+                            "`stem-jax train-planner`")
+        return np.asarray(self.encoder.encode(texts), np.float32)
+
+    @property
+    def dim(self) -> int:
+        return int(self.params["wb"].shape[0])
+
+    def relation_vectors(self, relations: Sequence[str]) -> dict[str, np.ndarray]:
+        """Embeddings of the relations' texts, encoding only those not in the bank yet."""
+        texts = {r: relation_text(r) for r in relations}
+        missing = sorted({t for t in texts.values() if t not in self.relation_bank})
+        if missing:
+            for text, row in zip(missing, self._embed(missing), strict=True):
+                self.relation_bank[text] = row.astype(np.float32)
+        return {r: self.relation_bank[t] for r, t in texts.items()}
+
+    def question_vectors(self, questions: Sequence[Question]) -> np.ndarray:
+        texts = [mask_topics(q.text, topic_names(q, self.names))[0] for q in questions]
+        distinct = sorted(set(texts))
+        rows = dict(zip(distinct, self._embed(distinct), strict=True))
+        return np.stack([rows[t] for t in texts]).astype(np.float32) if texts else np.zeros((0, self.dim), np.float32)
+
+    def relation_table(self) -> np.ndarray:
+        """float32 [R + 1, d]: the KG's relations' embeddings in id order, then a zero row (no step)."""
+        if self._table is None or self._table[0] is not self.index:
+            vectors = self.relation_vectors(list(self.index.relations))
+            rows = [vectors[r] for r in self.index.relations] + [np.zeros(self.dim, np.float32)]
+            self._table = (self.index, np.stack(rows).astype(np.float32))
+        return self._table[1]
+
+    def path_arrays(self, candidates: Sequence[CandidatePath], width: int, words: set[str] = frozenset()
+                    ) -> tuple[np.ndarray, ...]:
+        """(relation ids [width, L] (R where there is no step), step flags [width, L, S], extras [width, E],
+        mask [width]); ``words``: the question's :func:`words_of`."""
+        hops = self.config.max_hops
+        rel = np.full((width, hops), self.index.num_relations, np.int32)
+        steps = np.zeros((width, hops, N_STEP), np.float32)
+        extra = np.zeros((width, N_EXTRA), np.float32)
+        mask = np.zeros(width, bool)
+        ids = self.index.relation_ids
+        for i, cand in enumerate(candidates[:width]):
+            for j, step in enumerate(cand.path[:hops]):
+                rel[i, j] = ids[step.relation]
+                steps[i, j, 0] = 1.0 if step.forward else -1.0
+                steps[i, j, 1] = self._overlap(step.relation, words)
+            extra[i] = (len(cand.path) / hops, np.log1p(len(cand.ends)), float(len(cand.path) == 1))
+            mask[i] = True
+        return rel, steps, extra, mask
+
+    def _overlap(self, relation: str, words: set[str]) -> float:
+        """Share of the relation's property words (its last segment's) that the question uses."""
+        if relation not in self._property_words:
+            prop = re.split(r"[./#]", relation.rstrip("/#"))[-1]  # film.film.directed_by -> directed_by
+            self._property_words[relation] = words_of(prop.replace("_", " "))
+        own = self._property_words[relation]
+        return len(own & words) / len(own) if own else 0.0
+
+    # ----- scoring --------------------------------------------------------------------------------
+    def _scorer(self):
+        if self._forward is None:
+            import jax
+
+            @jax.jit
+            def forward(params, table, q, rel, fwd, extra, mask, temperature):
+                logits = _logits(params, table, q, rel, fwd, extra) / temperature
+                logits = jax.numpy.where(mask, logits, -1e9)
+                breadth = jax.nn.sigmoid(q @ params["wb"] + params["bb"][0])
+                return jax.nn.softmax(logits, axis=-1), breadth
+
+            self._forward = (forward, jax.device_put(self.params), jax.device_put(self.relation_table()))
+        return self._forward
+
+    def score(self, questions: Sequence[Question]) -> list[tuple[list[CandidatePath], np.ndarray, float]]:
+        """Per question: its candidate paths, their probabilities, and P(Breadth)."""
+        forward, params, table = self._scorer()
+        qvec = self.question_vectors(questions)
+        out = []
+        for question, q in zip(questions, qvec, strict=True):
+            topic = self.index.entity_ids.get(question.topic_entities[0]) if question.topic_entities else None
+            candidates = self.catalog.paths(topic) if topic is not None else []
+            if not candidates:
+                out.append(([], np.zeros(0, np.float32), 0.5))
+                continue
+            width = 1 << max(3, int(np.ceil(np.log2(len(candidates)))))  # power-of-two buckets: few compiles
+            rel, fwd, extra, mask = self.path_arrays(candidates, width, words_of(question.text))
+            probs, breadth = forward(params, table, q, rel, fwd, extra, mask, np.float32(self.temperature))
+            out.append((candidates, np.asarray(probs)[: len(candidates)], float(breadth)))
+        return out
+
+    def plan_batch(self, questions: Sequence[Question]) -> list[list[ScoredSchema]]:
+        from stem_jax.plan.oracle import schema_from_path
+
+        beams = []
+        for question, (candidates, probs, breadth) in zip(questions, self.score(questions), strict=True):
+            beam: list[ScoredSchema] = []
+            topic = topic_names(question, self.names)[0] if question.topic_entities else None
+            for i in np.argsort(-probs, kind="stable")[: self.beam].tolist():
+                if beam and probs[i] < self.min_prob:
+                    break
+                strategy = "Breadth" if breadth >= 0.5 else "Precision"
+                beam.append(ScoredSchema(schema_from_path(topic, candidates[i].path, strategy), float(probs[i])))
+            beams.append(beam)
+        return beams
+
+    def top_paths(self, questions: Sequence[Question], k: int = 1) -> list[list[tuple[CandidatePath, float]]]:
+        """The ``k`` most probable candidate paths of each question, with their probabilities."""
+        result = []
+        for candidates, probs, _ in self.score(questions):
+            order = np.argsort(-probs, kind="stable")[:k].tolist()
+            result.append([(candidates[i], float(probs[i])) for i in order])
+        return result
+
+    # ----- persistence ----------------------------------------------------------------------------
+    def save(self, folder: Path) -> None:
+        """``ranker.json`` + ``ranker-<sha>.npz`` in ``folder`` (the arrays first, then the JSON naming them)."""
+        from stem_jax.atomic import write_bytes_atomic, write_text_atomic
+
+        folder = Path(folder)
+        texts = sorted(self.relation_bank)
+        arrays = {f"params/{k}": np.asarray(v) for k, v in self.params.items()}
+        arrays["relation_bank"] = (np.stack([self.relation_bank[t] for t in texts]).astype(np.float32) if texts
+                                   else np.zeros((0, self.dim), np.float32))
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, **arrays)
+        data = buffer.getvalue()
+        digest = hashlib.sha256(data).hexdigest()
+        name = f"ranker-{digest[:16]}.npz"
+        meta = {"kind": "path-ranker", "encoder": self.encoder_name, "config": dataclasses.asdict(self.config),
+                "temperature": self.temperature, "relation_texts": texts, "report": self.report,
+                "arrays": name, "arrays_sha256": digest}
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(folder / name, data)
+            write_text_atomic(folder / RANKER_FILE, json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
+            for stale in folder.glob("ranker-*.npz"):
+                if stale.name != name:
+                    stale.unlink(missing_ok=True)
+        except OSError as err:
+            raise StemError(f"{folder}: cannot write the path planner ({err.strerror or err})\n"
+                            "  how to fix: make the folder writable, or pass --out a writable folder") from None
+
+    @classmethod
+    def load(cls, folder: Path, **overrides: Any) -> PathRanker:
+        folder = Path(folder)
+
+        def damaged(why: str) -> StemError:
+            return StemError(f"{folder / RANKER_FILE}: damaged path planner ({why})\n  how to fix: retrain it "
+                             f"with `stem-jax train-planner` (--out {folder.parent})")
+
+        try:
+            meta = json.loads((folder / RANKER_FILE).read_bytes())
+            data = (folder / meta["arrays"]).read_bytes()
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise damaged(str(err).splitlines()[0] if str(err) else type(err).__name__) from None
+        if hashlib.sha256(data).hexdigest() != meta.get("arrays_sha256"):
+            raise damaged("its arrays' sha256 differs from the one recorded")
+        with np.load(io.BytesIO(data)) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        params = {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("params/")}
+        bank = arrays["relation_bank"].astype(np.float32)
+        ranker = cls(params=params, config=PathRankerConfig(**meta["config"]), encoder_name=meta["encoder"],
+                     temperature=float(meta["temperature"]),
+                     relation_bank=dict(zip(meta["relation_texts"], bank, strict=True)), report=meta.get("report", {}))
+        for key, value in overrides.items():
+            setattr(ranker, key, value)
+        return ranker
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------------
+
+
+def _f1(found: set[int], gold: set[int]) -> float:
+    hit = len(found & gold)
+    if not hit:
+        return 0.0
+    precision, recall = hit / len(found), hit / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def path_targets(question: Question, candidates: Sequence[CandidatePath], index: KGIndex) -> np.ndarray:
+    """Soft target over ``candidates``: F1 of each end set against the gold answers (0 when no answer is hit),
+    the gold path at least 1 when it is a candidate; normalised to sum 1 (all zeros when nothing is right)."""
+    gold = {index.entity_ids[a] for a in question.answers if a in index.entity_ids}
+    target = np.asarray([_f1(set(c.ends.tolist()), gold) for c in candidates], np.float32)
+    if question.gold_path:
+        key = path_key(question.gold_path)
+        for i, c in enumerate(candidates):
+            if path_key(c.path) == key:
+                target[i] = max(target[i], 1.0)
+    total = target.sum()
+    return target / total if total > 0 else target
+
+
+@dataclasses.dataclass
+class _Examples:
+    qvec: np.ndarray  # [N, d]
+    rel: np.ndarray  # [N, C, L] relation ids
+    fwd: np.ndarray  # [N, C, L, S] step flags
+    extra: np.ndarray  # [N, C, E]
+    mask: np.ndarray  # [N, C]
+    target: np.ndarray  # [N, C]
+    breadth: np.ndarray  # [N]
+    weight: np.ndarray  # [N]
+
+
+def _examples(ranker: PathRanker, questions: Sequence[Question], qvec: np.ndarray, width: int,
+              rng: np.random.Generator) -> tuple[_Examples, list[int]]:
+    """Padded training arrays for the questions with at least one right candidate; their positions."""
+    rows, kept = [], []
+    for i, question in enumerate(questions):
+        topic = ranker.index.entity_ids.get(question.topic_entities[0]) if question.topic_entities else None
+        if topic is None:
+            continue
+        candidates = ranker.catalog.paths(topic)
+        target = path_targets(question, candidates, ranker.index)
+        if not target.any():
+            continue
+        if len(candidates) > width:
+            positive = np.flatnonzero(target > 0)
+            negative = rng.permutation(np.flatnonzero(target == 0))[: max(0, width - len(positive))]
+            pick = np.sort(np.concatenate([positive, negative]))[:width]
+            candidates = [candidates[j] for j in pick.tolist()]
+            target = target[pick] / target[pick].sum()
+        rel, fwd, extra, mask = ranker.path_arrays(candidates, width, words_of(question.text))
+        padded = np.zeros(width, np.float32)
+        padded[: len(target)] = target
+        rows.append((qvec[i], rel, fwd, extra, mask, padded, float(len(set(question.answers)) > 1), 1.0))
+        kept.append(i)
+    if not rows:
+        raise StemError("no training question has a candidate path reaching its answers; check topic entities "
+                        "and answers in the training split")
+    cols = list(zip(*rows, strict=True))
+    return _Examples(*(np.stack(c) if k in (1, 4) else np.stack(c).astype(np.float32) for k, c in enumerate(cols))), kept
+
+
+def _pair_examples(ranker: PathRanker, pairs: Sequence[tuple[str, tuple[PathStep, ...]]], vocabulary: list[tuple],
+                   width: int, rng: np.random.Generator) -> _Examples | None:
+    """Question -> path pairs without a topic: the path against ``width - 1`` paths drawn from ``vocabulary``."""
+    known = set(ranker.index.relation_ids)
+    usable = [(text, path) for text, path in pairs if path and len(path) <= ranker.config.max_hops
+              and all(s.relation in known for s in path)]
+    if not usable or len(vocabulary) < 2:
+        return None
+    qvec = ranker._embed(sorted({t for t, _ in usable}))
+    row_of = {t: i for i, t in enumerate(sorted({t for t, _ in usable}))}
+    rows = []
+    for text, path in usable:
+        key = path_key(path)
+        drawn = min(ranker.config.extra_negatives + 1, width, len(vocabulary))
+        negatives = [vocabulary[j] for j in rng.choice(len(vocabulary), drawn, replace=False).tolist()]
+        cands = [CandidatePath(path, np.zeros(1, np.int32))]
+        cands += [CandidatePath(p, np.zeros(1, np.int32)) for p in negatives if path_key(p) != key][: drawn - 1]
+        rel, fwd, extra, mask = ranker.path_arrays(cands, width, words_of(text))
+        extra[:, 1] = 0.0  # end-set sizes are unknown without a topic
+        target = np.zeros(width, np.float32)
+        target[0] = 1.0
+        rows.append((qvec[row_of[text]], rel, fwd, extra, mask, target, 0.5, ranker.config.extra_pairs_weight))
+    cols = list(zip(*rows, strict=True))
+    return _Examples(*(np.stack(c) if k in (1, 4) else np.stack(c).astype(np.float32) for k, c in enumerate(cols)))
+
+
+def _concat(a: _Examples, b: _Examples | None) -> _Examples:
+    if b is None:
+        return a
+    return _Examples(*(np.concatenate([x, y]) for x, y in zip(dataclasses.astuple(a), dataclasses.astuple(b),
+                                                               strict=True)))
+
+
+def _fit(params: dict[str, np.ndarray], table: np.ndarray, data: _Examples, config: PathRankerConfig,
+         log: Callable[[str], None]) -> tuple[dict[str, np.ndarray], list[float]]:
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    n = len(data.qvec)
+    size = min(config.batch_size, n)
+    steps = -(-n // size)
+    schedule = optax.cosine_decay_schedule(config.learning_rate, steps * config.epochs)
+    optimizer = optax.adamw(schedule, weight_decay=config.weight_decay)
+    opt_state = optimizer.init(params)
+    arrays = jax.device_put(dataclasses.astuple(data))
+    table = jax.device_put(table)
+
+    def loss_fn(params, idx, live):
+        q, rel, fwd, extra, mask, target, breadth, weight = (a[idx] for a in arrays)
+        logits = jnp.where(mask, _logits(params, table, q, rel, fwd, extra), -1e9)
+        ce = -(target * jax.nn.log_softmax(logits, axis=-1)).sum(-1)
+        blogit = q @ params["wb"] + params["bb"][0]
+        bce = optax.sigmoid_binary_cross_entropy(blogit, breadth) * (breadth != 0.5)
+        w = weight * live
+        return ((ce + 0.2 * bce) * w).sum() / jnp.maximum(w.sum(), 1.0)
+
+    @jax.jit
+    def epoch(params, opt_state, take, live):
+        def step(carry, batch):
+            params, opt_state = carry
+            loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), loss
+
+        (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), (take, live))
+        return params, opt_state, losses.mean()
+
+    rng = np.random.default_rng(config.seed)
+    padded = steps * size
+    live = np.concatenate([np.ones(n, np.float32), np.zeros(padded - n, np.float32)]).reshape(steps, size)
+    history = []
+    for done in range(config.epochs):
+        take = np.concatenate([rng.permutation(n), np.zeros(padded - n, np.int64)]).reshape(steps, size)
+        params, opt_state, loss = epoch(params, opt_state, take, live)
+        history.append(float(loss))
+        if (done + 1) % max(1, config.epochs // 4) == 0:
+            log(f"  path planner epoch {done + 1}/{config.epochs}: loss {history[-1]:.4f}")
+    return jax.device_get(params), history
+
+
+def fit_temperature(probs_fn: Callable[[float], list[np.ndarray]], targets: list[np.ndarray]) -> float:
+    """The softmax temperature that minimises the held-out negative log-likelihood of the right paths."""
+    best, best_nll = 1.0, np.inf
+    for temperature in (0.5, 0.7, 0.85, 1.0, 1.2, 1.5, 2.0, 3.0):
+        nll = float(np.mean([-np.log(max(float((p * (t > 0)).sum()), 1e-9))
+                             for p, t in zip(probs_fn(temperature), targets, strict=True)]))
+        if nll < best_nll:
+            best, best_nll = temperature, nll
+    return best
+
+
+def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index: KGIndex, *, encoder_name: str,
+                      embed: Callable[[list[str]], np.ndarray], names: dict[str, str] | None = None,
+                      extra_pairs: Sequence[tuple[str, tuple[PathStep, ...]]] = (),
+                      config: PathRankerConfig = PathRankerConfig(),
+                      log: Callable[[str], None] = print) -> PathRanker:
+    """Train the path scorer on ``train`` (see the module docstring); fit its temperature and report on ``val``."""
+    began = time.perf_counter()
+    d = int(np.asarray(embed(["x"])).shape[1])
+    ranker = PathRanker(params=_init_params(d, config), config=config,
+                        encoder_name=encoder_name, names=names, index=index, embed_fn=embed)
+    rng = np.random.default_rng(config.seed)
+    ranker.relation_table()
+    log(f"path planner: relation and question texts encoded [{time.perf_counter() - began:.1f}s]")
+    data, kept = _examples(ranker, train, ranker.question_vectors(train), config.max_candidates, rng)
+    vocabulary = sorted({c.path for q in (train[i] for i in kept)
+                         for c in ranker.catalog.paths(index.entity_ids[q.topic_entities[0]])}, key=path_key)
+    extra = _pair_examples(ranker, extra_pairs, vocabulary, config.max_candidates, rng)
+    log(f"path planner: training arrays built [{time.perf_counter() - began:.1f}s]")
+    log(f"path planner: {len(kept)} of {len(train)} training questions have a candidate path to their answers; "
+        f"{0 if extra is None else len(extra.qvec)} extra question -> path pairs; {len(vocabulary)} distinct paths")
+    params, history = _fit(ranker.params, ranker.relation_table(), _concat(data, extra), config, log)
+    ranker.params = {k: np.asarray(v) for k, v in params.items()}
+    ranker._forward = None
+    ranker.report = {"train_questions": len(train), "train_with_right_path": len(kept),
+                     "extra_pairs": 0 if extra is None else len(extra.qvec), "path_vocabulary": len(vocabulary),
+                     "loss_history": history}
+    if val:
+        scored = ranker.score(val)
+        targets = [path_targets(q, cands, index) if cands else np.zeros(0, np.float32)
+                   for q, (cands, _, _) in zip(val, scored, strict=True)]
+        usable = [i for i, t in enumerate(targets) if t.any()]
+
+        def probs_at(temperature: float) -> list[np.ndarray]:
+            out = []
+            for i in usable:
+                logits = np.log(np.maximum(scored[i][1], 1e-30)) / temperature
+                e = np.exp(logits - logits.max())
+                out.append(e / e.sum())
+            return out
+
+        ranker.temperature = fit_temperature(probs_at, [targets[i] for i in usable]) if usable else 1.0
+        ranker._forward = None
+        top1 = [float(targets[i][int(np.argmax(scored[i][1]))] > 0) for i in range(len(val)) if len(scored[i][1])]
+        ranker.report["val"] = {"questions": len(val), "with_right_path": len(usable),
+                                "top1_reaches_answer": float(np.sum(top1) / max(len(val), 1)),
+                                "temperature": ranker.temperature}
+        log(f"path planner validation: top-1 path reaches an answer for {ranker.report['val']['top1_reaches_answer']:.1%} "
+            f"of {len(val)} questions ({len(usable)} have such a path); temperature {ranker.temperature}")
+    ranker.report["seconds"] = time.perf_counter() - began
+    return ranker
