@@ -59,6 +59,7 @@ class PlannerConfig:
     llm_prompts: str = "compact"  # LLM planner prompts: compact (small models) or full (the paper's P1/P2 rules)
     llm_grammar: bool = True  # constrain LLM output with a GBNF grammar (needs llm_prompts=compact)
     llm_server: str = "auto"  # OpenAI-compatible server flavour: auto (asks /v1/models), vllm or llama.cpp
+    paths: str = "auto"  # pattern planner: "templates", "paths" (KG-constrained path ranker), or "auto" (chosen on dev)
     hybrid_consult_below: float = 0.5  # hybrid: ask the LLM only where the pattern's top probability is below this
     # (>1: always; always asking SmolLM2-135M made plans worse than the pattern planner's on MetaQA)
 
@@ -99,6 +100,7 @@ class EngineConfig:
     preset: str = "default"  # "paper": the paper-literal engine (no bonus/exact anchor/topic exclusion, max rank)
     exact_anchor: bool = True  # the topic entity the question names is its anchor (wins case/accent twins)
     exclude_topic: bool = True  # drop the question's topic entities from its answers (MetaQA convention)
+    skip_mediators: bool = True  # never return mediator nodes (Freebase CVT mids, unnamed joins) as answers
     max_frontier: int = 1024  # overflowing Breadth runs are re-traced with 2x, 4x, ... capacity up to this
     rank: str = "beam"  # "beam": beam support, then length-fair score; "max": best cumulative score (paper)
     answer_cut: float = 0.5  # keep answers whose beam support >= this x the best answer's support
@@ -266,6 +268,7 @@ _CHOICES = {
     "engine.used_triples": ("run", "branch", "step"),
     "planner.llm_prompts": ("compact", "full"),
     "planner.llm_server": ("auto", "vllm", "llama.cpp"),
+    "planner.paths": ("auto", "templates", "paths"),
     "scr.question_encoder": ("segments", "minilm"),
 }
 _ROW_FORMAT = re.compile(r"^(float16|int8|pca[1-9][0-9]*(-int8|-float16)?)$")  # encoder.row_format (encoder/compact.py)

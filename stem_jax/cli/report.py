@@ -36,7 +36,15 @@ def summary_table(summary: dict, *, decimals: int | None = None) -> str:
         mean = stats["mean"]
         rows.append([name, stats["n"]] + [("-" if k not in mean else round(100 * mean[k], 2) if decimals is None
                                            else f"{100 * mean[k]:.{decimals}f}") for k, _ in columns])
-    return markdown_table(["hops", "questions"] + [title for _, title in columns], rows)
+    table = markdown_table(["hops", "questions"] + [title for _, title in columns], rows)
+    every = summary.get("all_questions")
+    if every and every.get("dropped"):
+        mean = every["mean"]
+        cells = ", ".join(f"{title} {100 * mean[k]:.2f}" for k, title in columns if k in mean)
+        reasons = "; ".join(f"{reason}: {n}" for reason, n in every["dropped"].items())
+        table += (f"\nOver every question of the split ({every['n']}; not answerable, counted as misses: {reasons}): "
+                  f"{cells}\n")
+    return table
 
 
 def run_metadata() -> dict[str, Any]:
