@@ -60,6 +60,7 @@ class PlannerConfig:
     llm_grammar: bool = True  # constrain LLM output with a GBNF grammar (needs llm_prompts=compact)
     llm_server: str = "auto"  # OpenAI-compatible server flavour: auto (asks /v1/models), vllm or llama.cpp
     paths: str = "auto"  # pattern planner: "templates", "paths" (KG-constrained path ranker), or "auto" (chosen on dev)
+    path_pairs: bool = False  # path ranker: also train on relation-paths.jsonl's topic-less pairs (webqsp-r dev: worse)
     hybrid_consult_below: float = 0.5  # hybrid: ask the LLM only where the pattern's top probability is below this
     # (>1: always; always asking SmolLM2-135M made plans worse than the pattern planner's on MetaQA)
 

@@ -17,11 +17,13 @@ from stem_jax.plan.factory import PlannerSpec
 
 
 def planner_spec(args: argparse.Namespace) -> PlannerSpec:
+    plans_file = getattr(args, "plans_file", None)
     return PlannerSpec(
-        name=getattr(args, "planner", "oracle"), path=getattr(args, "planner_path", None),
+        name="file" if plans_file is not None else getattr(args, "planner", "oracle"),
+        path=getattr(args, "planner_path", None),
         method=getattr(args, "pattern_method", "mlp"), train_split=getattr(args, "train_split", None),
         llm_model=getattr(args, "vllm_model", None), llm_url=getattr(args, "vllm_url", None),
-        plans=getattr(args, "plans", None),
+        plans=getattr(args, "plans", None), plans_file=plans_file,
     )
 
 

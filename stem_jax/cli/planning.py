@@ -38,6 +38,9 @@ def add_planner_flags(parser: argparse.ArgumentParser, *, plans: bool = False, d
                        help="OpenAI-compatible server instead of offline vLLM: http://host:8000/v1 from `vllm serve`, "
                        "or `python -m llama_cpp.server` on CPU; prompts/grammar/flavour: --planner.llm_prompts, "
                        "--planner.llm_grammar, --planner.llm_server")
+    group.add_argument("--plans-file", type=Path, default=None,
+                       help="JSONL of plans made elsewhere, per question id: relation paths as RoG writes them "
+                       "(paths / rog_plans) or schema triples; grounded to the KG's relations (overrides --planner)")
     if plans:
         group.add_argument("--plans", type=Path, default=None,
                            help="read schema graphs from a plan store written by `stem-jax plan` (overrides --planner)")

@@ -40,6 +40,8 @@ class PlannerSpec:
       train_split: split with training questions (few-shot examples); default dev for MetaQA.
       llm_model / llm_url: the LLM and, for a served model, its OpenAI-compatible base URL.
       plans: a plan store written by ``stem-jax plan``; when set it replaces the planner.
+      plans_file: a JSONL of plans made elsewhere (:mod:`stem_jax.plan.plans_file`); when set it replaces the
+        planner (``name`` is then ``file``).
     """
 
     name: str = "oracle"
@@ -49,12 +51,15 @@ class PlannerSpec:
     llm_model: str | None = None
     llm_url: str | None = None
     plans: Path | None = None
+    plans_file: Path | None = None
 
     @property
     def label(self) -> str:
         """Short name for run folders and tables."""
         if self.plans is not None:
             return f"plans-{Path(self.plans).name}"
+        if self.plans_file is not None:
+            return f"plans-file-{Path(self.plans_file).stem}"
         return self.name
 
 
@@ -92,6 +97,16 @@ def build_planner(spec: PlannerSpec, config: StemConfig, dataset: Dataset, index
     from stem_jax.plan.oracle import OraclePlanner
 
     names = dataset.entity_names
+    if spec.plans_file is not None:
+        from stem_jax.plan.plans_file import FilePlanner
+
+        if encoder is None:
+            from stem_jax.encoder import get_encoder
+
+            encoder = get_encoder(config.encoder)
+        planner = FilePlanner(spec.plans_file, index, encoder=encoder, names=names, beam=config.planner.beam)
+        return planner, {"planner": "file", "plans_file": str(spec.plans_file), "beam": config.planner.beam,
+                         "questions_in_file": len(planner.records)}
     if spec.name == "oracle":
         # opaque ids (entity_names.tsv): the oracle's plans name the topic as the question does, like every planner
         return SingleQuestionPlanner(OraclePlanner(names=names).plan, "oracle", index), {"planner": "oracle"}

@@ -96,7 +96,8 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
         return selection
     index = build_index(dataset.triples)
     ranker = train_path_ranker(train, val, index, encoder_name=encoder.name, embed=embed,
-                               names=dataset.entity_names, extra_pairs=extra_pairs(dataset),
+                               names=dataset.entity_names,
+                               extra_pairs=extra_pairs(dataset) if config.planner.path_pairs else (),
                                config=PathRankerConfig(seed=config.seed), log=log)
     ranker.save(out / PATHS_FOLDER)
     planner.index = index
