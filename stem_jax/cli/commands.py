@@ -167,11 +167,13 @@ def _anchor_accuracy(dataset: Dataset, index: KGIndex, encoder, entity_table) ->
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The embedded default end to end: generated KG, index, encoder cache, tracer, metrics."""
+    """The embedded default end to end: generated KG, index, encoder cache, tracer, metrics, one answered
+    question with its chain, and the commands to try next."""
     import dataclasses
 
     from stem_jax.methods.stem import StemPipeline, evaluate
     from stem_jax.plan.oracle import OraclePlanner
+    from stem_jax.progress import labelled
 
     config = config_from_args(args)
     args.dataset = "demo"
@@ -197,8 +199,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         folder = out / name.replace(" ", "-")
         for stale in (folder / "predictions.jsonl",):  # the demo always recomputes: it is the smoke test
             stale.unlink(missing_ok=True)
-        results[name] = evaluate(pipeline, dataset.questions, OraclePlanner(names=dataset.entity_names).plan, folder,
-                                 show_progress=not args.no_progress)
+        with labelled(f"{name} engine"):  # the two runs' bars told apart
+            results[name] = evaluate(pipeline, dataset.questions, OraclePlanner(names=dataset.entity_names).plan,
+                                     folder, show_progress=not args.no_progress)
         thetas[name] = pipeline.theta
     print("\nGold-path upper bound (follow the gold relation path; percent):\n")
     print(_upper_bound_table(upper))
@@ -212,11 +215,52 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     f"topic excluded, beam ranking, strategy {e.strategy})"))
         tables.append(f"{title}; percent:\n\n{summary_table(summary, decimals=1)}")
         print(f"\nResult: {tables[-1]}")
+    print("\nRows: questions by hop count (relations between the topic and the answer) and all together. Hit: a gold "
+          "answer is among the answers; Hit@1: the first answer is gold; F1/precision/recall: the answer set against "
+          "the gold set. The oracle planner plans from each question's gold relation path, so these rows measure "
+          "retrieval (anchoring and tracing) with a perfect plan: the upper bound of what a planner can reach.")
+    example = _demo_example(dataset, out / "default")
+    if example:
+        print("\nOne question, as the default engine answered it:\n")
+        print("\n".join(f"  {line}" for line in example))
     payload = {"meta": run_metadata(), "config": as_dict(config), "subgraphs": report, "anchoring": anchors,
                "gold_path_upper_bound": upper, "results": results, "seconds": time.perf_counter() - start}
     paths = write_report(out, "demo", payload, "\n\n".join(tables))
     print(f"\nwrote {paths[0]} and {paths[1]}  [{time.perf_counter() - start:.1f}s]")
+    question = next((q for q in dataset.questions if q.hops == 2 and q.topic_entities), None)
+    asked = (question.text.replace(question.topic_entities[0], f"[{question.topic_entities[0]}]", 1)
+             if question else "which actors appear in [The Rimloumjaith]")
+    print(f"\nNext: ask a question yourself (the pattern planner, trained on first use, plans from its words):\n"
+          f"  stem-jax ask \"{asked}\"\n"
+          "or bring your own KG (triples.tsv and test.jsonl in a folder; docs/your-own-kg.md):\n"
+          "  stem-jax eval --dataset files --data-dir DIR --planner oracle")
     return 0
+
+
+def _demo_example(dataset: Dataset, folder: Path) -> list[str]:
+    """A 2-hop question of the demo's run folder: its text, answers, gold and the chain behind the first answer."""
+    import json
+
+    from stem_jax.answer.chains import answer_chains
+
+    by_qid = {q.qid: q for q in dataset.questions}
+    try:
+        lines = (folder / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        record = json.loads(line)
+        question = by_qid.get(record.get("id"))
+        if question is None or question.hops != 2 or not record.get("prediction"):
+            continue
+        names = dataset.entity_names or {}
+        topics = [names.get(t, t) for t in question.topic_entities]
+        chains = answer_chains([tuple(t) for t in record.get("evidence", [])], topics, record["prediction"][:1])
+        shown = ", ".join(record["prediction"][:5]) + (" ..." if len(record["prediction"]) > 5 else "")
+        return [f"question: {record['question']}   ({question.qid})", f"answer:   {shown}",
+                f"gold:     {', '.join(record.get('ground_truth', []))}",
+                f"why:      {chains[0] if chains else '(no chain in the evidence)'}"]
+    return []
 
 
 def cmd_config(args: argparse.Namespace) -> int:

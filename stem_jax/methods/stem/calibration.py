@@ -200,10 +200,36 @@ def _defaults_kept(row: dict[str, Any]) -> int:
     return sum(v == getattr(defaults, k) for k, v in row.get("conventions", {}).items())
 
 
-def choose(rows: Sequence[dict[str, Any]], paper_theta: float = 0.6) -> dict[str, Any]:
-    """The best row: mean F1, then mean Hit, then the engine's default conventions, then θ nearest the paper's."""
-    return max(rows, key=lambda r: (round(r["mean_f1"], 4), round(r["mean_hit"], 4), _defaults_kept(r),
-                                    -abs(r["theta"] - paper_theta)))
+def _conventions_key(row: dict[str, Any]) -> tuple:
+    return tuple(sorted(row.get("conventions", {}).items()))
+
+
+def _rank(row: dict[str, Any], paper_theta: float, prefer: dict[tuple, float] | None) -> tuple:
+    bound = (prefer or {}).get(_conventions_key(row), 0.0)
+    return (round(row["mean_f1"], 4), round(row["mean_hit"], 4), round(bound, 4), _defaults_kept(row),
+            -abs(row["theta"] - paper_theta))
+
+
+def choose(rows: Sequence[dict[str, Any]], paper_theta: float = 0.6,
+           prefer: dict[tuple, float] | None = None) -> dict[str, Any]:
+    """The best row: mean F1, then mean Hit, then (``prefer``: conventions -> the data's gold-path bound F1 under
+    them, see :func:`tied_conventions`) the conventions the data's own paths reach best with, then the engine's
+    default conventions, then θ nearest the paper's."""
+    return max(rows, key=lambda r: _rank(r, paper_theta, prefer))
+
+
+def tied(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows that tie with the best on mean F1 and mean Hit (what dev alone cannot tell apart)."""
+    top = max((round(r["mean_f1"], 4), round(r["mean_hit"], 4)) for r in rows)
+    return [r for r in rows if (round(r["mean_f1"], 4), round(r["mean_hit"], 4)) == top]
+
+
+def tied_conventions(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The distinct convention sets among :func:`tied` rows (several: dev cannot decide between them)."""
+    seen: dict[tuple, dict[str, Any]] = {}
+    for row in tied(rows):
+        seen.setdefault(_conventions_key(row), dict(row.get("conventions", {})))
+    return list(seen.values())
 
 
 def choose_theta(rows: Sequence[dict[str, Any]], paper_theta: float = 0.6) -> float:
@@ -211,9 +237,12 @@ def choose_theta(rows: Sequence[dict[str, Any]], paper_theta: float = 0.6) -> fl
 
 
 def save_calibration(embeddings: Any, pipeline: Any, rows: Sequence[dict[str, Any]], *, split: str,
-                     questions: int) -> Path:
+                     questions: int, prefer: dict[tuple, float] | None = None,
+                     ties: dict[str, Any] | None = None) -> Path:
+    """Store the :func:`choose` row (``prefer`` breaks its ties) beside the embeddings; ``ties`` records how
+    many settings tied and how the tie was broken."""
     engine = pipeline.engine
-    best = choose(rows)
+    best = choose(rows, prefer=prefer)
     payload = {
         "theta": float(best["theta"]),
         "encoder": getattr(embeddings.triples, "encoder_name", None),
@@ -224,6 +253,8 @@ def save_calibration(embeddings: Any, pipeline: Any, rows: Sequence[dict[str, An
         "tau": pipeline.config.tracer.tau,
         "sweep": list(rows),
     }
+    if ties:
+        payload["ties"] = ties
     if "conventions" in best:
         payload["conventions"] = dict(best["conventions"])
     path = calibration_path(embeddings)
