@@ -152,7 +152,7 @@ def block_part(formats: list[str], reps: int = 7, loops: int = 200) -> dict:
     from kernels.rows import gathered_dots, project_queries
     from stem_jax.config import StemConfig
     from stem_jax.encoder.compact import open_or_build_compact
-    from stem_jax.methods.stem.settings import StemHyper
+    from stem_jax.methods.stem.pipeline import StemHyper
     from stem_jax.trace import tracer
 
     index, embeddings = _open("metaqa")
@@ -223,13 +223,25 @@ def bench_trace_part(formats: list[str]) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def _predictions(folder: Path) -> dict[str, list]:
-    found = {}
+def _predictions(folder: Path) -> tuple[dict[str, list], dict[str, dict]]:
+    """Ranked answers per question id, and Hit@1 / F1 per id prefix (WorldCup2014's WC-P1, WC-P2, WC-C: the
+    eval groups by hops) where ids have one, from the same strict metrics the eval reports."""
+    from stem_jax.eval.metrics import strict_metrics
+
+    found, subsets = {}, {}
     with open(folder / "predictions.jsonl", encoding="utf-8") as handle:
         for line in handle:
             record = json.loads(line)
             found[record["id"]] = record.get("prediction") or []
-    return found
+            prefix = record["id"].split("/")[0]
+            if prefix.startswith("WC-") and record.get("ground_truth"):
+                metrics = strict_metrics(found[record["id"]], record["ground_truth"])
+                sums = subsets.setdefault(prefix, {"n": 0, "hit_at_1": 0.0, "f1": 0.0, "hit": 0.0})
+                sums["n"] += 1
+                for key in ("hit_at_1", "f1", "hit"):
+                    sums[key] += metrics[key]
+    return found, {name: {"n": v["n"], **{k: round(100 * v[k] / v["n"], 3) for k in ("hit_at_1", "f1", "hit")}}
+                   for name, v in sorted(subsets.items())}
 
 
 def accuracy_part(kg: str, formats: list[str]) -> dict:
@@ -244,9 +256,10 @@ def accuracy_part(kg: str, formats: list[str]) -> dict:
         groups = {name: {"n": g["n"], "hit_at_1": round(100 * g["mean"]["hit_at_1"], 3),
                          "f1": round(100 * g["mean"]["f1"], 3), "hit": round(100 * g["mean"]["hit"], 3)}
                   for name, g in {**metrics["groups"], "all": metrics["overall"]}.items()}
+        predictions, subsets = _predictions(folder)
+        groups.update(subsets)
         row = {"groups": groups, "theta": metrics.get("effective", {}).get("theta"),
                "wall_seconds": round(metrics.get("wall_seconds", 0.0), 1)}
-        predictions = _predictions(folder)
         if base is None:
             base = {"groups": groups, "predictions": predictions}
         else:
