@@ -7,11 +7,13 @@ demo or `runs/demo-kg`); the install steps are what CI itself runs, and `--plann
 so both are left out (`demo_snippets` returns what was left out and why, and a test checks that list is short).
 
 Cost is kept to minutes: each distinct command runs once (the pages repeat the README's tour), every command
-shares one cache, one XLA compilation cache and one server (a `serve` command identical to the running one
-reuses it), and the Python snippets run one after another in a single interpreter after the shell commands.
+shares one cache and one XLA compilation cache, and the pages start the demo server with one command, so one
+server answers every `curl`. The shell commands run in page order (README first, then docs/ by name), so later
+commands use earlier ones' output; the server starts where its page shows it and warms up (it compiles every
+shape a full batch can reach) while the commands after it run; the Python snippets then run one after another
+in a single interpreter, and the `curl` lines go last, once the server answers.
 Everything runs in a scratch folder that links the checkout's `experiments/` and `.venv/`, with
-`STEM_CACHE_DIR` pointing at an empty folder, in page order (README first, then docs/ by name), so later
-commands use earlier ones' output.
+`STEM_CACHE_DIR` pointing at an empty folder.
 """
 
 from __future__ import annotations
@@ -243,47 +245,51 @@ def test_every_demo_snippet_runs_as_written(tmp_path: Path) -> None:
     env = dict(os.environ, STEM_CACHE_DIR=str(tmp_path / "cache"),
                PATH=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(REPO))
     assert shutil.which("stem-jax", path=env["PATH"]), "stem-jax is not installed in the test's venv"
-    server: subprocess.Popen | None = None
-    port = None
+    serves = [s for s in snippets if s.kind == "shell" and _is_serve(s.text)]
+    curls = [s for s in snippets if s.text.startswith("curl ")]
     python = [s for s in snippets if s.kind == "python"]
+    server: subprocess.Popen | None = None
+    port = _free_port()
     try:
         for snippet in snippets:
-            if snippet.kind == "python":
-                continue  # run together after the shell commands, which make what they open
-            text = snippet.text
-            started = time.monotonic()
-            print(f"{snippet.page}:{snippet.line}: running {text[:100]}", flush=True)
-            if _is_serve(text):
-                _stop(server)
-                port = _free_port()
-                server = subprocess.Popen(f"{text} --port {port}", shell=True, cwd=work, env=env,
+            if snippet.kind == "python" or snippet in curls:
+                continue
+            if snippet in serves:
+                print(f"{snippet}: starting on port {port}", flush=True)
+                server = subprocess.Popen(f"{snippet.text} --port {port}", shell=True, cwd=work, env=env,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           start_new_session=True)
-                _wait_healthy(f"http://127.0.0.1:{port}/healthz", server)
-            elif text.startswith("curl "):
-                assert port is not None, f"{snippet}: no server started before it"
-                text = text.replace("localhost:8000", f"localhost:{port}")
-                result = subprocess.run(f"{text} --fail-with-body", shell=True, cwd=work, env=env,
-                                        capture_output=True, text=True, timeout=120)
-                assert result.returncode == 0, f"{snippet}\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
-                assert '"answers"' in result.stdout and '"entity"' in result.stdout, f"{snippet}\n{result.stdout}"
-            else:
-                result = subprocess.run(text, shell=True, cwd=work, env=env, capture_output=True, text=True,
-                                        timeout=900)
-                assert result.returncode == 0, \
-                    f"{snippet}\nstdout: {result.stdout[-2000:]}\nstderr: {result.stderr[-3000:]}"
-                if text.startswith("stem-jax ask"):
-                    assert "no answer" not in result.stdout, f"{snippet}\n{result.stdout}"
+                continue
+            started = time.monotonic()
+            print(f"{snippet.page}:{snippet.line}: running {snippet.text[:100]}", flush=True)
+            result = subprocess.run(snippet.text, shell=True, cwd=work, env=env, capture_output=True, text=True,
+                                    timeout=900)
+            assert result.returncode == 0, \
+                f"{snippet}\nstdout: {result.stdout[-2000:]}\nstderr: {result.stderr[-3000:]}"
+            if snippet.text.startswith("stem-jax ask"):
+                assert "no answer" not in result.stdout, f"{snippet}\n{result.stdout}"
             print(f"  done in {time.monotonic() - started:.1f} s", flush=True)
+        if python:
+            started = time.monotonic()
+            listing = tmp_path / "python-snippets.json"
+            listing.write_text(json.dumps([[f"{s.page}:{s.line}", s.text] for s in python]))
+            result = subprocess.run([sys.executable, "-c", _PYTHON_RUNNER, str(listing)], cwd=work, env=env,
+                                    capture_output=True, text=True, timeout=1800)
+            print(result.stdout, f"python snippets: {time.monotonic() - started:.1f} s", flush=True)
+            assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+        if server is not None:
+            started = time.monotonic()
+            _wait_healthy(f"http://127.0.0.1:{port}/healthz", server)
+            print(f"  server healthy after {time.monotonic() - started:.1f} s more", flush=True)
+        for snippet in curls:
+            assert server is not None, f"{snippet}: no server started before it"
+            text = snippet.text.replace("localhost:8000", f"localhost:{port}")
+            result = subprocess.run(f"{text} --fail-with-body", shell=True, cwd=work, env=env,
+                                    capture_output=True, text=True, timeout=120)
+            assert result.returncode == 0, f"{snippet}\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+            assert '"answers"' in result.stdout and '"entity"' in result.stdout, f"{snippet}\n{result.stdout}"
     finally:
         _stop(server)
-    if python:
-        listing = tmp_path / "python-snippets.json"
-        listing.write_text(json.dumps([[f"{s.page}:{s.line}", s.text] for s in python]))
-        result = subprocess.run([sys.executable, "-c", _PYTHON_RUNNER, str(listing)], cwd=work, env=env,
-                                capture_output=True, text=True, timeout=1800)
-        print(result.stdout, flush=True)
-        assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
 
 
 def _stop(server: subprocess.Popen | None) -> None:
