@@ -334,6 +334,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
             print("plans: " + " || ".join(plans[: args.top]))
         if not answer.answers:
             print(f"no answer: {answer.reason}" if answer.reason else "no answer found")
+        elif answer.reason:  # answers that do not follow the plan (a relation that matched no edge)
+            print(f"note: {answer.reason}")
         for rank, (name, score) in enumerate(answer.answers[: args.top], 1):
             print(f"  {rank:2d}. {name}  ({score:.3f})")
         if answer.chains:
@@ -341,10 +343,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
             for chain in answer.chains[: args.top]:
                 print(f"  {chain}")
         timing = ", ".join(f"{k} {v:.1f}" for k, v in answer.stage_ms.items())
-        print(f"ms: {timing}")
+        print(f"ms: {timing}" + ("" if args.warm else "  (this process's first call: compiling included; --warm "
+                                                      "times a second call)"))
     # a question the planner could not plan at all (the oracle without a gold path) is a failure, not
     # an empty answer: scripts see it in the exit status
-    return 1 if any(answer.reason for answer in answers) else 0
+    return 1 if any(answer.reason and not answer.answers for answer in answers) else 0
 
 
 def _check_quoted(questions: list[str]) -> None:

@@ -8,6 +8,8 @@ gives the paper's literal engine) and lets any field be overridden as ``--sectio
 from __future__ import annotations
 
 import argparse
+import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -111,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=StemSubParser)
 
     demo = sub.add_parser("demo", help="run the pipeline on the generated demo KG (offline)",
@@ -209,6 +212,81 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    import platform
+
+    import stem_jax
+
+    try:
+        from importlib.metadata import version
+
+        jax = version("jax")
+    except Exception:  # noqa: BLE001 - a version line must not fail
+        jax = "not installed"
+    return f"stem-jax {stem_jax.__version__} (jax {jax}, python {platform.python_version()})"
+
+
+_TRAIN_FIX = re.compile(r"`stem-jax train-planner[^`]*`( first)?( \(--out this folder\))?")
+_NO_PLANNER_AT = re.compile(r"(?:no trained pattern planner at (\S+)|^(\S+): no trained pattern planner here)", re.M)
+# flags of this command that say which KG, cache and encoder a trained planner belongs to
+_SAME_KG_FLAGS = ("--dataset", "--data-dir", "--triples", "--delimiter", "--entity-names", "--relation-names",
+                  "--cache-dir")
+
+
+def _train_command(args: argparse.Namespace, out: str | None) -> str:
+    """``stem-jax train-planner`` with this command's KG, cache and config flags: a command to paste."""
+    argv, kept, i = list(getattr(args, "argv", []) or []), [], 0
+    while i < len(argv):
+        token = argv[i]
+        name = token.split("=", 1)[0]
+        takes_value = "=" not in token and i + 1 < len(argv) and not argv[i + 1].startswith("--")
+        if name in _SAME_KG_FLAGS or name.startswith(("--encoder.", "--planner.")):
+            kept += [token] + ([argv[i + 1]] if takes_value else [])
+        i += 2 if takes_value else 1
+    if "--dataset" not in [t.split("=", 1)[0] for t in kept] and getattr(args, "dataset", None):
+        kept = ["--dataset", str(args.dataset)] + kept
+    if out:
+        kept += ["--out", out]
+    return shlex.join(["stem-jax", "train-planner", *kept])
+
+
+def pasteable(message: str, args: argparse.Namespace) -> str:
+    """``message`` with its "run `stem-jax train-planner ...` first" fix made a command to paste: this command's
+    own dataset, cache and config flags (and ``--out`` the folder it looked in), not a description of them."""
+    if not _TRAIN_FIX.search(message):
+        return message
+    where = _NO_PLANNER_AT.search(message)
+    folder = (where.group(1) or where.group(2)) if where else None
+    command = _train_command(args, folder)
+    return _TRAIN_FIX.sub(lambda _: f"`{command}` first", message, count=1)
+
+
+_SPLIT_OF = {"train-planner": "train", "calibrate": "dev"}  # commands that cannot run without their split's file
+
+
+def _check_question_file(args: argparse.Namespace) -> None:
+    """``train-planner`` and ``calibrate`` on a files KG: the split's question file must exist (else the run
+    loads 0 questions and fails later without naming the file)."""
+    if args.command not in _SPLIT_OF or getattr(args, "dataset", None) != "files":
+        return
+    if getattr(args, "questions", None) is not None:
+        return
+    from stem_jax.data.files import find_questions
+
+    split = getattr(args, "split", None)
+    if args.command == "train-planner" and split is None:
+        split = getattr(args, "train_split", None) or _SPLIT_OF["train-planner"]
+    split = split or _SPLIT_OF[args.command]
+    triples = getattr(args, "triples", None)
+    folder = getattr(args, "data_dir", None) or (Path(triples).parent if triples is not None else None)
+    if folder is None or not Path(folder).is_dir() or find_questions(Path(folder), split) is not None:
+        return
+    needs = "training questions" if args.command == "train-planner" else "dev questions to choose its settings on"
+    raise StemError(f"{args.command} needs {needs}: no {split}.jsonl (or {split}.txt) in {folder}\n  how to fix: "
+                    f"write {Path(folder) / f'{split}.jsonl'} (one question per line, as test.jsonl; "
+                    "docs/your-own-kg.md), or pass --split with a split that has a file, or --questions FILE")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -217,9 +295,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _check_question_file(args)
         return args.func(args)
     except StemError as err:
-        print(f"stem-jax {args.command}: error: {err}", file=sys.stderr)
+        print(f"stem-jax {args.command}: error: {pasteable(str(err), args)}", file=sys.stderr)
         return 2
     except ValueError as err:  # bad option values from config overrides
         if "--" in str(err):
