@@ -156,3 +156,12 @@ def test_all_evidence_stays_readable_with_250_triples(browser, server):
     assert page["overlaps"] == 0, page
     assert page["topicFromTop"] < 60  # the topic heads its column: in view when the panel opens
     assert not page["edgeLabelShown"]  # dense: relations show on hover, not as overlapping text
+
+
+def test_one_word_is_tried_as_a_question_id_then_as_text(browser, server):
+    _submit(browser, server, "demo/test/1-hop/0")  # a split question's id
+    status = browser.evaluate("document.getElementById('status').textContent")
+    assert status.startswith("demo/test/1-hop/0:"), status
+    _submit(browser, server, "Zzzzqqq")  # no such id: asked as text, and that error is the one shown
+    error = browser.evaluate("document.getElementById('status').textContent")
+    assert error.startswith("400:") and "no KG entity found in 'Zzzzqqq'" in error, error
