@@ -72,11 +72,9 @@ class RowFormat:
         return self.name != "float16"
 
     def width(self, source_dim: int) -> int:
-        """Coordinates stored per row."""
-        if self.dims is not None and self.dims > source_dim:
-            raise StemError(f"row format {self.name} keeps {self.dims} dimensions but the encoder has {source_dim}\n"
-                            f"  how to fix: use pca<k> with k <= {source_dim}")
-        return source_dim if self.dims is None else self.dims
+        """Coordinates stored per row: k, or all ``source_dim`` of a narrower encoder (then the projection
+        is a rotation and keeps every row, up to the codes' rounding)."""
+        return source_dim if self.dims is None else min(self.dims, source_dim)
 
     def bytes_per_row(self, source_dim: int) -> int:
         k = self.width(source_dim)
@@ -300,7 +298,7 @@ def _build(source: EmbeddingTable, fmt: RowFormat, path: Path, columns: list[Col
     if fmt.dims:
         projection = _read_projection(path, table.manifest.get("projection_sha256"))
         if projection is None:
-            projection = fit_projection(source.array, fmt.dims)
+            projection = fit_projection(source.array, fmt.width(source.array.shape[1]))
             data = _projection_bytes(*projection)
             write_bytes_atomic(path / PROJECTION, data)
             table.manifest["projection_sha256"] = hashlib.sha256(data).hexdigest()
@@ -327,8 +325,7 @@ def compact_from_array(rows: np.ndarray, row_format: str) -> CompactRows | None:
     fmt = RowFormat.parse(row_format)
     if not fmt.compact:
         return None
-    fmt.width(rows.shape[1])
-    projection = fit_projection(rows, fmt.dims) if fmt.dims else None
+    projection = fit_projection(rows, fmt.width(rows.shape[1])) if fmt.dims else None
     basis, mean = (projection[0], projection[1]) if projection is not None else (None, None)
     codes, scale = encode_rows(rows, fmt, basis, mean)
     return _rows(fmt, {"codes": codes, "scale": scale} if scale is not None else {"codes": codes}, projection,
