@@ -20,7 +20,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_serve_browser import HEIGHT, DevTools, _chromium
+
+try:  # the DevTools client of the explorer's first browser test (its folder on sys.path, or tests/ as a root)
+    from test_serve_browser import HEIGHT, DevTools, _chromium
+except ImportError:  # pragma: no cover - stage folders imported as packages
+    from serve.test_serve_browser import HEIGHT, DevTools, _chromium
 
 pytestmark = pytest.mark.slow
 
