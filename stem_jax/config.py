@@ -59,7 +59,7 @@ class PlannerConfig:
     llm_prompts: str = "compact"  # LLM planner prompts: compact (small models) or full (the paper's P1/P2 rules)
     llm_grammar: bool = True  # constrain LLM output with a GBNF grammar (needs llm_prompts=compact)
     llm_server: str = "auto"  # OpenAI-compatible server flavour: auto (asks /v1/models), vllm or llama.cpp
-    paths: str = "auto"  # pattern planner: "templates", "paths" (KG-constrained path ranker), or "auto" (chosen on dev)
+    paths: str = "auto"  # pattern planner: "templates", "paths" (KG-constrained path ranker), "both", or "auto" (chosen on dev)
     path_pairs: bool = False  # path ranker: also train on relation-paths.jsonl's topic-less pairs (webqsp-r dev: worse)
     hybrid_consult_below: float = 0.5  # hybrid: ask the LLM only where the pattern's top probability is below this
     # (>1: always; always asking SmolLM2-135M made plans worse than the pattern planner's on MetaQA)
@@ -101,6 +101,7 @@ class EngineConfig:
     preset: str = "default"  # "paper": the paper-literal engine (no bonus/exact anchor/topic exclusion, max rank)
     exact_anchor: bool = True  # the topic entity the question names is its anchor (wins case/accent twins)
     exclude_topic: bool = True  # drop the question's topic entities from its answers (MetaQA convention)
+    confident_at: float = 0.5  # an answer whose beam support is below this is marked not confident (chosen on dev)
     skip_mediators: bool = True  # never return mediator nodes (Freebase CVT mids, unnamed joins) as answers
     max_frontier: int = 1024  # overflowing Breadth runs are re-traced with 2x, 4x, ... capacity up to this
     rank: str = "beam"  # "beam": beam support, then length-fair score; "max": best cumulative score (paper)
@@ -269,7 +270,7 @@ _CHOICES = {
     "engine.used_triples": ("run", "branch", "step"),
     "planner.llm_prompts": ("compact", "full"),
     "planner.llm_server": ("auto", "vllm", "llama.cpp"),
-    "planner.paths": ("auto", "templates", "paths"),
+    "planner.paths": ("auto", "templates", "paths", "both"),
     "scr.question_encoder": ("segments", "minilm"),
 }
 _ROW_FORMAT = re.compile(r"^(float16|int8|pca[1-9][0-9]*(-int8|-float16)?)$")  # encoder.row_format (encoder/compact.py)
@@ -305,6 +306,7 @@ _FLOAT_RANGE = {  # float fields: (low, high, low inclusive, high inclusive, why
     "tracer.theta": (0.0, 1.0, True, True, "θ thresholds a cosine-based T-Score"),
     "planner.min_prob": (0.0, 1.0, True, True, "a probability"),
     "engine.answer_cut": (0.0, 1.0, True, True, "a share of the best answer's support"),
+    "engine.confident_at": (0.0, 1.0, True, True, "a beam support (summed plan probability)"),
     "engine.beam_gap": (0.0, math.inf, True, True, "a length-fair T-Score difference (inf: off)"),
     "scr.tau": (0.0, math.inf, False, False, "a temperature"),
     "scr.threshold": (0.0, 1.0, True, True, "a probability"),

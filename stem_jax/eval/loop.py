@@ -22,7 +22,13 @@ from stem_jax.data.types import Question
 from stem_jax.errors import StemError
 from stem_jax.eval.records import make_records
 from stem_jax.eval.run_folder import RunFolder, method_fingerprint, selection_of
-from stem_jax.eval.scoring import over_every_question, score_predictions, score_records, scored_fields
+from stem_jax.eval.scoring import (
+    answered_precision,
+    over_every_question,
+    score_predictions,
+    score_records,
+    scored_fields,
+)
 from stem_jax.methods.base import RetrievalMethod
 from stem_jax.progress import progress
 
@@ -49,13 +55,10 @@ def evaluate_method(
         raise StemError("no questions to evaluate: the selection is empty\n"
                         "  how to fix: check --hops, --limit, --split and the question file")
     fingerprint = method_fingerprint(method) if fingerprint is None else fingerprint
-    whole_split = selection is None
     selection = selection_of(questions) if selection is None else selection
     with RunFolder.open(Path(out_dir), fingerprint, overwrite=overwrite, questions=questions, selection=selection,
                         log=log) as run:
-        # a shard of a multi-process eval is part of the split: the merged score counts the dropped questions once
-        return _evaluate_into(method, questions, run, chunk_size=chunk_size, show_progress=show_progress, log=log,
-                              every_question=whole_split)
+        return _evaluate_into(method, questions, run, chunk_size=chunk_size, show_progress=show_progress, log=log)
 
 
 @contextlib.contextmanager
@@ -77,7 +80,7 @@ def settled_heap() -> Iterator[Callable[[], None]]:
 
 
 def _evaluate_into(method: RetrievalMethod, questions: Sequence[Question], run: Any, *, chunk_size: int,
-                   show_progress: bool, log: Callable[[str], None], every_question: bool = True) -> dict[str, Any]:
+                   show_progress: bool, log: Callable[[str], None]) -> dict[str, Any]:
     predictions = run.predictions
     finished = run.finished()
     wanted = {q.qid for q in questions}
@@ -112,8 +115,15 @@ def _evaluate_into(method: RetrievalMethod, questions: Sequence[Question], run: 
         # a repeated question id (two lines for one id) is what reading the file back cleans up: read it then
         summary = score_predictions(predictions, wanted) if repeated else score_records(scored.values(), wanted)
     summary.update({k: v for k, v in prepared.items() if v is not None})
-    if every_question:
-        dataset = getattr(getattr(method, "context", None), "dataset", None)
+    threshold = getattr(getattr(getattr(method, "context", None), "config", None), "engine", None)
+    threshold = getattr(threshold, "confident_at", None)
+    if threshold is not None and method.name == "stem":
+        (row,) = answered_precision(scored.values(), [threshold])
+        summary["confident"] = {"threshold": threshold, "answered_share": row["answered"],
+                                "answered_hit_at_1": row["precision"] if row["precision"] == row["precision"] else None}
+    dataset = getattr(getattr(method, "context", None), "dataset", None)
+    # over the whole split only: a shard or a --limit selection is a part of it, and the dropped are not its part
+    if dataset is not None and len(wanted) == len(dataset.questions) and wanted == {q.qid for q in dataset.questions}:
         summary["all_questions"] = over_every_question(summary, getattr(dataset, "dropped", None) or [])
     summary["method"] = method.name
     effective = getattr(method, "effective", None)

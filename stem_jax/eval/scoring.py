@@ -26,7 +26,28 @@ SCORED_FIELDS = ("id", "hops", "prediction", "ground_truth", "coverage", "overfl
 
 def scored_fields(record: dict) -> dict:
     """The part of a record :func:`score_records` reads (a run keeps these, not whole records, in memory)."""
-    return {k: record[k] for k in SCORED_FIELDS if k in record}
+    fields = {k: record[k] for k in SCORED_FIELDS if k in record}
+    if record.get("scores"):
+        fields["top_score"] = record["scores"][0]
+    return fields
+
+
+def answered_precision(records: Iterable[dict], thresholds: Iterable[float]) -> list[dict[str, float]]:
+    """Per threshold t: the share of scored questions whose best answer's score is at least t (answered), and
+    Hit@1 among those (answered precision). Questions without gold answers are left out, as in the metrics."""
+    scorer = SplitScorer()
+    rows = []
+    for record in records:
+        if record.get("ground_truth"):
+            hit1 = scorer.strict_metrics(record["prediction"], record["ground_truth"])["hit_at_1"]
+            top = record.get("top_score", record["scores"][0] if record.get("scores") else 0.0)
+            rows.append((float(top) if record["prediction"] else -1.0, float(hit1)))
+    out = []
+    for t in thresholds:
+        answered = [hit for top, hit in rows if top >= t]
+        out.append({"threshold": float(t), "answered": len(answered) / max(len(rows), 1),
+                    "precision": sum(answered) / len(answered) if answered else float("nan"), "n": len(rows)})
+    return out
 
 
 def score_predictions(path: Path, qids: set[str] | None = None) -> dict[str, Any]:

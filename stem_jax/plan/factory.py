@@ -142,6 +142,10 @@ def build_planner(spec: PlannerSpec, config: StemConfig, dataset: Dataset, index
                                  index=index, encoder=encoder)
         ranker.name = "pattern-paths"
         info.update(paths=ranker.report.get("val", {}), temperature=ranker.temperature)
+        if mode == "both":
+            from stem_jax.plan.mixed import MixedPlanner
+
+            return MixedPlanner(planner, ranker, beam=config.planner.beam), info
         return ranker, info
     if spec.name in ("vllm", "hybrid"):
         from stem_jax.data.splits import hash_split

@@ -101,13 +101,16 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
                                config=PathRankerConfig(seed=config.seed), log=log)
     ranker.save(out / PATHS_FOLDER)
     planner.index = index
-    templates_hit = first_plan_hit(planner, val, index)
-    paths_hit = first_plan_hit(ranker, val, index)
-    chosen = "paths" if mode == "paths" or paths_hit > templates_hit else "templates"
-    selection.update(mode=chosen, val_questions=len(val), first_plan_hit={"templates": templates_hit,
-                                                                           "paths": paths_hit},
-                     reason="paths requested" if mode == "paths" else
-                     f"first plan reaches a gold answer: paths {paths_hit:.3f} vs templates {templates_hit:.3f}")
+    from stem_jax.plan.mixed import MixedPlanner
+
+    ranker.index, ranker.embed_fn, ranker.beam = index, embed, config.planner.beam
+    hits = {"templates": first_plan_hit(planner, val, index), "paths": first_plan_hit(ranker, val, index),
+            "both": first_plan_hit(MixedPlanner(planner, ranker, beam=config.planner.beam), val, index)}
+    # ties go to the simpler planner: templates, then paths, then both
+    chosen = mode if mode in hits else max(hits, key=lambda k: (hits[k], -list(hits).index(k)))
+    selection.update(mode=chosen, val_questions=len(val), first_plan_hit=hits,
+                     reason=f"{mode} requested" if mode in hits else
+                     "first plan reaches a gold answer: " + ", ".join(f"{k} {v:.3f}" for k, v in hits.items()))
     log(f"planner choice: {chosen} ({selection['reason']}, {len(val)} held-out questions)")
     return selection
 
