@@ -2,7 +2,10 @@
 
 Command (repo root; MetaQA, WorldCup2014 and the demo KG indexed, their pattern planners trained):
 
-    STEM_DATA_DIR=../shared/data STEM_CACHE_DIR=.cache/stem_jax python experiments/compact_rows.py [--formats int8,pca192-int8,pca128-int8,pca96-int8,pca64-int8] [--accuracy-formats pca128-int8] [--kgs metaqa,wc2014,demo] [--parts rows,kernel,accuracy] [--label L]
+    STEM_DATA_DIR=../shared/data STEM_CACHE_DIR=.cache/stem_jax python experiments/compact_rows.py --accuracy-formats pca128-int8,pca96-int8 --runs-tag final
+
+(defaults: ``--formats int8,pca192-int8,pca128-int8,pca96-int8,pca64-int8 --kgs metaqa,wc2014,demo
+--parts rows,kernel,accuracy``; ``--label L`` writes compact-rows-L; parts run separately accumulate in one file.)
 
 For each KG and each row format (``encoder.row_format``, :mod:`stem_jax.encoder.compact`):
 
@@ -17,8 +20,8 @@ For each KG and each row format (``encoder.row_format``, :mod:`stem_jax.encoder.
   KG, and ``stem-jax bench trace --dataset metaqa --hops 2`` (oracle plans, 256 questions) per format.
 * accuracy: the KG's test split planned once by the pattern planner (``stem-jax plan``), then ``stem-jax eval
   --plans`` under float16 and each of ``--accuracy-formats``: Hit@1 and F1 per group (hops; WorldCup2014's
-  P1/P2/C) next to the bound (float16 - 0.1 point), and the share of questions whose ranked answers are
-  identical. The eval run folders (runs/compact-rows/) resume, so a rerun only adds what is missing.
+  P1/P2/C) next to the bound (float16 - 0.1 point), and the share of questions whose answer sets, and ranked
+  answer lists, are identical to float16's (answers of near-equal score may swap places). The eval run folders (runs/compact-rows/) resume, so a rerun only adds what is missing.
 
 Writes experiments/results/compact-rows[-L].{json,md}.
 """
@@ -244,13 +247,14 @@ def _predictions(folder: Path) -> tuple[dict[str, list], dict[str, dict]]:
                    for name, v in sorted(subsets.items())}
 
 
-def accuracy_part(kg: str, formats: list[str]) -> dict:
+def accuracy_part(kg: str, formats: list[str], tag: str = "") -> dict:
+    runs = RUNS / tag if tag else RUNS
     plans = RUNS / f"plans-{kg}"
     _cli("plan", "--dataset", kg, "--planner", "pattern", "--out", str(plans))
     out = {"plans": str(plans.relative_to(ROOT)), "formats": {}}
     base = None
     for fmt in ["float16", *formats]:
-        folder = RUNS / f"{kg}-{fmt}"
+        folder = runs / f"{kg}-{fmt}"
         _cli("eval", "--dataset", kg, "--plans", str(plans), "--out", str(folder), f"--encoder.row_format={fmt}")
         metrics = json.loads((folder / "metrics.json").read_text())
         groups = {name: {"n": g["n"], "hit_at_1": round(100 * g["mean"]["hit_at_1"], 3),
@@ -264,6 +268,8 @@ def accuracy_part(kg: str, formats: list[str]) -> dict:
             base = {"groups": groups, "predictions": predictions}
         else:
             same = sum(predictions.get(q) == p for q, p in base["predictions"].items())
+            sets = sum(set(predictions.get(q) or []) == set(p) for q, p in base["predictions"].items())
+            row["identical_answer_sets"] = round(sets / max(len(base["predictions"]), 1), 4)
             top1 = sum((predictions.get(q) or [None])[:1] == p[:1] for q, p in base["predictions"].items())
             row["identical_ranked_answers"] = round(same / max(len(base["predictions"]), 1), 4)
             row["identical_top_answer"] = round(top1 / max(len(base["predictions"]), 1), 4)
@@ -311,11 +317,12 @@ def _markdown(payload: dict) -> str:
         for fmt, r in part["formats"].items():
             for g, v in r["groups"].items():
                 bound = "" if fmt == "float16" else f"{base[g]['hit_at_1'] - BOUND:.2f} / {base[g]['f1'] - BOUND:.2f}"
-                rows.append([fmt, g, v["n"], v["hit_at_1"], v["f1"], bound,
-                             r.get("identical_ranked_answers", "") if g == "all" else ""])
+                same = f"{r['identical_answer_sets']} / {r['identical_ranked_answers']}" if (
+                    g == "all" and "identical_answer_sets" in r) else ""
+                rows.append([fmt, g, v["n"], v["hit_at_1"], v["f1"], bound, same])
         lines += [f"**{kg}** test split, pattern planner plans, Hit@1 / F1 (percent); bound = float16 - {BOUND}:", "",
                   markdown_table(["format", "group", "questions", "Hit@1", "F1", "bound Hit@1 / F1",
-                                  "identical ranked answers"], rows), ""]
+                                  "same answer set / same ranked list"], rows), ""]
     return "\n".join(lines)
 
 
@@ -326,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kgs", default="metaqa,wc2014,demo")
     parser.add_argument("--parts", default="rows,kernel,accuracy")
     parser.add_argument("--label", default="")
+    parser.add_argument("--runs-tag", default="", help="eval run folders under runs/compact-rows/<tag>/ (fresh ones: "
+                        "float16 and the compact formats evaluated by the same code, one after the other)")
     args = parser.parse_args(argv)
     formats = [f for f in args.formats.split(",") if f]
     kgs = [k for k in args.kgs.split(",") if k]
@@ -335,21 +344,32 @@ def main(argv: list[str] | None = None) -> int:
     payload = json.loads(previous.read_text()) if previous.exists() else {}  # parts run separately accumulate
     payload.update({"meta": run_metadata(), "load_before": round(os.getloadavg()[0], 2), "command": (
         "python experiments/compact_rows.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()})
+    command = payload["command"]
+
+    def save() -> None:
+        payload["load_after"] = round(os.getloadavg()[0], 2)
+        write_report(RESULTS, stem, payload, _markdown(payload))
+
     if "rows" in parts:
         payload.setdefault("rows", {})
         for kg in kgs:
             payload["rows"][kg] = rows_part(kg, formats)
+        payload["rows_command"] = command
+        save()
     if "kernel" in parts:
         payload["block"] = block_part(formats)
+        save()
         payload["bench_trace"] = bench_trace_part(formats)
+        payload["kernel_command"] = command
+        save()
     if "accuracy" in parts:
         payload.setdefault("accuracy", {})
         for kg in kgs:
-            payload["accuracy"][kg] = accuracy_part(kg, [f for f in args.accuracy_formats.split(",") if f])
-    payload["load_after"] = round(os.getloadavg()[0], 2)
-    markdown = _markdown(payload)
-    write_report(RESULTS, stem, payload, markdown)
-    print(markdown)
+            payload["accuracy"][kg] = accuracy_part(kg, [f for f in args.accuracy_formats.split(",") if f], args.runs_tag)
+            payload["accuracy"][kg]["command"] = command
+            save()
+    save()
+    print(_markdown(payload))
     return 0
 
 
