@@ -253,7 +253,8 @@ def open_or_build_compact(source: EmbeddingTable, row_format: str, *, chunk_rows
 
     A complete cache is read without a lock; otherwise the build holds the folder's build lock, fits the
     projection once (kept in ``projection.npz``, its sha256 in the manifest: a refit restarts the chunks)
-    and writes the missing chunks, each recorded with its checksum, so a killed build resumes."""
+    and writes the missing chunks, each recorded with its checksum, so a killed build resumes. Where the
+    cache folder cannot be written (a read-only cache), the same rows are made in memory (``path`` None)."""
     fmt = RowFormat.parse(row_format)
     if not fmt.compact:
         return None
@@ -274,8 +275,14 @@ def open_or_build_compact(source: EmbeddingTable, row_format: str, *, chunk_rows
             if (projection is not None or not fmt.dims) and not table.verify(into=out, repair=False):
                 return _rows(fmt, out, projection, path, 0.0)
     ZarrTable.refuse_foreign(path, columns, KIND, rebuild=rebuild)
-    with build_lock(path, KIND.name):
-        return _build(source, fmt, path, columns, expected, rebuild)
+    try:
+        with build_lock(path, KIND.name):
+            return _build(source, fmt, path, columns, expected, rebuild)
+    except OSError:  # a read-only cache folder (or a full disk): the same rows, made in memory for this run
+        began = time.perf_counter()
+        rows = compact_from_array(source.array, fmt.name)
+        rows.build_seconds = time.perf_counter() - began
+        return rows
 
 
 def _empty(fmt: RowFormat, n: int, width: int) -> dict[str, np.ndarray]:

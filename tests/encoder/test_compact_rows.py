@@ -198,3 +198,19 @@ def test_compact_cache_is_built_once_read_back_and_repaired(tmp_path):
     np.testing.assert_array_equal(refit.codes, built.codes)
     plain = open_or_build_compact(source, "int8", chunk_rows=128)
     assert plain.basis is None and plain.codes.shape == (300, 32) and plain.bytes_per_row == 36
+
+
+def test_an_unwritable_cache_folder_gets_the_same_rows_in_memory(tmp_path, monkeypatch):
+    import stem_jax.encoder.compact as compact
+
+    rng = np.random.default_rng(2)
+    rows = unit_rows(rng, 100, 16, rank=4)
+    source = EmbeddingTable(array=rows, path=tmp_path / "triples.zarr", encoder_name="enc")
+
+    def refused(folder, what):
+        raise PermissionError(13, "Permission denied", str(folder))
+
+    monkeypatch.setattr(compact, "build_lock", refused)  # what a read-only folder does to the lock file
+    made = open_or_build_compact(source, "pca8-int8")
+    assert made.path is None and not (tmp_path / "triples-pca8-int8.zarr").exists()
+    np.testing.assert_array_equal(made.codes, compact_from_array(rows, "pca8-int8").codes)
