@@ -60,6 +60,7 @@ class PlannerConfig:
     llm_grammar: bool = True  # constrain LLM output with a GBNF grammar (needs llm_prompts=compact)
     llm_server: str = "auto"  # OpenAI-compatible server flavour: auto (asks /v1/models), vllm or llama.cpp
     paths: str = "auto"  # pattern planner: "templates", "paths" (KG-constrained path ranker), "both", or "auto" (chosen on dev)
+    mix_weight: float = 0.0  # planner.paths=both: the templates' share of a plan's probability (0: train-planner's choice)
     path_pairs: bool = False  # path ranker: also train on relation-paths.jsonl's topic-less pairs (webqsp-r dev: worse)
     hybrid_consult_below: float = 0.5  # hybrid: ask the LLM only where the pattern's top probability is below this
     # (>1: always; always asking SmolLM2-135M made plans worse than the pattern planner's on MetaQA)
@@ -307,6 +308,7 @@ _FLOAT_RANGE = {  # float fields: (low, high, low inclusive, high inclusive, why
     "planner.min_prob": (0.0, 1.0, True, True, "a probability"),
     "engine.answer_cut": (0.0, 1.0, True, True, "a share of the best answer's support"),
     "engine.confident_at": (0.0, 1.0, True, True, "a beam support (summed plan probability)"),
+    "planner.mix_weight": (0.0, 1.0, True, True, "the templates' share of a mixed beam (0: chosen by train-planner)"),
     "engine.beam_gap": (0.0, math.inf, True, True, "a length-fair T-Score difference (inf: off)"),
     "scr.tau": (0.0, math.inf, False, False, "a temperature"),
     "scr.threshold": (0.0, 1.0, True, True, "a probability"),

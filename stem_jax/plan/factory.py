@@ -145,7 +145,9 @@ def build_planner(spec: PlannerSpec, config: StemConfig, dataset: Dataset, index
         if mode == "both":
             from stem_jax.plan.mixed import MixedPlanner
 
-            return MixedPlanner(planner, ranker, beam=config.planner.beam), info
+            weight = config.planner.mix_weight or float(planner.report.get("selection", {}).get("mix_weight", 0.5))
+            info["mix_weight"] = weight
+            return MixedPlanner(planner, ranker, weight=weight, beam=config.planner.beam), info
         return ranker, info
     if spec.name in ("vllm", "hybrid"):
         from stem_jax.data.splits import hash_split
