@@ -5,7 +5,7 @@ Command (repo root; MetaQA, WorldCup2014 and the demo KG indexed, their pattern 
     STEM_DATA_DIR=../shared/data STEM_CACHE_DIR=.cache/stem_jax python experiments/compact_rows.py --accuracy-formats pca128-int8,pca96-int8 --runs-tag final
 
 (defaults: ``--formats int8,pca192-int8,pca128-int8,pca96-int8,pca64-int8 --kgs metaqa,wc2014,demo
---parts rows,kernel,accuracy``; ``--label L`` writes compact-rows-L; parts run separately accumulate in one file.)
+--parts rows,kernel,accuracy``, kernel = block,bench; ``--label L`` writes compact-rows-L; parts run separately accumulate in one file.)
 
 For each KG and each row format (``encoder.row_format``, :mod:`stem_jax.encoder.compact`):
 
@@ -148,7 +148,7 @@ def _best(call, reps: int) -> float:
     return min(times)
 
 
-def block_part(formats: list[str], reps: int = 7, loops: int = 200) -> dict:
+def block_part(formats: list[str], reps: int = 5, loops: int = 200, rounds: int = 5) -> dict:
     import jax
     import jax.numpy as jnp
 
@@ -177,7 +177,9 @@ def block_part(formats: list[str], reps: int = 7, loops: int = 200) -> dict:
     guidance = (tracer._sorted_rows(jnp.full((runs, 64), -1, jnp.int32)), jnp.bool_(False))
     hyper = StemHyper(1.0, 0.0, 0.7).traced()
     cum_j, pair_nodes_j = jnp.asarray(cum.astype(np.int32)), jnp.asarray(pair_nodes)
-    out = {"edges": int(cum[-1]), "blocks": blocks, "window": window, "runs": runs, "frontier": frontier, "formats": {}}
+    out = {"edges": int(cum[-1]), "blocks": blocks, "window": window, "runs": runs, "frontier": frontier,
+           "rounds": rounds, "formats": {}}
+    timed = {}
     for fmt in ["float16", *formats]:
         rows = embeddings.triples.array if fmt == "float16" else open_or_build_compact(embeddings.triples, fmt)
         kg = tracer.KGArrays.from_index(index, rows)
@@ -197,11 +199,19 @@ def block_part(formats: list[str], reps: int = 7, loops: int = 200) -> dict:
             return gathered_dots(kg.triple_emb, kg.triple_scale, triple, proj[run],
                                  None if bias is None else bias[run]).sum()
 
-        row = {"table_dtype": str(kg.triple_emb.dtype), "row_width": int(kg.triple_emb.shape[1])}
+        out["formats"][fmt] = {"table_dtype": str(kg.triple_emb.dtype), "row_width": int(kg.triple_emb.shape[1])}
         for name, body in (("score_block_us", scorer), ("gather_and_dot_us", dots)):
             looped = jax.jit(lambda body=body: jax.lax.fori_loop(0, loops, lambda i, acc: acc + body(i % blocks), 0.0))
-            row[name] = round(_best(looped, reps) / loops * 1e6, 1)
-        out["formats"][fmt] = row
+            jax.block_until_ready(looped())  # compiled before any timing
+            timed[fmt, name] = looped
+    # formats interleaved, round after round, the minimum kept: a busy machine slows each format alike
+    best: dict = {}
+    for _ in range(rounds):
+        for (fmt, name), looped in timed.items():
+            best[fmt, name] = min(best.get((fmt, name), np.inf), _best(looped, reps))
+    for (fmt, name), seconds in best.items():
+        out["formats"][fmt][name] = round(seconds / loops * 1e6, 1)
+    for fmt, row in out["formats"].items():
         print("block", fmt, row, flush=True)
     return out
 
@@ -356,11 +366,13 @@ def main(argv: list[str] | None = None) -> int:
             payload["rows"][kg] = rows_part(kg, formats)
         payload["rows_command"] = command
         save()
-    if "kernel" in parts:
+    if parts & {"kernel", "block"}:
         payload["block"] = block_part(formats)
+        payload["block_command"] = command
         save()
+    if parts & {"kernel", "bench"}:
         payload["bench_trace"] = bench_trace_part(formats)
-        payload["kernel_command"] = command
+        payload["bench_command"] = command
         save()
     if "accuracy" in parts:
         payload.setdefault("accuracy", {})
