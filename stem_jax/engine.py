@@ -124,6 +124,9 @@ class Answer:
     record: dict[str, Any]
     topic_link: dict[str, Any] | None = None  # how the topic entity was found (``ask`` without an id)
     reason: str | None = None  # why there is no answer, when the planner could not plan the question
+    # STEM: whether the best answer's beam support (summed probability of the plans that reach it) is at least
+    # engine.confident_at; when it is not, ``reason`` says so: read the answers as guesses. None for SAFE / SCR.
+    confident: bool | None = None
 
     @property
     def best(self) -> str | None:
@@ -585,10 +588,17 @@ class Engine:
                 [index.entities[e] for e, _ in retrieval.answers], display=self.display)
             stage_ms = dict(record.get("ms", {}))
             stage_ms["total"] = round(total_ms, 3)
-            answers.append(Answer(question, list(zip(record["prediction"], record.get("scores", []), strict=False)),
-                                  evidence, chains, stage_ms, record, link,
-                                  (self._no_plan_reason(question, record) if method in ("stem", "safe") else None)
-                                  or _unmatched_reason(record)))
+            scored = list(zip(record["prediction"], record.get("scores", []), strict=False))
+            reason = ((self._no_plan_reason(question, record) if method in ("stem", "safe") else None)
+                      or _unmatched_reason(record))
+            confident = None
+            if method == "stem" and scored:
+                threshold = self.config.engine.confident_at
+                confident = scored[0][1] >= threshold
+                if not confident and reason is None:
+                    reason = (f"not confident: the plans that reach the best answer hold {scored[0][1]:.2f} of the "
+                              f"planner's probability, below engine.confident_at={threshold:g}; the answers may be wrong")
+            answers.append(Answer(question, scored, evidence, chains, stage_ms, record, link, reason, confident))
         return answers
 
     def _no_plan_reason(self, question: Question, record: dict[str, Any]) -> str | None:

@@ -159,6 +159,8 @@ def checked_planner(planner: Any) -> PlannerSpec:
     if not isinstance(planner, PlannerSpec):
         raise StemError(f"planner={planner!r}: expected a planner name ({', '.join(PLANNERS)}) or a PlannerSpec\n"
                         "  how to fix: pass e.g. planner=\"pattern\"")
+    if planner.plans_file is not None:  # plans made elsewhere replace the planner
+        return dataclasses.replace(planner, name="file", plans_file=_path(planner.plans_file, "plans_file"))
     if planner.name not in PLANNERS:
         raise StemError(f"unknown planner {planner.name!r}\n  how to fix: use one of {', '.join(PLANNERS)}")
     return dataclasses.replace(planner, path=_path(planner.path, "path"), plans=_path(planner.plans, "plans"))
