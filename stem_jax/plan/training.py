@@ -19,6 +19,7 @@ import numpy as np
 from stem_jax.config import StemConfig
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.data.types import Dataset
+from stem_jax.errors import StemError
 
 # datasets whose pattern planner trains in seconds on a laptop: trained on first use instead of
 # asking the user to run `stem-jax train-planner` (measured on the demo KG: 4.5 s of training)
@@ -66,6 +67,7 @@ def train_and_save(dataset: Dataset, split: str, config: StemConfig, out: Path, 
 # MetaQA, WorldCup2014, the demo KG, where it sits at the data's bound)
 TEMPLATES_SUFFICE = 0.9
 PATHS_FOLDER = "paths"
+MIN_HELD_OUT = 20  # fewer held-out questions than this cannot tell the planners apart: keep the templates
 MIX_WEIGHTS = (0.3, 0.5, 0.7)  # the templates' shares of a mixed beam that train-planner compares
 
 
@@ -87,9 +89,15 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
     template_top1 = float(planner.report.get("mlp", {}).get("template", {}).get("top1", 0.0) or 0.0)
     selection: dict[str, Any] = {"requested": mode, "template_val_top1": template_top1}
     stale = out / PATHS_FOLDER
-    if mode == "templates" or (mode == "auto" and template_top1 >= TEMPLATES_SUFFICE):
-        selection.update(mode="templates", reason="templates requested" if mode == "templates" else
-                         f"template top-1 on held-out questions {template_top1:.3f} >= {TEMPLATES_SUFFICE}")
+    keep = None
+    if mode == "templates":
+        keep = "templates requested"
+    elif mode == "auto" and len(val) < MIN_HELD_OUT:
+        keep = f"{len(val)} held-out questions are too few to choose on (at least {MIN_HELD_OUT})"
+    elif mode == "auto" and template_top1 >= TEMPLATES_SUFFICE:
+        keep = f"template top-1 on held-out questions {template_top1:.3f} >= {TEMPLATES_SUFFICE}"
+    if keep is not None:
+        selection.update(mode="templates", reason=keep)
         if stale.exists():
             import shutil
 
@@ -97,10 +105,17 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
         log(f"planner choice: templates ({selection['reason']})")
         return selection
     index = build_index(dataset.triples)
-    ranker = train_path_ranker(train, val, index, encoder_name=encoder.name, embed=embed,
-                               names=dataset.entity_names,
-                               extra_pairs=extra_pairs(dataset) if config.planner.path_pairs else (),
-                               config=PathRankerConfig(seed=config.seed), log=log)
+    try:
+        ranker = train_path_ranker(train, val, index, encoder_name=encoder.name, embed=embed,
+                                   names=dataset.entity_names,
+                                   extra_pairs=extra_pairs(dataset) if config.planner.path_pairs else (),
+                                   config=PathRankerConfig(seed=config.seed), log=log)
+    except StemError as err:
+        if mode == "paths":
+            raise
+        selection.update(mode="templates", reason=f"no path ranker: {str(err).splitlines()[0]}")
+        log(f"planner choice: templates ({selection['reason']})")
+        return selection
     ranker.save(out / PATHS_FOLDER)
     planner.index = index
     from stem_jax.plan.mixed import MixedPlanner
