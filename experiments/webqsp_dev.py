@@ -2,10 +2,11 @@
 
     STEM_DATA_DIR=../shared/data python experiments/webqsp_dev.py [--rows oracle,pattern,templates,paths,both,rog]
 
-Needs `stem-jax index` and `stem-jax train-planner` on the KG first (README "Your own KG"):
+Needs `stem-jax index`, `stem-jax train-planner` and (for the guided row) `stem-jax train-gnn` on the KG first:
 
     stem-jax index --dataset files --data-dir $STEM_DATA_DIR/webqsp-r
     stem-jax train-planner --dataset files --data-dir $STEM_DATA_DIR/webqsp-r
+    stem-jax train-gnn --dataset files --data-dir $STEM_DATA_DIR/webqsp-r --out runs/gnn-webqsp-r
 
 Each row is one `stem-jax eval --split dev` run folder under ``runs/webqsp-dev/<row>`` (resumable); metrics are over
 every dev question (163), a question the loader could not answer (no topic entity found) counting as a miss.
@@ -39,16 +40,19 @@ ROWS = {
     "paths": ["--planner", "pattern", "--planner.paths", "paths"],
     "both": ["--planner", "pattern", "--planner.paths", "both"],
     "rog": ["--plans-file", "{data}/dev.jsonl"],  # RoG's LLM plans (the rog_plans field), traced by STEM
+    # Triple-GNN guidance trained on webqsp-r train: stem-jax train-gnn --dataset files --data-dir D --out runs/gnn-webqsp-r
+    "pattern+gnn": ["--planner", "pattern", "--guidance", "gnn", "--gnn-checkpoint", "{root}/runs/gnn-webqsp-r"],
+    "safe": ["--method", "safe", "--planner", "pattern"],
 }
 # GNN-RAG's published per-question results on these 163 dev questions (SOURCES.md): Hit / Hit@1 / F1
 PEERS = {"GNN-RAG (LLaMA2-7B reader)": (82.2, 76.7, 66.4), "GNN-RAG+RA": (90.8, 81.6, 69.1)}
 
 
 def run_row(name: str, data: Path, out: Path) -> dict:
-    flags = [f.format(data=data) for f in ROWS[name]]
+    flags = [f.format(data=data, root=ROOT) for f in ROWS[name]]
     command = [sys.executable, "-m", "stem_jax.cli.main", "eval", "--dataset", "files", "--data-dir", str(data),
                "--split", "dev", "--out", str(out), "--no-progress", *flags]
-    subprocess.run(command, check=True, env=os.environ.copy())
+    subprocess.run([*command, "--overwrite"], check=True, env=os.environ.copy())
     metrics = json.loads((out / "metrics.json").read_text())
     every = metrics.get("all_questions") or {"mean": metrics["overall"]["mean"], "n": metrics["overall"]["n"]}
     records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines() if line.strip()]

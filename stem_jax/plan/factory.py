@@ -130,8 +130,7 @@ def build_planner(spec: PlannerSpec, config: StemConfig, dataset: Dataset, index
         info["mode"] = mode
         if mode == "templates":
             return planner, info
-        from stem_jax.plan.path_ranker import PathRanker
-        from stem_jax.plan.training import PATHS_FOLDER
+        from stem_jax.plan.path_ranker import PATHS_FOLDER, PathRanker
 
         folder = Path(path) / PATHS_FOLDER
         if not folder.is_dir():

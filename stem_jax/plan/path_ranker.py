@@ -46,6 +46,7 @@ from stem_jax.plan.relation_paths import CandidatePath, PathCatalog, path_key
 from stem_jax.text import mask_topics, topic_names
 
 RANKER_FILE = "ranker.json"
+PATHS_FOLDER = "paths"  # the ranker's folder inside a pattern planner's folder
 N_EXTRA = 3  # per path: hops / max_hops, log1p(ends), 1-step flag
 N_STEP = 2  # per step: orientation (+1 forward, -1 backward, 0 none), share of its words in the question
 

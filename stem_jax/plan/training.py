@@ -66,7 +66,6 @@ def train_and_save(dataset: Dataset, split: str, config: StemConfig, out: Path, 
 # a template classifier that plans this share of held-out questions right needs no path ranker (templated data:
 # MetaQA, WorldCup2014, the demo KG, where it sits at the data's bound)
 TEMPLATES_SUFFICE = 0.9
-PATHS_FOLDER = "paths"
 MIN_HELD_OUT = 20  # fewer held-out questions than this cannot tell the planners apart: keep the templates
 MIX_WEIGHTS = (0.3, 0.5, 0.7)  # the templates' shares of a mixed beam that train-planner compares
 
@@ -83,7 +82,7 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
     the topic, ranks a gold answer first for more held-out questions (:func:`beam_answer_hit`; ties keep the
     simpler planner). Returns the choice and the measurements behind it."""
     from stem_jax.kg.index import build_index
-    from stem_jax.plan.path_ranker import PathRankerConfig, train_path_ranker
+    from stem_jax.plan.path_ranker import PATHS_FOLDER, PathRankerConfig, train_path_ranker
 
     mode = config.planner.paths
     template_top1 = float(planner.report.get("mlp", {}).get("template", {}).get("top1", 0.0) or 0.0)
