@@ -104,7 +104,7 @@ class EngineConfig:
     preset: str = "default"  # "paper": the paper-literal engine (no bonus/exact anchor/topic exclusion, max rank)
     exact_anchor: bool = True  # the topic entity the question names is its anchor (wins case/accent twins)
     exclude_topic: bool = True  # drop the question's topic entities from its answers (MetaQA convention)
-    confident_at: float = 0.8  # best answer's beam support below this: not confident (chosen on webqsp-r dev)
+    confident_at: float = 0.9  # best answer's beam support below this: not confident (chosen on webqsp-r dev)
     skip_mediators: bool = True  # never return mediator nodes (Freebase CVT mids, unnamed joins) as answers
     max_frontier: int = 1024  # overflowing Breadth runs are re-traced with 2x, 4x, ... capacity up to this
     rank: str = "beam"  # "beam": beam support, then length-fair score; "max": best cumulative score (paper)

@@ -271,7 +271,6 @@ class StemMethod:
             per_output.append(outputs[cursor : cursor + len(mine)])
             cursor += len(mine)
         results = self.pipeline.retrievals(questions, per_question, per_output, stage_ms, self.hyper)
-        self._note_unmatched(questions, per_question, per_output, results)
         answer_ms = 1000 * (time.perf_counter() - began) / n
         for retrieval in results:
             retrieval.stage_ms["answer"] = answer_ms
@@ -283,27 +282,6 @@ class StemMethod:
             self.runs.pop(qid, None)
         return results
 
-
-    def _note_unmatched(self, questions: Sequence[Question], runs: Sequence[Sequence[Any]],
-                        outputs: Sequence[Sequence[dict]], results: Sequence[Retrieval]) -> None:
-        """``info["unmatched_relations"]``: the plan steps whose bindings all came through other relations
-        (:func:`~stem_jax.methods.stem.relation_check.unmatched_steps`), for questions that have answers."""
-        from stem_jax.methods.stem.relation_check import unmatched_steps
-
-        index = self.pipeline.index
-        exclude = self.pipeline.engine.exclude_topic
-        for question, mine, outs, result in zip(questions, runs, outputs, results, strict=True):
-            if not result.answers:
-                continue
-            excluded = {index.entity_ids[t] for t in question.topic_entities if t in index.entity_ids} if exclude else set()
-            lines: list[str] = []
-            for run, out in zip(mine, outs, strict=True):
-                for line in unmatched_steps(index, run.plan.steps, np.asarray(out["nodes"]), np.asarray(out["via"]),
-                                            excluded, self.context.display):
-                    if line not in lines:
-                        lines.append(line)
-            if lines:
-                result.info["unmatched_relations"] = lines
 
 
 def evaluate(pipeline: StemPipeline, questions: Sequence[Question], planner: Planner, out_dir: Path, *,

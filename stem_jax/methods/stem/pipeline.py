@@ -618,7 +618,30 @@ class StemPipeline:
             }
             results.append(Retrieval(question.qid, answers=ranked[qi], evidence=evidence[qi],
                                      stage_ms=dict(stage_ms or {}), info=info, overflow=int(chunk.overflow[qi])))
+        self._note_unmatched(questions, runs, outputs, results)
         return results
+
+    def _note_unmatched(self, questions: Sequence[Question], runs: Sequence[Sequence[Run]],
+                        outputs: Sequence[Sequence[dict]], results: Sequence[Retrieval]) -> None:
+        """``info["unmatched_relations"]``: the plan steps whose bindings all came through other relations
+        (:func:`~stem_jax.methods.stem.relation_check.unmatched_steps`), for questions that have answers; here, so
+        that an eval, a sweep point and ``ask`` write the same records."""
+        from stem_jax.methods.stem.relation_check import unmatched_steps
+
+        index = self.index
+        for question, mine, outs, result in zip(questions, runs, outputs, results, strict=True):
+            if not result.answers:
+                continue
+            excluded = ({index.entity_ids[t] for t in question.topic_entities if t in index.entity_ids}
+                        if self.engine.exclude_topic else set())
+            lines: list[str] = []
+            for run, out in zip(mine, outs, strict=True):
+                for line in unmatched_steps(index, run.plan.steps, np.asarray(out["nodes"]), np.asarray(out["via"]),
+                                            excluded, self.context.display):
+                    if line not in lines:
+                        lines.append(line)
+            if lines:
+                result.info["unmatched_relations"] = lines
 
     def record(self, question: Question, runs: Sequence[Run], outputs: Sequence[dict],
                stage_ms: dict[str, float] | None = None, hyper: StemHyper | None = None) -> dict[str, Any]:
