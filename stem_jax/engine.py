@@ -145,6 +145,11 @@ def load_kg(spec: DatasetSpec, *, log: Log = _quiet) -> tuple[Dataset, KGIndex]:
         f"{index.num_relations} relations, {index.num_triples} triples [{time.perf_counter() - start:.1f}s]")
     for line in dataset.skips.lines():
         log(f"  {line}")
+    for line in dataset.notes.lines("kept"):
+        log(f"  {line}")
+    if dataset.dropped:
+        log(f"  {len(dataset.dropped)} of these skipped questions have answers: they count as misses in the metrics "
+            "over every question of the split")
     return dataset, index
 
 
