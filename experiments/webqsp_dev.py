@@ -64,6 +64,21 @@ def run_row(name: str, data: Path, out: Path) -> dict:
                                         [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])}
 
 
+def portable(value, data: Path):
+    """``value`` with this machine's paths written as $STEM_DATA_DIR, $STEM_CACHE_DIR or relative to the repo."""
+    if isinstance(value, dict):
+        return {k: portable(v, data) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v, data) for v in value]
+    if not isinstance(value, str):
+        return value
+    cache = os.environ.get("STEM_CACHE_DIR")
+    value = value.replace(str(data.parent), "$STEM_DATA_DIR")
+    if cache:
+        value = value.replace(str(Path(cache)), "$STEM_CACHE_DIR")
+    return value.replace(str(ROOT) + "/", "").replace(sys.executable, "python")
+
+
 def rog_walked(data: Path) -> dict:
     """RoG's three planned paths walked exactly (forward, as RoG writes them) from the topic, answers unioned."""
     from stem_jax.data.registry import DatasetSpec, load_dataset
@@ -114,8 +129,8 @@ def main() -> int:
         md += "\n\nDefault planner, answered share and answered Hit@1 by confidence threshold (best answer's beam " \
               "support):\n\n" + markdown_table(["threshold", "answered %", "answered Hit@1 %"], [
                   [c["threshold"], f"{100 * c['answered']:.1f}", f"{100 * c['precision']:.1f}"] for c in default["curve"]])
-    write_report(args.out, "webqsp-dev", {"meta": run_metadata(), "rows": rows, "rog_walked": walked, "peers": PEERS,
-                                          "bound_hit": 0.816}, md)
+    write_report(args.out, "webqsp-dev", {"meta": run_metadata(), "rows": portable(rows, data), "rog_walked": walked,
+                                          "peers": PEERS, "bound_hit": 0.816}, md)
     print(md)
     return 0
 
