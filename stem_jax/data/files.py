@@ -419,15 +419,14 @@ def read_questions_text(path: Path, builder: _QuestionBuilder, skips: SkipReport
         if line.lstrip().startswith("#"):
             continue
         text, _, answer_field = line.partition("\t")
+        answers = tuple(dict.fromkeys(a.strip() for a in answer_field.split("|") if a.strip()))
         topics, problem = builder.topics((), text)
         if topics is None:
-            answers = tuple(a.strip() for a in answer_field.split("|") if a.strip())
             if answers and not strict:
                 dropped.append((f"{path.stem}/{lineno}", "no topic entity", None))
             reader.bad(lineno, problem, "write the topic as the KG names it, or mark it with [brackets]",
                        repr(text[:80]))
             continue
-        answers = tuple(dict.fromkeys(a.strip() for a in answer_field.split("|") if a.strip()))
         questions.append(Question(qid=f"{path.stem}/{lineno}", text=_strip_brackets(text), topic_entities=topics,
                                   answers=answers, source=f"{path}:{lineno}"))
     return questions

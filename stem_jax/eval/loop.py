@@ -115,16 +115,15 @@ def _evaluate_into(method: RetrievalMethod, questions: Sequence[Question], run: 
         # a repeated question id (two lines for one id) is what reading the file back cleans up: read it then
         summary = score_predictions(predictions, wanted) if repeated else score_records(scored.values(), wanted)
     summary.update({k: v for k, v in prepared.items() if v is not None})
-    threshold = getattr(getattr(getattr(method, "context", None), "config", None), "engine", None)
-    threshold = getattr(threshold, "confident_at", None)
-    if threshold is not None and method.name == "stem":
+    context = method.context  # what make_records read above
+    if method.name == "stem":
+        threshold = context.config.engine.confident_at
         (row,) = answered_precision(scored.values(), [threshold])
         summary["confident"] = {"threshold": threshold, "answered_share": row["answered"],
-                                "answered_hit_at_1": row["precision"] if row["precision"] == row["precision"] else None}
-    dataset = getattr(getattr(method, "context", None), "dataset", None)
+                                "answered_hit_at_1": row["precision"] if row["answered"] else None}
     # over the whole split only: a shard or a --limit selection is a part of it, and the dropped are not its part
-    if dataset is not None and len(wanted) == len(dataset.questions) and wanted == {q.qid for q in dataset.questions}:
-        summary["all_questions"] = over_every_question(summary, getattr(dataset, "dropped", None) or [])
+    if wanted == {q.qid for q in context.dataset.questions}:
+        summary["all_questions"] = over_every_question(summary, context.dataset.dropped)
     summary["method"] = method.name
     effective = getattr(method, "effective", None)
     if callable(effective):  # the settings the records were traced with (preset-resolved, calibrated θ)

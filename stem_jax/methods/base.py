@@ -14,9 +14,12 @@ A new method is one folder ``stem_jax/methods/<name>/`` whose ``__init__`` expos
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
 
 from stem_jax.config import StemConfig
 from stem_jax.data.types import Dataset, Question
@@ -63,6 +66,17 @@ class MethodContext:
     def display(self, entity: str) -> str:
         names = self.dataset.entity_names or {}
         return names.get(entity, entity)
+
+    @functools.cached_property
+    def mediators(self) -> np.ndarray | None:
+        """bool [entities]: the KG's mediator nodes (:mod:`stem_jax.kg.mediators`), walked through and never
+        returned as answers; None when the KG has none or ``engine.skip_mediators`` is off. Made once."""
+        if not self.config.engine.skip_mediators:
+            return None
+        from stem_jax.kg.mediators import mediator_mask
+
+        mask = mediator_mask(self.index.entities, self.dataset.entity_names)
+        return mask if mask.any() else None
 
 
 @runtime_checkable

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from stem_jax.data.types import PathStep, Question
-from stem_jax.errors import DataError
+from stem_jax.errors import DataError, StemError
 from stem_jax.kg.index import KGIndex, relation_text
 from stem_jax.plan.base import ScoredSchema
 from stem_jax.plan.schema import SchemaGraph, SchemaTriple, is_placeholder
@@ -139,7 +139,7 @@ class FilePlanner:
         answer = spec.get("answer") or (holders[-1] if holders else None)
         try:
             return SchemaGraph(tuple(triples), answer, self.strategy) if triples and answer else None
-        except Exception:  # noqa: BLE001 - a malformed schema is a dropped, counted plan
+        except StemError:  # an answer that is not one of its nodes: a dropped, counted plan
             return None
 
     def plan_batch(self, questions: Sequence[Question]) -> list[list[ScoredSchema]]:

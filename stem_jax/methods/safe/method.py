@@ -427,15 +427,6 @@ class SafeMethod:
             results.append(result)
         return results
 
-    def _mediators(self) -> np.ndarray | None:
-        """bool mask of the KG's mediator nodes (:mod:`stem_jax.kg.mediators`), None when it has none; made once."""
-        if not hasattr(self, "_mediator_mask"):
-            from stem_jax.kg.mediators import mediator_mask
-
-            mask = mediator_mask(self.index.entities, self.context.dataset.entity_names)
-            self._mediator_mask = mask if mask.any() else None
-        return self._mediator_mask
-
     def _result(self, question: Question, found: list[tuple[QueryGraph, list]], stage_ms: dict) -> Retrieval:
         best: dict[int, int] = {}
         evidence: set[int] = set()
@@ -455,10 +446,9 @@ class SafeMethod:
         if self.context.config.engine.exclude_topic:  # MetaQA convention, as STEM: the topic is not an answer
             for name in question.topic_entities:
                 best.pop(self.index.entity_ids.get(name, -1), None)
-        if self.context.config.engine.skip_mediators:  # as STEM: a Freebase CVT is walked through, not an answer
-            mediators = self._mediators()
-            if mediators is not None:
-                best = {e: s for e, s in best.items() if not mediators[e]}
+        mediators = self.context.mediators  # as STEM: a Freebase CVT is walked through, not an answer
+        if mediators is not None:
+            best = {e: s for e, s in best.items() if not mediators[e]}
         ranked = sorted(best.items(), key=lambda kv: kv[1])  # stable: first found wins ties
         if ranked and self.config.answer_margin >= 0:
             cut = ranked[0][1] + to_cost(self.config.answer_margin)

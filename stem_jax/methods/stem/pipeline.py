@@ -38,7 +38,6 @@ from stem_jax.eval.records import make_record
 from stem_jax.eval.sharding import local_sharding
 from stem_jax.kg.embeddings import KGEmbeddings
 from stem_jax.kg.index import KGIndex
-from stem_jax.kg.mediators import mediator_mask
 from stem_jax.methods.base import MethodContext, Retrieval
 from stem_jax.methods.stem.settings import EffectiveSettings, effective_settings
 from stem_jax.plan.schema import GroundedPlan, SchemaGraph, ground, match_anchor
@@ -144,9 +143,8 @@ class StemPipeline:
         self.hyper = StemHyper(float(config.tracer.lam), float(config.tracer.tau), float(self.theta))
         self.cache_dir = cache_dir
         self.names = dataset.entity_names or {}
-        # walked through, never returned (stem_jax.kg.mediators); None when the KG has none or it is switched off
-        mediators = mediator_mask(index.entities, dataset.entity_names) if config.engine.skip_mediators else None
-        self.mediators = mediators if mediators is not None and mediators.any() else None
+        self.mediators = self.context.mediators  # walked through, never returned
+        self._mediator_ids = frozenset(np.flatnonzero(self.mediators).tolist()) if self.mediators is not None else None
         self.kg = KGArrays.from_index(index, embeddings.trace_rows())  # float16, or compact (encoder.row_format)
         # float32 on device once: anchoring reads the whole table for every batch
         self.entity_emb = jnp.asarray(np.asarray(embeddings.entities.array, dtype=np.float32))
@@ -567,8 +565,8 @@ class StemPipeline:
         """One question's traced runs folded into its answers (topic entities excluded when configured)."""
         exclude = ({self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids}
                    if self.engine.exclude_topic else set())
-        if self.mediators is not None:
-            exclude |= set(np.flatnonzero(self.mediators).tolist())
+        if self._mediator_ids is not None:
+            exclude |= self._mediator_ids
         answers = QuestionAnswers()
         for run, out in zip(runs, outputs, strict=True):
             nodes, via = prune_unreached(out["nodes"], out["via"], out["parents"], run.plan.steps, run.plan.constants)
