@@ -77,8 +77,12 @@ def read_questions(
     hops: int | None = None,
     qid_prefix: str | None = None,
     strict: bool = False,
+    dropped: list | None = None,
 ) -> list[Question]:
-    """Read a MetaQA-format question file (a user's own questions work too, with or without qtypes)."""
+    """Read a MetaQA-format question file (a user's own questions work too, with or without qtypes).
+
+    ``dropped`` collects (qid, reason, hops) of questions skipped for a topic the KB lacks: misses in the
+    metrics over every question of the split."""
     if not qa_path.is_file():
         raise DataError("question file not found", path=str(qa_path), fix="check the path or STEM_DATA_DIR")
     lines = file_lines(qa_path)
@@ -128,6 +132,8 @@ def read_questions(
         unknown = [t for t in topics if t not in entities]
         if unknown:
             bad("unknown topic entity (not in the KB)", "use an entity name exactly as it appears in the KB", repr(unknown[0]))
+            if dropped is not None:
+                dropped.append((f"{prefix}/{lineno}", "topic entity not in the KB", hops))
             continue
         answers = tuple(dict.fromkeys(a for a in map(str.strip, answer_field.split("|")) if a))
         if not answers:
@@ -171,10 +177,12 @@ def load_metaqa(
     triples = read_kb(kb_path or find_kb(root), skips, strict=strict)
     entities = {h for h, _, _ in triples} | {t for _, _, t in triples}
     questions: list[Question] = []
+    dropped: list[tuple[str, str, int | None]] = []
     files = list(question_files)
     if files:
         for qa_path, qtype_path in files:
-            questions += read_questions(qa_path, entities=entities, skips=skips, qtype_path=qtype_path, strict=strict)
+            questions += read_questions(qa_path, entities=entities, skips=skips, qtype_path=qtype_path, strict=strict,
+                                        dropped=dropped)
     else:
         for hop in hops:
             if hop not in (1, 2, 3):
@@ -187,9 +195,11 @@ def load_metaqa(
                 hops=hop,
                 qid_prefix=f"{hop}-hop/{split}",
                 strict=strict,
+                dropped=dropped,
             )
     if not questions:
         sources = ", ".join(str(qa) for qa, _ in files) or f"{root}/<hop>-hop/vanilla/qa_{split}.txt"
         reasons = "; ".join(skips.lines()) or "the file has no question lines"
         raise DataError(f"no usable questions in {sources}", fix=f"see why: {reasons}")
-    return Dataset(name="metaqa", questions=questions, triples=triples, skips=skips, excludes_topic=True)
+    return Dataset(name="metaqa", questions=questions, triples=triples, skips=skips, excludes_topic=True,
+                   dropped=dropped)

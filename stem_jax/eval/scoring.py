@@ -89,15 +89,24 @@ EVERY_QUESTION_METRICS = ("hit", "hit_at_1", "f1", "precision", "recall", "rog_h
 
 
 def over_every_question(summary: dict[str, Any], dropped: Iterable[tuple[str, str, Any]]) -> dict[str, Any]:
-    """The headline metrics over every question of the split: the scored ones plus those the loader could not
-    make answerable (``dropped``: (qid, reason, hops), e.g. no topic entity found), each a miss; the dropped
-    questions are listed by reason, so no question leaves the denominator unnoticed."""
-    overall = summary["overall"]
-    scored = int(overall["n"])
+    """The headline metrics over every question of the split, overall and per hop group: the scored ones plus
+    those the loader could not make answerable (``dropped``: (qid, reason, hops), e.g. no topic entity found),
+    each a miss; the dropped questions are listed by reason, so no question leaves the denominator unnoticed."""
     by_reason: dict[str, list[str]] = defaultdict(list)
-    for qid, reason, _ in dropped:
+    by_group: dict[str, int] = defaultdict(int)
+    for qid, reason, hops in dropped:
         by_reason[reason].append(qid)
-    total = scored + sum(len(v) for v in by_reason.values())
-    mean = {k: overall["mean"][k] * scored / total for k in EVERY_QUESTION_METRICS if k in overall["mean"] and total}
-    return {"n": total, "scored": scored, "dropped": {r: len(v) for r, v in sorted(by_reason.items())},
-            "dropped_ids": {r: v for r, v in sorted(by_reason.items())}, "mean": mean}
+        by_group[f"{hops}-hop" if hops is not None else "all"] += 1
+
+    def widened(stats: dict[str, Any], extra: int) -> dict[str, Any]:
+        scored = int(stats["n"])
+        total = scored + extra
+        return {"n": total, "scored": scored, "mean": {k: stats["mean"][k] * scored / total
+                                                       for k in EVERY_QUESTION_METRICS if k in stats["mean"]}}
+
+    empty = {"n": 0, "mean": {}}
+    groups = {g: widened(summary.get("groups", {}).get(g, empty), by_group.get(g, 0))
+              for g in dict.fromkeys([*summary.get("groups", {}), *by_group])}
+    return {**widened(summary["overall"], sum(by_group.values())), "groups": groups,
+            "dropped": {r: len(v) for r, v in sorted(by_reason.items())},
+            "dropped_ids": {r: v for r, v in sorted(by_reason.items())}}

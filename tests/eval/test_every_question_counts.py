@@ -25,6 +25,8 @@ def test_dropped_questions_are_listed_and_counted_as_misses(tmp_path):
     every = over_every_question(summary, data.dropped)
     assert every["n"] == 2 and every["scored"] == 1 and every["dropped_ids"] == {"no topic entity": ["b"]}
     assert every["mean"]["hit"] == pytest.approx(0.5) and every["mean"]["f1"] == pytest.approx(0.5)
+    # the dropped question has no hop count: it widens the overall row, not the 1-hop group
+    assert every["groups"]["1-hop"]["n"] == 1 and every["groups"]["1-hop"]["mean"]["hit"] == 1.0
     summary["all_questions"] = every
     assert "Over every question of the split (2; not answerable, counted as misses: no topic entity: 1)" in \
         summary_table(summary)
@@ -36,3 +38,13 @@ def test_nothing_dropped_leaves_the_headline_unchanged():
     assert every["mean"]["hit"] == summary["overall"]["mean"]["hit"] and every["dropped"] == {}
     summary["all_questions"] = every
     assert "Over every question" not in summary_table(summary)
+
+
+def test_dropped_questions_widen_their_own_hop_group():
+    summary = score_records([{"id": f"q{i}", "hops": h, "prediction": ["x"], "ground_truth": ["x"], "overflow": 0}
+                             for i, h in enumerate([1, 1, 2])])
+    every = over_every_question(summary, [("d1", "topic entity not in the KB", 2), ("d2", "topic entity not in the KB", 2)])
+    assert (every["n"], every["groups"]["1-hop"]["n"], every["groups"]["2-hop"]["n"]) == (5, 2, 3)
+    assert every["groups"]["1-hop"]["mean"]["hit"] == 1.0
+    assert every["groups"]["2-hop"]["mean"]["hit"] == pytest.approx(1 / 3)
+    assert every["dropped"] == {"topic entity not in the KB": 2}
