@@ -40,3 +40,27 @@ def write_text_atomic(target: Path, text: str) -> None:
 
 def write_json_atomic(target: Path, payload: dict[str, Any]) -> None:
     write_text_atomic(target, json.dumps(payload, indent=1, sort_keys=True) + "\n")
+
+
+def write_arrays_with_manifest(folder: Path, prefix: str, arrays: dict[str, Any], manifest: str,
+                               meta: dict[str, Any]) -> None:
+    """Save ``arrays`` as ``<prefix>-<sha256[:16]>.npz`` and then ``manifest`` (JSON: ``meta`` plus ``arrays`` and
+    ``arrays_sha256``, naming that file), each atomically, and only then remove older ``<prefix>*.npz``: a kill
+    at any point leaves the old pair or the new one, never a mixed pair. Raises OSError."""
+    import hashlib
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    data = buffer.getvalue()
+    digest = hashlib.sha256(data).hexdigest()
+    name = f"{prefix}-{digest[:16]}.npz"
+    folder.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(folder / name, data)
+    text = json.dumps({**meta, "arrays": name, "arrays_sha256": digest}, indent=1, sort_keys=True, default=str)
+    write_text_atomic(folder / manifest, text + "\n")
+    for stale in folder.glob(f"{prefix}*.npz"):
+        if stale.name != name:
+            stale.unlink(missing_ok=True)

@@ -261,39 +261,19 @@ class PathRanker:
             beams.append(beam)
         return beams
 
-    def top_paths(self, questions: Sequence[Question], k: int = 1) -> list[list[tuple[CandidatePath, float]]]:
-        """The ``k`` most probable candidate paths of each question, with their probabilities."""
-        result = []
-        for candidates, probs, _ in self.score(questions):
-            order = np.argsort(-probs, kind="stable")[:k].tolist()
-            result.append([(candidates[i], float(probs[i])) for i in order])
-        return result
-
     # ----- persistence ----------------------------------------------------------------------------
     def save(self, folder: Path) -> None:
         """``ranker.json`` + ``ranker-<sha>.npz`` in ``folder`` (the arrays first, then the JSON naming them)."""
-        from stem_jax.atomic import write_bytes_atomic, write_text_atomic
+        from stem_jax.atomic import write_arrays_with_manifest
 
-        folder = Path(folder)
         texts = sorted(self.relation_bank)
         arrays = {f"params/{k}": np.asarray(v) for k, v in self.params.items()}
         arrays["relation_bank"] = (np.stack([self.relation_bank[t] for t in texts]).astype(np.float32) if texts
                                    else np.zeros((0, self.dim), np.float32))
-        buffer = io.BytesIO()
-        np.savez_compressed(buffer, **arrays)
-        data = buffer.getvalue()
-        digest = hashlib.sha256(data).hexdigest()
-        name = f"ranker-{digest[:16]}.npz"
         meta = {"kind": "path-ranker", "encoder": self.encoder_name, "config": dataclasses.asdict(self.config),
-                "temperature": self.temperature, "relation_texts": texts, "report": self.report,
-                "arrays": name, "arrays_sha256": digest}
+                "temperature": self.temperature, "relation_texts": texts, "report": self.report}
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(folder / name, data)
-            write_text_atomic(folder / RANKER_FILE, json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
-            for stale in folder.glob("ranker-*.npz"):
-                if stale.name != name:
-                    stale.unlink(missing_ok=True)
+            write_arrays_with_manifest(Path(folder), "ranker", arrays, RANKER_FILE, meta)
         except OSError as err:
             raise StemError(f"{folder}: cannot write the path planner ({err.strerror or err})\n"
                             "  how to fix: make the folder writable, or pass --out a writable folder") from None

@@ -499,35 +499,23 @@ class PatternPlanner:
         Raises:
           StemError: the folder cannot be written, or another process is writing it.
         """
-        import hashlib
-        import io
 
         from flax.traverse_util import flatten_dict
 
-        from stem_jax.atomic import write_bytes_atomic, write_text_atomic
+        from stem_jax.atomic import write_arrays_with_manifest
 
         folder = Path(folder)
         flat = {"params/" + "/".join(k): np.asarray(v) for k, v in flatten_dict(self.params).items()}
         arrays = {**flat, "bank": self.bank.astype(np.float16), "bank_targets": self.bank_targets,
                   "bank_breadth": self.bank_breadth, "prior_breadth": self.prior_breadth}
-        buffer = io.BytesIO()
-        np.savez_compressed(buffer, **arrays)
-        data = buffer.getvalue()
-        digest = hashlib.sha256(data).hexdigest()
-        name = f"arrays-{digest[:16]}.npz"
         meta = {
             "format_version": FORMAT_VERSION, "kind": "pattern", "encoder": self.encoder_name,
             "config": dataclasses.asdict(self.config), "templates": [t.to_json() for t in self.templates],
-            "report": self.report, "arrays": name, "arrays_sha256": digest,
+            "report": self.report,
         }
-        text = json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n"
         with planner_lock(folder):
             try:
-                write_bytes_atomic(folder / name, data)
-                write_text_atomic(folder / PLANNER_FILE, text)
-                for stale in folder.glob("arrays*.npz"):
-                    if stale.name != name:
-                        stale.unlink(missing_ok=True)
+                write_arrays_with_manifest(folder, "arrays", arrays, PLANNER_FILE, meta)
             except OSError as err:
                 raise StemError(f"{folder}: cannot write the pattern planner ({err.strerror or err})\n"
                                 "  how to fix: make the folder writable, or pass --out a writable folder") from None

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from stem_jax.data.types import PathStep
-from stem_jax.kg.index import KGIndex, relation_text
+from stem_jax.kg.index import KGIndex
 
 RelationPath = tuple[PathStep, ...]
 
@@ -45,11 +45,6 @@ class CandidatePath:
 def path_key(path: Sequence[PathStep]) -> str:
     """``film.film.directed_by`` forward, ``^people.person.spouse_s`` backward, joined by `` / ``."""
     return " / ".join(("" if s.forward else "^") + s.relation for s in path)
-
-
-def path_text(path: Sequence[PathStep], names: dict[str, str] | None = None) -> str:
-    """What the encoder reads for a path: each step's relation text, a backward step marked ``inverse``."""
-    return " ; ".join(("" if s.forward else "inverse ") + relation_text(s.relation, names) for s in path)
 
 
 def _steps_from(index: KGIndex, nodes: np.ndarray, hub_cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

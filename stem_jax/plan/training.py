@@ -87,7 +87,15 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
     mode = config.planner.paths
     template_top1 = float(planner.report.get("mlp", {}).get("template", {}).get("top1", 0.0) or 0.0)
     selection: dict[str, Any] = {"requested": mode, "template_val_top1": template_top1}
-    stale = out / PATHS_FOLDER
+
+    def templates(reason: str) -> dict[str, Any]:
+        import shutil
+
+        shutil.rmtree(out / PATHS_FOLDER, ignore_errors=True)  # a ranker of an earlier training is not this one's
+        selection.update(mode="templates", reason=reason)
+        log(f"planner choice: templates ({reason})")
+        return selection
+
     keep = None
     if mode == "templates":
         keep = "templates requested"
@@ -96,13 +104,7 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
     elif mode == "auto" and template_top1 >= TEMPLATES_SUFFICE:
         keep = f"template top-1 on held-out questions {template_top1:.3f} >= {TEMPLATES_SUFFICE}"
     if keep is not None:
-        selection.update(mode="templates", reason=keep)
-        if stale.exists():
-            import shutil
-
-            shutil.rmtree(stale, ignore_errors=True)
-        log(f"planner choice: templates ({selection['reason']})")
-        return selection
+        return templates(keep)
     index = build_index(dataset.triples)
     try:
         ranker = train_path_ranker(train, val, index, encoder_name=encoder.name, embed=embed,
@@ -112,14 +114,12 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
     except StemError as err:
         if mode == "paths":
             raise
-        selection.update(mode="templates", reason=f"no path ranker: {str(err).splitlines()[0]}")
-        log(f"planner choice: templates ({selection['reason']})")
-        return selection
+        return templates(f"no path ranker: {str(err).splitlines()[0]}")
     ranker.save(out / PATHS_FOLDER)
     planner.index = index
     from stem_jax.plan.mixed import MixedPlanner
 
-    ranker.index, ranker.embed_fn, ranker.beam = index, embed, config.planner.beam
+    ranker.beam = config.planner.beam
     weights = [config.planner.mix_weight] if config.planner.mix_weight else list(MIX_WEIGHTS)
     candidates: dict[str, Any] = {"templates": planner, "paths": ranker}
     candidates.update({f"both@{w:g}": MixedPlanner(planner, ranker, weight=w, beam=config.planner.beam)
@@ -140,8 +140,8 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
 
 def beam_answer_hit(planner: Any, questions: list, index: Any) -> float:
     """Share of ``questions`` whose best answer is right when each planned schema, walked exactly from the topic,
-    gives every entity it reaches the plan's probability, summed over the beam (the engine's beam ranking without
-    the tracer: a cheap stand-in for Hit@1 end to end)."""
+    gives every entity it reaches the plan's probability, summed over the beam. A cheap proxy for Hit@1 on
+    held-out questions, before any embedding exists: no tracer, so no similarity matches, gap or cut."""
     from stem_jax.kg.paths import walk_relation_path
     from stem_jax.plan.schema_paths import chain_path
 
