@@ -19,11 +19,11 @@ class MixedPlanner:
     def plan_batch(self, questions: Sequence[Question]) -> list[list[ScoredSchema]]:
         beams = []
         for a, b in zip(self.first.plan_batch(questions), self.second.plan_batch(questions), strict=True):
-            mass: dict[str, float] = {}
+            mass: dict[tuple, float] = {}
             schema_of = {}
             for entries, w in ((a, self.weight), (b, 1.0 - self.weight)):
                 for entry in entries:
-                    key = entry.schema.describe().rsplit(" [", 1)[0]  # the same plan whatever strategy each chose
+                    key = (entry.schema.triples, entry.schema.answer)  # one plan, whatever strategy each chose
                     mass[key] = mass.get(key, 0.0) + w * entry.score
                     schema_of.setdefault(key, entry.schema)
             order = sorted(mass, key=lambda k: -mass[k])[: self.beam]
