@@ -1,0 +1,217 @@
+"""The tracer over a KG sharded across devices: each device scores the incident triples it holds, and JAX
+collectives inside ``shard_map`` merge the candidates into the one-device tracer's bindings.
+
+Every device holds the whole batch and the whole search state (bindings, scores, used triples:
+O(B·S·F), replicated) and a contiguous range of the KG's triples with its own incidence
+(:mod:`stem_jax.shard.partition`). At a schema step each device runs the one-device tracer's own
+candidate kernels (:func:`~stem_jax.trace.tracer.trace_batch`'s Precision and Breadth passes) over the
+frontier's incident triples *it holds*, then:
+
+* Precision: a frontier pair's best edge is the first (lowest triple id) maximising S + T; each device
+  has its local best, and ``pmax`` of the value, then ``pmin`` of the triple id among the devices that
+  reach it, is the global one (device ranges are ascending, so the lowest id is the one-device
+  tracer's earliest edge in CSR order);
+* Breadth: each device keeps its run-wise best F of each node's best K (its own candidate ranking),
+  ``all_gather`` brings the D·B·F survivors together and the same ranking cuts them to the global best.
+  Exact: a node's global best K are among the devices' local best K, and a candidate outside its
+  run's best F among one device's survivors has at least as many better candidates among the global
+  survivors (a local survivor the global cut drops is beaten by K global survivors of its node);
+* the per-node match counts (overflow, capacity needs) are ``psum`` med, and the (head, tail) of each
+  selected triple comes from its owner device by a ``psum`` of the owners' lookups.
+
+The bindings, scores, overflow and needs are then those of :func:`~stem_jax.trace.tracer.trace_batch`
+on the whole KG (the property tests compare them array for array), at any device count, on one host or
+over processes (a mesh over ``jax.devices()`` after ``jax.distributed.initialize``). Per step and run
+the collectives move O(D·F) values, independent of the KG's size and of the frontier's degrees.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec
+
+from kernels.rows import project_queries
+from stem_jax.shard.partition import KG_AXIS, ShardedKG, replicate
+from stem_jax.trace import tracer as one
+from stem_jax.trace.tracer import BIG, NEG_INF, Hyper, KGArrays, TraceBatch, TraceOutput, TracerShapes
+
+_STATIC = ("shapes", "precision", "relation_bonus", "tau_admits", "direction", "used", "halt_overflowed")
+
+
+def _local_kg(kg: ShardedKG) -> KGArrays:
+    """The device's shard as the one-device kernels read it (local triple ids, its own CSR)."""
+    return KGArrays(csr_offsets=kg.csr_offsets, csr_triples=kg.csr_triples, triples=kg.triples,
+                    triple_emb=kg.triple_emb, degree=kg.csr_offsets, triple_scale=kg.triple_scale,
+                    row_basis=kg.row_basis, row_mean=kg.row_mean)
+
+
+def _shift_rows(rows: jax.Array, start: jax.Array) -> jax.Array:
+    """Sorted rows of global triple ids (int32 max = empty) in the shard's local ids (order kept)."""
+    return jnp.where(rows < BIG, rows - start, BIG)
+
+
+def _merge_precision(ranked, start, n_pairs, frontier, n_runs):
+    """The devices' per-pair best edges -> the global ranked Precision candidates and match counts."""
+    pair = ranked.pair
+    local_val = jnp.full(n_pairs, -1.0, jnp.float32).at[pair].set(ranked.total)
+    local_triple = jnp.full(n_pairs, -1, jnp.int32).at[pair].set(ranked.triple)
+    found = local_triple >= 0
+    best = jax.lax.pmax(local_val, KG_AXIS)
+    triple = jax.lax.pmin(jnp.where(found & (local_val == best), local_triple + start, BIG), KG_AXIS)
+    found = triple < BIG
+    triple = jnp.where(found, triple, -1)
+    merged = one._rank_runs(jnp.arange(n_pairs, dtype=jnp.int32), triple, best, best, jnp.zeros(n_pairs, jnp.int32),
+                            found, frontier, 1, n_runs)
+    return merged, found.astype(jnp.int32)
+
+
+def _merge_breadth(ranked, qualified, start, pair_base, frontier, k, n_runs):
+    """The devices' run-wise survivors -> all gathered -> the one-device ranking over them."""
+    n_pairs = pair_base.shape[0]
+    size = n_runs * frontier
+    slot = jnp.where(ranked.keep, jnp.cumsum(ranked.keep) - 1, size)
+    packed = (jnp.full(size, n_pairs, jnp.int32).at[slot].set(ranked.pair, mode="drop"),
+              jnp.full(size, NEG_INF, jnp.float32).at[slot].set(ranked.t_score, mode="drop"),
+              jnp.full(size, -1, jnp.int32).at[slot].set(ranked.triple + start, mode="drop"))
+    gathered = tuple(jax.lax.all_gather(a, KG_AXIS, tiled=True) for a in packed)
+    # every gathered entry is live or carries the pair sentinel, which the ranking leaves unselected
+    _, _, merged, _ = one._compact(gathered, jnp.int32(gathered[0].shape[0]), pair_base, frontier, k, n_runs)
+    return merged, jax.lax.psum(qualified, KG_AXIS)
+
+
+def _owned_ends(kg: ShardedKG, triple: jax.Array, start: jax.Array) -> jax.Array:
+    """int32 [N, 3]: the (head, relation, tail) of global triple ids (-1: zeros), from their owners."""
+    rows = kg.triples.shape[0]
+    local = triple - start
+    mine = (triple >= 0) & (local >= 0) & (local < rows)
+    ends = jnp.where(mine[:, None], kg.triples[jnp.clip(local, 0, rows - 1)], 0)
+    return jax.lax.psum(ends, KG_AXIS)
+
+
+def _local_trace(kg: ShardedKG, batch: TraceBatch, hyper: Hyper, *, shapes: TracerShapes, precision: bool,
+                 relation_bonus: bool, tau_admits: bool, direction: str, used: str,
+                 halt_overflowed: bool) -> TraceOutput:
+    """One device's part of :func:`trace_batch_sharded` (inside ``shard_map``): the one-device tracer's step
+    loop, with the candidate passes run over the local shard and merged by collectives."""
+    local_kg = _local_kg(kg)
+    start = (jax.lax.axis_index(KG_AXIS) * kg.triples.shape[0]).astype(jnp.int32)
+    n_runs, n_steps = batch.steps.shape[:2]
+    f = shapes.frontier
+    k = 1 if precision else shapes.node_matches
+    runs = jnp.arange(n_runs)
+    runs_of_pair = jnp.repeat(runs, f).astype(jnp.int32)
+
+    nodes = jnp.full((n_runs, n_steps + 1, f), -1, jnp.int32).at[:, 0, 0].set(batch.anchor)
+    scores = jnp.full((n_runs, n_steps + 1, f), NEG_INF, jnp.float32)
+    scores = scores.at[:, 0, 0].set(jnp.where(batch.anchor >= 0, batch.anchor_score, NEG_INF))
+    via = jnp.full((n_runs, n_steps + 1, f), -1, jnp.int32)
+    parents = jnp.full((n_runs, n_steps + 1, f), -1, jnp.int32)
+    guidance = (one._sorted_rows(batch.guidance), jnp.any(batch.guidance >= 0))
+    step_proj, step_bias = project_queries(batch.step_emb, kg.row_basis, kg.row_mean)
+
+    def step_fn(carry, s):
+        step = batch.steps[:, s]
+        parent_slot = jnp.clip(step[:, 0], 0, n_steps)
+        live = batch.step_mask[:, s] & (carry[0][runs, parent_slot] >= 0).any(axis=-1)
+        if halt_overflowed:
+            live &= carry[4] == 0
+        # replicated state: every device takes the same branch, so the collectives inside match up
+        return jax.lax.cond(live.any(), expand, lambda c, _s: c, carry, s), None
+
+    def expand(carry, s):
+        nodes, scores, via, parents, overflow, need = carry
+        step = batch.steps[:, s]
+        active = batch.step_mask[:, s] & (overflow == 0) if halt_overflowed else batch.step_mask[:, s]
+        parent_slot = jnp.clip(step[:, 0], 0, n_steps)
+        forward = batch.forward[:, s] if direction == "directed" else None
+        if used == "run":
+            rows = one._sorted_used(via)
+            masks = one._Masks(_shift_rows(rows, start), jnp.any(via[:, 1:] >= 0), runs_of_pair, forward)
+        elif used == "branch":
+            rows = one._sorted_rows(one._branch_rows(batch, via, parents, parent_slot))
+            masks = one._Masks(_shift_rows(rows, start), jnp.any(rows < BIG), jnp.arange(n_runs * f, dtype=jnp.int32),
+                               forward)
+        else:
+            masks = one._Masks(jnp.full((1, 1), BIG, jnp.int32), jnp.bool_(False), jnp.zeros(n_runs * f, jnp.int32),
+                               forward)
+        pair_nodes = jnp.where(active[:, None], nodes[runs, parent_slot], -1).reshape(-1)
+        pair_base = scores[runs, parent_slot].reshape(-1)
+        safe = jnp.maximum(pair_nodes, 0)
+        degree = jnp.where(pair_nodes >= 0, kg.csr_offsets[safe + 1] - kg.csr_offsets[safe], 0)  # local degree
+        cum = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(degree).astype(jnp.int32)])
+        queries = (step_proj[:, s], None if step_bias is None else step_bias[:, s])
+        args = (local_kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, masks, queries,
+                step[:, 2], guidance, shapes.window)
+        if precision:
+            ranked, _ = one._precision_candidates(*args, f)
+            ranked, qualified = _merge_precision(ranked, start, pair_nodes.shape[0], f, n_runs)
+        else:
+            ranked, qualified = one._breadth_candidates(*args, f, shapes.node_matches, tau_admits)
+            ranked, qualified = _merge_breadth(ranked, qualified, start, pair_base, f, shapes.node_matches, n_runs)
+        run, pair, triple, total, rank, keep = (ranked.run, ranked.pair, ranked.triple, ranked.total, ranked.run_rank,
+                                                ranked.keep)
+        ends = _owned_ends(kg, jnp.where(keep, triple, -1), start)
+        from_node = pair_nodes[pair]
+        if direction == "directed":
+            child_node = jnp.where(forward[jnp.clip(run, 0, n_runs - 1)], ends[:, 2], ends[:, 0])
+        else:
+            child_node = jnp.where(ends[:, 0] == from_node, ends[:, 2], ends[:, 0])
+        target_run = jnp.where(keep, run, n_runs)
+        child_slot = step[jnp.clip(run, 0, n_runs - 1), 1]
+        rank = jnp.clip(rank, 0, f - 1)
+        nodes = nodes.at[target_run, child_slot, rank].set(child_node, mode="drop")
+        scores = scores.at[target_run, child_slot, rank].set(total, mode="drop")
+        via = via.at[target_run, child_slot, rank].set(triple, mode="drop")
+        parents = parents.at[target_run, child_slot, rank].set((pair % f).astype(jnp.int32), mode="drop")
+        node_excess = jax.ops.segment_sum(jnp.maximum(qualified - k, 0), runs_of_pair, num_segments=n_runs)
+        survivors = jax.ops.segment_sum(jnp.minimum(qualified, k), runs_of_pair, num_segments=n_runs)
+        step_need = jnp.stack([jax.ops.segment_max(qualified, runs_of_pair, num_segments=n_runs),
+                               jax.ops.segment_sum(qualified, runs_of_pair, num_segments=n_runs)], axis=-1)
+        need = jnp.where((overflow == 0)[:, None], jnp.maximum(need, step_need), need)
+        overflow = overflow + node_excess + jnp.maximum(survivors - f, 0)
+        return nodes, scores, via, parents, overflow, need
+
+    init = (nodes, scores, via, parents, jnp.zeros(n_runs, jnp.int32), jnp.zeros((n_runs, 2), jnp.int32))
+    (nodes, scores, via, parents, overflow, need), _ = jax.lax.scan(step_fn, init, jnp.arange(n_steps))
+    return TraceOutput(nodes, scores, via, parents, overflow, need)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(mesh: Mesh, static: tuple) -> jax.stages.Wrapped:
+    kwargs = dict(zip(_STATIC, static, strict=True))
+    kg_spec = ShardedKG(*(PartitionSpec(KG_AXIS),) * 5, PartitionSpec(), PartitionSpec())
+    body = functools.partial(_local_trace, **kwargs)
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(kg_spec, PartitionSpec(), PartitionSpec()),
+                                 out_specs=PartitionSpec(), check_vma=False))
+
+
+def trace_batch_sharded(kg: ShardedKG, batch: TraceBatch, hyper: Hyper, *, mesh: Mesh, shapes: TracerShapes,
+                        precision: bool, relation_bonus: bool = False, tau_admits: bool = True,
+                        direction: str = "undirected", used: str = "run", halt_overflowed: bool = False) -> TraceOutput:
+    """:func:`~stem_jax.trace.tracer.trace_batch` over a KG sharded by :func:`~stem_jax.shard.partition.shard_kg`
+    on ``mesh``: the same arguments and the same outputs (replicated on every device of the mesh).
+
+    ``batch`` and ``hyper`` may be host arrays (the same on every process: they are replicated onto the
+    mesh here) or arrays already replicated on it. One compiled program per (mesh, static arguments,
+    shapes), cached like ``trace_batch``'s."""
+    if direction not in ("undirected", "directed") or used not in ("run", "branch", "step"):
+        raise ValueError(f"unknown direction {direction!r} or used-triple rule {used!r}")
+    if direction == "directed" and batch.forward is None:
+        raise ValueError("direction='directed' needs TraceBatch.forward (each step's orientation)")
+    batch, hyper = (x if _on_mesh(x, mesh) else replicate(mesh, x) for x in (batch, hyper))
+    static = (shapes, precision, relation_bonus, tau_admits, direction, used, halt_overflowed)
+    return _compiled(mesh, static)(kg, batch, hyper)
+
+
+def _on_mesh(tree, mesh: Mesh) -> bool:
+    leaves = jax.tree_util.tree_leaves(tree)
+    return all(isinstance(leaf, jax.Array) and getattr(leaf.sharding, "mesh", None) == mesh for leaf in leaves)
+
+
+def local_result(out: TraceOutput) -> TraceOutput:
+    """The (replicated) outputs as host arrays of this process (also where the mesh spans processes)."""
+    return TraceOutput(*(np.asarray(leaf.addressable_data(0)) for leaf in out))
