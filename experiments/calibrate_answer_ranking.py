@@ -1,7 +1,7 @@
 """Calibrate the answer ranking's beam gap and support cut on MetaQA dev (issue 8): trace once, re-rank many times.
 
-Every dev question is planned, anchored and traced once with the default engine; each question's runs are folded
-into a :class:`~stem_jax.answer.rank.QuestionAnswers` exactly as ``StemPipeline.retrieval`` does, and every
+Every dev question is planned, anchored and traced once with the default engine; each chunk's runs are folded
+into a :class:`~stem_jax.answer.rank.ChunkAnswers` by ``StemPipeline.fold_chunk``, what ``retrievals`` ranks, and every
 (``engine.beam_gap``, ``engine.answer_cut``) point of the grid is scored from those, per hop (Hit@1, Hit, F1).
 The tracer does not depend on either value, so one trace serves the whole grid.
 
@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from stem_jax import Engine
-from stem_jax.answer.rank import QuestionAnswers
+from stem_jax.answer.rank import ChunkAnswers
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.eval.metrics import strict_metrics
 
@@ -30,12 +30,16 @@ GAPS = (math.inf, 1.0, 0.75, 0.5, 0.35, 0.25, 0.1)
 CUTS = (0.5, 0.3, 0.7)
 
 
-def collect(limit: int | None, chunk: int, gnn: Path | None,
-            ) -> tuple[list[tuple[int, list[str], QuestionAnswers, float]], dict, object]:
+Folded = tuple[ChunkAnswers, list[tuple[int, int]], list[tuple[int, list[str], float]]]
+
+
+def collect(limit: int | None, chunk: int, gnn: Path | None) -> tuple[list[Folded], dict, object, object]:
+    """Per traced chunk: its folded answers, the (question, entity) pairs never returned, and per question
+    (hops, gold answers, the widening the engine adds to ``engine.beam_gap`` for its runs)."""
     engine = Engine.open("metaqa", planner="pattern", split="dev", limit=limit, log=print, guidance=gnn)
     method = engine.method("stem")
     pipeline = method.pipeline
-    folded: list[tuple[int, list[str], QuestionAnswers, float]] = []
+    folded: list[Folded] = []
     questions = [q for q in engine.dataset.questions if q.answers]
     began = time.perf_counter()
     for start in range(0, len(questions), chunk):
@@ -43,14 +47,17 @@ def collect(limit: int | None, chunk: int, gnn: Path | None,
         method.prepare(part)
         runs = [run for q in part for run in method.runs[q.qid]]
         outputs, _ = pipeline.trace(runs, method.hyper)  # what eval traces
-        cursor = 0
+        per_question, per_output, cursor = [], [], 0
         for question in part:
             mine = method.runs[question.qid]
-            answers = pipeline.fold_answers(question, mine, outputs[cursor : cursor + len(mine)])  # what eval ranks
+            per_question.append(mine)
+            per_output.append(outputs[cursor : cursor + len(mine)])
             cursor += len(mine)
-            # the widening the engine adds to engine.beam_gap for these runs (τ when they are guided)
-            widen = pipeline.ranking_gap(mine, method.hyper) - pipeline.engine.beam_gap
-            folded.append((question.hops, list(question.answers), answers, widen))
+        answers, exclude = pipeline.fold_chunk(part, per_question, per_output)  # what eval ranks
+        # the widening the engine adds to engine.beam_gap for these runs (τ when they are guided)
+        about = [(q.hops, list(q.answers), pipeline.ranking_gap(mine, method.hyper) - pipeline.engine.beam_gap)
+                 for q, mine in zip(part, per_question, strict=True)]
+        folded.append((answers, exclude, about))
         print(f"\r traced {min(start + chunk, len(questions))}/{len(questions)} questions "
               f"[{time.perf_counter() - began:.0f}s]", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
@@ -60,18 +67,19 @@ def collect(limit: int | None, chunk: int, gnn: Path | None,
     def display(entity: int) -> str:
         return pipeline.display(pipeline.index.entities[entity])
 
-    return folded, info, display
+    return folded, info, display, pipeline.mediators  # mediators: walked through, never returned
 
 
-def score(folded, display, gap: float, cut: float) -> dict[str, dict[str, float]]:
+def score(folded, display, never, gap: float, cut: float) -> dict[str, dict[str, float]]:
     sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for hops, gold, answers, widen in folded:
-        ranked = [display(e) for e, _ in answers.ranked("beam", cut, gap + widen)]
-        metrics = strict_metrics(ranked, gold)
-        for group in (f"{hops}-hop", "all"):
-            sums[group]["n"] += 1
-            for k in ("hit_at_1", "hit", "f1"):
-                sums[group][k] += metrics[k]
+    for answers, exclude, about in folded:
+        chunk = answers.ranked("beam", cut, [gap + widen for _, _, widen in about], exclude, never=never)
+        for (hops, gold, _), pairs in zip(about, chunk, strict=True):
+            metrics = strict_metrics([display(e) for e, _ in pairs], gold)
+            for group in (f"{hops}-hop", "all"):
+                sums[group]["n"] += 1
+                for k in ("hit_at_1", "hit", "f1"):
+                    sums[group][k] += metrics[k]
     return {g: {k: (round(100 * v / s["n"], 2) if k != "n" else int(v)) for k, v in s.items()} for g, s in sums.items()}
 
 
@@ -82,12 +90,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("experiments/results"))
     parser.add_argument("--gnn-checkpoint", type=Path, help="trace with Triple-GNN guidance from this train-gnn run")
     args = parser.parse_args(argv)
-    folded, info, display = collect(args.limit, args.chunk, args.gnn_checkpoint)
+    folded, info, display, never = collect(args.limit, args.chunk, args.gnn_checkpoint)
     info["guidance"] = str(args.gnn_checkpoint) if args.gnn_checkpoint else "none"
     rows, points = [], []
     for gap in GAPS:
         for cut in CUTS:
-            result = score(folded, display, gap, cut)
+            result = score(folded, display, never, gap, cut)
             points.append({"beam_gap": gap if math.isfinite(gap) else "inf", "answer_cut": cut, "metrics": result})
             for group in sorted(result):
                 m = result[group]

@@ -1,6 +1,8 @@
 """Merging the runs of one question (plans x anchors) into ranked answers and evidence.
 
-Two rankings:
+:class:`ChunkAnswers` ranks the questions of a chunk together; :class:`stem_jax.answer.reference.QuestionAnswers`
+is the same rules written plainly, one question and one binding at a time, which the property test compares it
+against. Two rankings:
 
 * ``"max"`` (the paper's): an entity's score is its best cumulative score S over all bindings of
   the answer placeholder, whatever plan produced it. Longer plans add more T-Scores, so a long
@@ -25,7 +27,6 @@ answers that only a minority of the beam's probability mass produced do not dilu
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 
@@ -43,78 +44,13 @@ def answer_depth(steps: np.ndarray, answer_slot: int) -> int:
     return depth if slot == 0 else 0
 
 
-@dataclasses.dataclass
-class QuestionAnswers:
-    """LLM-free answers of one question: entities bound to the answer placeholder, by score."""
-
-    scores: dict[int, float] = dataclasses.field(default_factory=dict)  # entity -> best cumulative S
-    fair: dict[int, float] = dataclasses.field(default_factory=dict)  # entity -> best mean T per step
-    support: dict[int, dict[int, float]] = dataclasses.field(default_factory=dict)  # entity -> beam -> prob
-    beam_fair: dict[int, dict[int, float]] = dataclasses.field(default_factory=dict)  # beam -> entity -> fair
-    evidence: set[int] = dataclasses.field(default_factory=set)  # G_reason triple ids
-    anchors: list[int] = dataclasses.field(default_factory=list)
-    overflow: int = 0
-    runs: int = 0
-
-    def add_run(self, nodes: np.ndarray, scores: np.ndarray, via: np.ndarray, answer_slot: int, overflow: int, *,
-                beam: int = 0, beam_prob: float = 1.0, depth: int = 1, exclude: Iterable[int] = ()) -> None:
-        """Fold one traced run ([slots, F] arrays, -1 where empty) into the question's answers.
-
-        ``beam``/``beam_prob``: the plan's position in the planner's beam and its probability;
-        ``depth``: schema steps from the anchor to the answer slot; ``exclude``: entities never
-        returned as answers (the question's topic entities).
-        """
-        self.runs += 1
-        self.overflow += int(overflow)
-        self.anchors.append(int(nodes[0, 0]))
-        self.evidence.update(int(t) for t in via[via >= 0])
-        if answer_slot < 0:
-            return
-        excluded = set(exclude)
-        anchor_score = float(scores[0, 0])
-        live = nodes[answer_slot] >= 0
-        for node, score in zip(nodes[answer_slot][live].tolist(), scores[answer_slot][live].tolist(), strict=True):
-            if node in excluded:
-                continue
-            fair = (score - anchor_score) / max(depth, 1)
-            if node not in self.scores or score > self.scores[node]:
-                self.scores[node] = score
-            if node not in self.fair or fair > self.fair[node]:
-                self.fair[node] = fair
-            beams = self.support.setdefault(node, {})
-            beams[beam] = max(beams.get(beam, 0.0), float(beam_prob))
-            within = self.beam_fair.setdefault(beam, {})
-            if node not in within or fair > within[node]:
-                within[node] = fair
-
-    def ranked(self, rule: str = "max", cut: float = 0.0, gap: float = math.inf) -> list[tuple[int, float]]:
-        """(entity, score) best first, ties by entity id; see the module docstring for the rules.
-
-        ``"max"`` scores are cumulative S; ``"beam"`` scores are the support (beam probability mass),
-        where a beam counts for an entity only if the entity's length-fair score in it is within ``gap``
-        of the beam's best.
-        """
-        if rule == "max":
-            return sorted(self.scores.items(), key=lambda kv: (-kv[1], kv[0]))
-        if rule != "beam":
-            raise ValueError(f"unknown answer ranking {rule!r}; use one of {', '.join(RANKINGS)}")
-        best = {b: max(f.values()) for b, f in self.beam_fair.items() if f}
-        mass = {e: float(sum(p for b, p in beams.items() if self.beam_fair[b][e] >= best[b] - gap))
-                for e, beams in self.support.items()}
-        order = sorted(mass, key=lambda e: (-mass[e], -self.fair[e], e))
-        if order and cut > 0:
-            # float noise must not split a tie: beams with equal probabilities give equal support
-            floor = cut * mass[order[0]] - 1e-9
-            order = [e for e in order if mass[e] >= floor]
-        return [(e, mass[e]) for e in order]
-
-
 class ChunkAnswers:
-    """:class:`QuestionAnswers` for many questions at once: runs are collected as arrays, then every
-    question is ranked in a few numpy passes (no per-binding Python), with the same results bit for bit.
+    """The answers of many questions at once: runs are collected as arrays, then every question is ranked
+    in a few numpy passes (no per-binding Python), bit for bit as the plain reference
+    :class:`~stem_jax.answer.reference.QuestionAnswers` ranks each question alone.
 
     The beam rule's support is a float sum, so it is added in the order the reference adds it: for
-    each (question, entity), the beams in the order they first bound the entity (``tests/test_rank_chunk.py``
+    each (question, entity), the beams in the order they first bound the entity (``tests/answer/test_rank_chunk.py``
     compares both on random runs)."""
 
     def __init__(self, n_questions: int) -> None:
@@ -129,7 +65,7 @@ class ChunkAnswers:
     def add_run(self, question: int, nodes: np.ndarray, scores: np.ndarray, via: np.ndarray, answer_slot: int,
                 overflow: int, *, beam: int = 0, beam_prob: float = 1.0, depth: int = 1) -> None:
         """One traced run of question ``question`` ([slots, F] arrays, -1 where empty); as
-        :meth:`QuestionAnswers.add_run`, with exclusions given to :meth:`ranked`."""
+        the reference's ``add_run``, with exclusions given to :meth:`ranked`."""
         self.overflow[question] += int(overflow)
         self._via.append(via.reshape(-1))
         self._via_question.append(question)
@@ -155,7 +91,7 @@ class ChunkAnswers:
 
     def ranked(self, rule: str = "max", cut: float = 0.0, gap: float | Sequence[float] = math.inf,
                exclude: Iterable[tuple[int, int]] = (), never: np.ndarray | None = None) -> list[list[tuple[int, float]]]:
-        """Per question, :meth:`QuestionAnswers.ranked` of its runs; ``gap`` is one for all questions or one
+        """Per question, its runs ranked as the reference's ``ranked`` does; ``gap`` is one for all questions or one
         per question, ``exclude`` holds (question, entity) pairs never returned (the questions' topic
         entities), and ``never`` is a bool mask over entities never returned for any question (mediators)."""
         if rule not in RANKINGS:

@@ -4,7 +4,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stem_jax.answer.rank import QuestionAnswers, answer_depth
+from stem_jax.answer.rank import answer_depth
+from stem_jax.answer.reference import QuestionAnswers
 
 
 def _run(answers, scores, depth, anchor_score=1.0):

@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from stem_jax.answer.rank import ChunkAnswers, QuestionAnswers
+from stem_jax.answer.rank import ChunkAnswers
+from stem_jax.answer.reference import QuestionAnswers
 
 
 def _random_run(rng: np.random.Generator) -> dict:

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from stem_jax.answer.rank import ChunkAnswers, QuestionAnswers, answer_depth
+from stem_jax.answer.rank import ChunkAnswers, answer_depth
 from stem_jax.config import StemConfig
 from stem_jax.data.types import Dataset, Question
 from stem_jax.encoder.base import TextEncoder
@@ -561,19 +561,23 @@ class StemPipeline:
         guided = any(run.guidance is not None and len(run.guidance) for run in runs)
         return self.engine.beam_gap + (float(self.resolve(hyper).tau) if guided else 0.0)
 
-    def fold_answers(self, question: Question, runs: Sequence[Run], outputs: Sequence[dict]) -> QuestionAnswers:
-        """One question's traced runs folded into its answers (topic entities excluded when configured)."""
-        exclude = ({self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids}
-                   if self.engine.exclude_topic else set())
-        if self._mediator_ids is not None:
-            exclude |= self._mediator_ids
-        answers = QuestionAnswers()
-        for run, out in zip(runs, outputs, strict=True):
-            nodes, via = prune_unreached(out["nodes"], out["via"], out["parents"], run.plan.steps, run.plan.constants)
-            answers.add_run(nodes, out["scores"], via, run.plan.answer_slot, int(out["overflow"]),
-                            beam=run.beam, beam_prob=run.beam_prob,
-                            depth=answer_depth(run.plan.steps, run.plan.answer_slot), exclude=exclude)
-        return answers
+    def fold_chunk(self, questions: Sequence[Question], runs: Sequence[Sequence[Run]],
+                   outputs: Sequence[Sequence[dict]]) -> tuple[ChunkAnswers, list[tuple[int, int]]]:
+        """The questions' traced runs (``runs[i]``, ``outputs[i]``, unreached bindings pruned) folded into one
+        :class:`~stem_jax.answer.rank.ChunkAnswers`, and the (question, entity) pairs never to return (the
+        topic entities, when ``engine.exclude_topic``): what :meth:`retrievals` ranks."""
+        chunk = ChunkAnswers(len(questions))
+        exclude: list[tuple[int, int]] = []
+        entity_ids = self.index.entity_ids
+        for qi, (question, mine, outs) in enumerate(zip(questions, runs, outputs, strict=True)):
+            if self.engine.exclude_topic:
+                exclude.extend((qi, entity_ids[t]) for t in question.topic_entities if t in entity_ids)
+            for run, out in zip(mine, outs, strict=True):
+                plan = run.plan
+                nodes, via = prune_unreached(out["nodes"], out["via"], out["parents"], plan.steps, plan.constants)
+                chunk.add_run(qi, nodes, out["scores"], via, plan.answer_slot, int(out["overflow"]), beam=run.beam,
+                              beam_prob=run.beam_prob, depth=answer_depth(plan.steps, plan.answer_slot))
+        return chunk, exclude
 
     def retrieval(self, question: Question, runs: Sequence[Run], outputs: Sequence[dict],
                   stage_ms: dict[str, float] | None = None, hyper: StemHyper | None = None) -> Retrieval:
@@ -585,21 +589,10 @@ class StemPipeline:
                    hyper: StemHyper | None = None) -> list[Retrieval]:
         """Each question's traces (``runs[i]``, ``outputs[i]``) as a :class:`~stem_jax.methods.base.Retrieval`:
         ranked answers and evidence in KG ids (the shared record), STEM's extras (plans, strategies, θ) in
-        ``info``. The questions are ranked together (:class:`~stem_jax.answer.rank.ChunkAnswers`), the same
-        answers as folding each into a :class:`~stem_jax.answer.rank.QuestionAnswers` (:meth:`fold_answers`)."""
+        ``info``. The questions are ranked together (:meth:`fold_chunk`)."""
         hyper = self.resolve(hyper)
         engine = self.engine
-        chunk = ChunkAnswers(len(questions))
-        exclude: list[tuple[int, int]] = []
-        entity_ids = self.index.entity_ids
-        for qi, (question, mine, outs) in enumerate(zip(questions, runs, outputs, strict=True)):
-            if engine.exclude_topic:
-                exclude.extend((qi, entity_ids[t]) for t in question.topic_entities if t in entity_ids)
-            for run, out in zip(mine, outs, strict=True):
-                plan = run.plan
-                nodes, via = prune_unreached(out["nodes"], out["via"], out["parents"], plan.steps, plan.constants)
-                chunk.add_run(qi, nodes, out["scores"], via, plan.answer_slot, int(out["overflow"]), beam=run.beam,
-                              beam_prob=run.beam_prob, depth=answer_depth(plan.steps, plan.answer_slot))
+        chunk, exclude = self.fold_chunk(questions, runs, outputs)
         # the gap depends on each question's runs (guided or not)
         ranked = chunk.ranked(engine.rank, engine.answer_cut, [self.ranking_gap(mine, hyper) for mine in runs],
                               exclude, never=self.mediators)
