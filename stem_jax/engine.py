@@ -58,6 +58,13 @@ def _quiet(_: str) -> None:
     pass
 
 
+def _compile_counts() -> dict[str, int]:
+    """Tracer and anchor jit compilations in this process so far."""
+    from stem_jax.trace.tracer import anchor_batch, trace_batch
+
+    return {"trace_batch": trace_batch._cache_size(), "anchor_batch": anchor_batch._cache_size()}
+
+
 def _normalised(text: str) -> str:
     """Question text for a word-for-word lookup: case, spacing and a final ? or . aside."""
     return " ".join(text.lower().split()).rstrip("?. ")
@@ -717,7 +724,10 @@ class Engine:
         """Evaluate ``questions`` (default: the loaded split) into the run folder ``out`` (resumable).
 
         ``out`` is fingerprinted (:meth:`results_fingerprint`): a folder holding another run's results is
-        refused unless ``overwrite`` (which drops them)."""
+        refused unless ``overwrite`` (which drops them). Leaves what ``stem-jax eval`` leaves there:
+        ``predictions.jsonl``, ``fingerprint.json`` (the settings), ``metrics.json`` (the summary returned,
+        with the dataset, split, method, planner, config and machine) and ``metrics.md``."""
+        from stem_jax.config import as_dict
         from stem_jax.eval.loop import evaluate_method
 
         if not isinstance(out, str | os.PathLike):
@@ -730,12 +740,23 @@ class Engine:
             _check_distinct_ids(chosen_questions, repeats_allowed=False)
             fingerprint = self.results_fingerprint(method)
             chosen = self.method(method)
+            started = time.perf_counter()
+
+            def report(summary: dict[str, Any]) -> dict[str, Any]:
+                rest = {k: v for k, v in summary.items() if k != "planning"}
+                return {"dataset": self.dataset.name, "split": self.dataset_spec.split, "method": method,
+                        "planner": self.planner_spec.label if method != "scr" else "scr",
+                        "planner_info": {**self.planner_info, **summary.get("planning", {})},
+                        "config": as_dict(self.config),
+                        "dataset_skips": dict(self.dataset.skips.counts), "compiles": _compile_counts(),
+                        "wall_seconds": time.perf_counter() - started, **rest}
+
             # the loaded split is what ``questions`` are a share of (a shard of `eval --num-processes N`)
             return evaluate_method(chosen, chosen_questions, Path(out),
                                    selection=selection_of(self.dataset.questions),
                                    chunk_size=self.config.engine.chunk_questions,
                                    show_progress=self.show_progress if show_progress is None else show_progress,
-                                   log=self.log, fingerprint=fingerprint, overwrite=overwrite)
+                                   log=self.log, fingerprint=fingerprint, overwrite=overwrite, report=report)
 
     def results_fingerprint(self, method: str = "stem") -> dict[str, Any]:
         """Everything that changes ``method``'s results here: config, method, planner, KG, encoder, data."""

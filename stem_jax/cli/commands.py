@@ -284,6 +284,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     questions = None
     if processes > 1:  # into its own resumable shard folder; `stem-jax score --out` merges them
         questions, out = share(engine.dataset.questions, pid, processes), shard_folder(out, pid, processes)
+    # writes predictions.jsonl, fingerprint.json, metrics.json and metrics.md, as the API does
     summary = engine.evaluate(out, method=method, questions=questions, overwrite=getattr(args, "overwrite", False))
     wall = time.perf_counter() - start
     table = summary_table(summary)
@@ -295,12 +296,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for line in unscored_lines(questions or engine.dataset.questions, (summary.get("overall") or {}).get("skipped") or {}):
         print(line)
     print(f"overflow (matches dropped by capacities) per hop: {summary['overflow_total']}")
-    payload = {"meta": run_metadata(), "dataset": engine.dataset.name, "split": args.split, "method": method,
-               "planner": label, "planner_info": {**engine.planner_info, **summary.pop("planning", {})}, "config": as_dict(config),
-               "dataset_skips": dict(engine.dataset.skips.counts), "wall_seconds": wall,
-               "compiles": _compile_counts(), **summary}
-    paths = write_report(out, "metrics", payload, table)
-    print(f"\nwrote {out / 'predictions.jsonl'}, {paths[0]} and {paths[1]}  [{wall:.1f}s]")
+    print(f"\nwrote {out / 'predictions.jsonl'}, {out / 'metrics.json'} and {out / 'metrics.md'}  [{wall:.1f}s]")
     return 0
 
 
@@ -358,12 +354,6 @@ def _check_quoted(questions: list[str]) -> None:
                         f"{', ...' if len(questions) > 4 else ''}): the question's words are separate arguments\n"
                         f"  how to fix: quote the question, e.g. stem-jax ask {shlex.quote(joined)} (several "
                         "questions: quote each one)")
-
-
-def _compile_counts() -> dict[str, int]:
-    from stem_jax.trace.tracer import anchor_batch, trace_batch
-
-    return {"trace_batch": trace_batch._cache_size(), "anchor_batch": anchor_batch._cache_size()}
 
 
 def cmd_bench_trace(args: argparse.Namespace) -> int:

@@ -4,7 +4,10 @@ Questions are retrieved in chunks of ``engine.chunk_questions``; each finished c
 to ``predictions.jsonl`` and flushed, so a killed run resumes after the last written question and,
 because every metric is computed from what that file holds, ends with the same numbers as an
 uninterrupted run. The run scores the records it read at the start and those it appended, in the
-file's order, rather than parsing the file it has just written again.
+file's order, rather than parsing the file it has just written again, and writes ``metrics.json`` and
+``metrics.md`` (each atomically, replacing an earlier run's only once the new report is complete): every
+caller, ``stem-jax eval``, :meth:`stem_jax.engine.Engine.evaluate` and a sweep's grid points, leaves the
+same files in its run folder.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from stem_jax.collector import collector_paused
 from stem_jax.data.types import Question
 from stem_jax.errors import StemError
 from stem_jax.eval.records import make_records
+from stem_jax.eval.report import run_metadata, summary_table, write_report
 from stem_jax.eval.run_folder import RunFolder, method_fingerprint, selection_of
 from stem_jax.eval.scoring import (
     answered_precision,
@@ -44,13 +48,16 @@ def evaluate_method(
     fingerprint: dict[str, Any] | None = None,
     overwrite: bool = False,
     selection: dict[str, Any] | None = None,
+    report: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``questions`` with ``method`` into ``out_dir`` (resumable), then score predictions.jsonl.
 
     ``out_dir`` is a locked :class:`~stem_jax.eval.run_folder.RunFolder` for ``fingerprint`` (default:
     the method's own settings): a folder holding another run's results is refused unless ``overwrite``.
     ``selection`` (default: ``questions`` themselves) records what the questions are a share of
-    (:func:`~stem_jax.eval.run_folder.selection_of` the split, for a shard of a multi-process eval)."""
+    (:func:`~stem_jax.eval.run_folder.selection_of` the split, for a shard of a multi-process eval).
+    ``report(summary)`` gives the fields ``metrics.json`` holds besides the run's metadata (default: the
+    summary itself); ``metrics.md`` is the summary's table."""
     if not questions:
         raise StemError("no questions to evaluate: the selection is empty\n"
                         "  how to fix: check --hops, --limit, --split and the question file")
@@ -58,7 +65,15 @@ def evaluate_method(
     selection = selection_of(questions) if selection is None else selection
     with RunFolder.open(Path(out_dir), fingerprint, overwrite=overwrite, questions=questions, selection=selection,
                         log=log) as run:
-        return _evaluate_into(method, questions, run, chunk_size=chunk_size, show_progress=show_progress, log=log)
+        summary = _evaluate_into(method, questions, run, chunk_size=chunk_size, show_progress=show_progress, log=log)
+        write_metrics(run.path, summary if report is None else report(summary))
+        return summary
+
+
+def write_metrics(folder: Path, payload: dict[str, Any]) -> tuple[Path, Path]:
+    """``folder/metrics.json`` (the run's metadata and ``payload``, a scored summary and what the caller adds)
+    and ``metrics.md`` (its per-hop table), each written atomically."""
+    return write_report(Path(folder), "metrics", {"meta": run_metadata(), **payload}, summary_table(payload))
 
 
 @contextlib.contextmanager

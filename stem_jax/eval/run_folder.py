@@ -16,9 +16,10 @@ never mixes results of two configurations. :meth:`RunFolder.finished` reads the 
 a torn last line (a kill mid-write) is cut, and a corrupt line anywhere is reported with its line
 number and dropped, so that question is simply computed again; the file is then rewritten cleanly.
 ``questions.json`` keeps a digest of each question, so an edited question file recomputes exactly
-the questions whose text or answers changed (records themselves are not altered). Opening a folder
-for a run removes the ``metrics.json``/``metrics.md`` of an earlier run: they describe a finished
-run, and a resumed run (say with a larger ``--limit``) is not finished until it writes its own.
+the questions whose text or answers changed (records themselves are not altered). The
+``metrics.json``/``metrics.md`` of a finished run stay until the next finished run replaces them
+(atomically, :func:`stem_jax.eval.loop.write_metrics`), unless ``--overwrite`` drops that run;
+``run.json`` says which questions the last run was asked for.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ FINGERPRINT = "fingerprint.json"
 LOCK = ".lock"
 QUESTIONS = "questions.json"
 RUN = "run.json"
-STALE_ON_OPEN = ("metrics.json", "metrics.md")  # a finished run's report; rewritten when this run ends
 # Options that only change how work is chunked, never a result: a rerun may change them and resume.
 NOT_RESULTS = frozenset({"config.engine.chunk_questions", "extra.effective.engine.chunk_questions"})
 _MAX_KEYS_LISTED = 6
@@ -244,11 +244,9 @@ class RunFolder:
         fd = _lock(path)
         try:
             _check_fingerprint(path, fingerprint, overwrite)
-            if overwrite:
-                (path / PREDICTIONS).unlink(missing_ok=True)
-                (path / QUESTIONS).unlink(missing_ok=True)
-            for stale in STALE_ON_OPEN:
-                (path / stale).unlink(missing_ok=True)
+            if overwrite:  # the dropped run's report goes with its predictions
+                for dropped in (PREDICTIONS, QUESTIONS, "metrics.json", "metrics.md"):
+                    (path / dropped).unlink(missing_ok=True)
             write_json_atomic(path / FINGERPRINT, {"fingerprint": fingerprint, "short_hash": short_hash(fingerprint)})
             questions = list(questions) if questions is not None else None
             if questions is not None:

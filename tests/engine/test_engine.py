@@ -34,6 +34,26 @@ def test_retrieve_equals_evaluate(engine, tmp_path):
     assert summary["overall"]["mean"]["hit"] > 0.5  # the oracle planner on the demo KG finds most answers
 
 
+def test_api_and_cli_leave_the_same_run_folder_files(engine, tmp_path):
+    """Engine.evaluate writes what `stem-jax eval` writes: predictions, fingerprint, metrics.json and .md."""
+    engine.evaluate(tmp_path / "api", show_progress=False)
+    cache = engine.cache_root
+    rc = main(["eval", "--dataset", "demo", "--planner", "oracle", "--limit", "6", "--cache-dir", str(cache),
+               "--out", str(tmp_path / "cli"), "--no-progress", *(f"--{k}={v}" for k, v in FAST.items())])
+    assert rc == 0
+    files = {side: sorted(p.name for p in (tmp_path / side).iterdir() if not p.name.startswith("."))
+             for side in ("api", "cli")}
+    assert files["api"] == files["cli"]
+    assert {"predictions.jsonl", "metrics.json", "metrics.md", "fingerprint.json"} <= set(files["api"])
+    api, cli = (json.loads((tmp_path / side / "metrics.json").read_text()) for side in ("api", "cli"))
+    about = {"meta", "dataset", "split", "method", "planner", "planner_info", "config", "dataset_skips",
+             "wall_seconds", "overall", "groups", "effective"}
+    assert about <= api.keys() & cli.keys()
+    assert api["overall"] == cli["overall"] and api["config"] == cli["config"]
+    api, cli = (read_finished(tmp_path / side / "predictions.jsonl") for side in ("api", "cli"))
+    assert {q: r["prediction"] for q, r in api.items()} == {q: r["prediction"] for q, r in cli.items()}
+
+
 def test_question_parsing_brackets_and_linker(engine):
     topic = engine.dataset.questions[0].topic_entities[0]
     question, link = engine.question(f"which actors appear in [{topic}]")

@@ -80,6 +80,18 @@ def test_rerun_with_other_results_option_is_refused_then_overwrite(tmp_path, key
         pass
 
 
+def test_an_earlier_report_stays_until_the_next_run_replaces_it(tmp_path):
+    """Reopening a folder keeps the finished run's metrics.json (a killed resume leaves it, not nothing);
+    --overwrite drops it with the predictions it describes."""
+    with RunFolder.open(tmp_path / "run", fingerprint(), log=quiet) as run:
+        run.append([record("q1")])
+    (tmp_path / "run" / "metrics.json").write_text('{"overall": {"n": 1}}\n')
+    with RunFolder.open(tmp_path / "run", fingerprint(), log=quiet):
+        assert json.loads((tmp_path / "run" / "metrics.json").read_text()) == {"overall": {"n": 1}}
+    with RunFolder.open(tmp_path / "run", fingerprint(kg="kg-other"), overwrite=True, log=quiet):
+        assert not (tmp_path / "run" / "metrics.json").exists()
+
+
 def test_chunking_option_may_change_on_resume(tmp_path):
     with RunFolder.open(tmp_path / "run", fingerprint(), log=quiet) as run:
         run.append([record("q1")])
