@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stem_jax.cli.args import cache_root, check_out_path, config_from_args
+from stem_jax.cli.args import check_out_path, config_from_args
 from stem_jax.cli.distributed import join_processes, shard_folder, share
 from stem_jax.cli.engine_args import default_run_folder, embed, load, open_engine
 from stem_jax.cli.report import markdown_table, run_metadata, summary_table, write_report
@@ -171,12 +171,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     question with its chain, and the commands to try next."""
     import dataclasses
 
-    from stem_jax.methods.stem import StemPipeline, evaluate
-    from stem_jax.plan.oracle import OraclePlanner
     from stem_jax.progress import labelled
 
     config = config_from_args(args)
-    args.dataset = "demo"
+    args.dataset, args.planner = "demo", "oracle"
     start = time.perf_counter()
     dataset, index = load(args, config)
     encoder, embeddings, embed_rows = embed(args, config, dataset, index)
@@ -194,15 +192,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         variants["paper-literal"] = dataclasses.replace(config, engine=dataclasses.replace(config.engine, preset="paper"))
     results, thetas = {}, {}
     for name, variant in variants.items():
-        pipeline = StemPipeline(dataset, index, embeddings, encoder, variant,
-                                cache_dir=cache_root(args) / dataset.name / "schema-texts")
+        engine = open_engine(args, variant, loaded=(dataset, index, encoder, embeddings, embed_rows),
+                             log=lambda _: None)
         folder = out / name.replace(" ", "-")
-        for stale in (folder / "predictions.jsonl",):  # the demo always recomputes: it is the smoke test
-            stale.unlink(missing_ok=True)
         with labelled(f"{name} engine"):  # the two runs' bars told apart
-            results[name] = evaluate(pipeline, dataset.questions, OraclePlanner(names=dataset.entity_names).plan,
-                                     folder, show_progress=not args.no_progress)
-        thetas[name] = pipeline.theta
+            # overwrite: the demo always recomputes, it is the smoke test
+            results[name] = engine.evaluate(folder, overwrite=True)
+        thetas[name] = engine.method("stem").pipeline.theta
     print("\nGold-path upper bound (follow the gold relation path; percent):\n")
     print(_upper_bound_table(upper))
     tables = []
@@ -359,20 +355,18 @@ def _check_quoted(questions: list[str]) -> None:
 def cmd_bench_trace(args: argparse.Namespace) -> int:
     """JAX tracer vs reference tracer on the same runs; writes experiments/results/bench-trace-*."""
     from stem_jax.bench.trace import bench_trace
-    from stem_jax.methods.stem import StemPipeline
-    from stem_jax.plan.oracle import OraclePlanner
 
     config = config_from_args(args)
     check_out_path(args.out)
-    dataset, index = load(args, config)
-    encoder, embeddings, _ = embed(args, config, dataset, index)
+    args.planner = "oracle"  # the tracers are compared on gold plans
+    engine = open_engine(args, config)
+    dataset = engine.dataset
     stride = max(1, len(dataset.questions) // args.num_questions)  # evenly spread over the hops
     questions = dataset.questions[::stride][: args.num_questions]
-    pipeline = StemPipeline(dataset, index, embeddings, encoder, config,
-                            cache_dir=cache_root(args) / dataset.name / "schema-texts")
-    per_question, _ = pipeline.plan_all(questions, OraclePlanner(names=dataset.entity_names).plan)
-    runs = [run for runs in per_question for run in runs]
-    pipeline.embed_texts([t for run in runs for t in run.plan.step_texts()], not args.no_progress)
+    method = engine.method("stem")
+    method.prepare(questions, show_progress=not args.no_progress)  # plans, grounds and embeds the schema texts
+    runs = [run for question in questions for run in method.runs[question.qid]]
+    pipeline = method.pipeline
     result = bench_trace(pipeline, runs, repeats=args.repeats)
     rows = [[k, round(v, 4) if isinstance(v, float) else v] for k, v in result.items() if not isinstance(v, (dict, list))]
     table = markdown_table(["measure", "value"], rows)

@@ -46,13 +46,19 @@ def embed(args: argparse.Namespace, config: StemConfig, dataset: Dataset, index:
 
 
 def open_engine(args: argparse.Namespace, config: StemConfig, *, force_guidance: bool = False,
-                method_options: dict[str, dict[str, Any]] | None = None) -> Engine:
-    """An :class:`Engine` for the flags in ``args``."""
-    dataset, index = load(args, config)
-    encoder, embeddings, rows = embed(args, config, dataset, index)
+                method_options: dict[str, dict[str, Any]] | None = None,
+                loaded: tuple[Dataset, KGIndex, Any, Any, list] | None = None, log: Any = print) -> Engine:
+    """An :class:`Engine` for the flags in ``args`` (``config``: the settings, which may differ from the flags'
+    where a command opens several engines). ``loaded``: the (dataset, index, encoder, embeddings, embedding
+    rows) of :func:`load` and :func:`embed` when the command loaded them already (the demo opens one engine
+    per configuration over one KG); ``log``: where the engine's progress lines go."""
+    if loaded is None:
+        dataset, index = load(args, config)
+        loaded = (dataset, index, *embed(args, config, dataset, index))
+    dataset, index, encoder, embeddings, rows = loaded
     return Engine(dataset_spec(args, config), dataset, index, encoder, embeddings, config, cache_root=cache_root(args),
                   planner=planner_spec(args), guidance=guidance_spec(args, force=force_guidance),
-                  method_options=method_options, show_progress=not getattr(args, "no_progress", False), log=print,
+                  method_options=method_options, show_progress=not getattr(args, "no_progress", False), log=log,
                   embed_rows=rows)
 
 
