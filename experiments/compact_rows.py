@@ -196,8 +196,8 @@ def block_part(formats: list[str], reps: int = 5, loops: int = 200, rounds: int 
         proj, bias = project_queries(queries, kg.row_basis, kg.row_mean)
 
         def scorer(block, kg=kg, proj=proj, bias=bias):
-            e = tracer._score_block(kg, hyper, False, block, cum_j, pair_nodes_j, runs_of_pair, used, (proj, bias),
-                                    relation, guidance, window)
+            e = tracer._edge_scorer(kg, hyper, False, cum_j, pair_nodes_j, runs_of_pair, used, (proj, bias),
+                                    relation, guidance)(block * window, window)
             return jnp.where(e.valid, e.t_score, 0.0).sum() + e.pair.sum()
 
         def dots(block, kg=kg, proj=proj, bias=bias):

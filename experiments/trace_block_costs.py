@@ -130,8 +130,8 @@ def block_costs(method, reps: int, loops: int = 64) -> dict:
         return pos, pair, triple
 
     def scorer(block):
-        e = tracer._score_block(kg, hyper, False, block, cum, pair_nodes, runs_of_pair, used, (queries, None),
-                                relation, guidance, window)
+        e = tracer._edge_scorer(kg, hyper, False, cum, pair_nodes, runs_of_pair, used, (queries, None), relation,
+                                guidance)(block * window, window)
         return jnp.where(e.valid, e.t_score, 0.0).sum() + e.pair.sum()
 
     def without_dot(block):

@@ -1,24 +1,14 @@
-"""Low-level jit primitives, each with a plain reference implementation beside it."""
+"""Low-level jit primitives the tracer and the Triple-GNN are built from, each with a plain reference beside it.
 
-from kernels.csr import INVALID, gather_padded, gather_padded_reference
-from kernels.message import distmult_mean, distmult_mean_reference
-from kernels.select import (
-    NEG_INF,
-    merge_topk,
-    merge_topk_reference,
-    running_argmax,
-    running_argmax_reference,
-)
+* :mod:`kernels.csr`: CSR gather of a frontier's incident triples (the step's edge list, block by block).
+* :mod:`kernels.rows`: cosine from stored triple rows (float16 or compact), the edge score.
+* :mod:`kernels.membership`: membership in small sorted rows (used triples, guidance entities).
+* :mod:`kernels.select`: per-segment top-k, first argmax and packing of flat candidate lists.
+* :mod:`kernels.candidates`: a trace step's candidates cut to each run's ranked bindings.
+* :mod:`kernels.blocks`: how a trace step reads its edge list (small blocks, a compacted buffer).
+* :mod:`kernels.message`: DistMult message passing, mean or sum aggregation (the Triple-GNN layers).
+"""
 
-__all__ = [
-    "INVALID",
-    "NEG_INF",
-    "distmult_mean",
-    "distmult_mean_reference",
-    "gather_padded",
-    "gather_padded_reference",
-    "merge_topk",
-    "merge_topk_reference",
-    "running_argmax",
-    "running_argmax_reference",
-]
+from kernels.message import distmult_mean, distmult_mean_reference, distmult_sum, distmult_sum_reference
+
+__all__ = ["distmult_mean", "distmult_mean_reference", "distmult_sum", "distmult_sum_reference"]

@@ -1,4 +1,11 @@
-"""Padded CSR gather: the incident-triple lookup the tracer and subgraph code are built on."""
+"""CSR gather of a frontier's incident triples: the edge list the tracer scores, one block at a time.
+
+A step's frontier is a flat list of P (run, node) pairs. Their incident triples, laid end to end in
+pair order (each node's in CSR order), form the step's global edge list, whose length is the sum of the
+frontier degrees. :func:`frontier_edge_offsets` gives each pair's start in that list and
+:func:`gather_edges` reads any fixed-width block of it, so the work follows the real number of incident
+triples instead of padding every node to the largest degree.
+"""
 
 from __future__ import annotations
 
@@ -6,49 +13,46 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-INVALID = -1
+
+def frontier_edge_offsets(degree: jax.Array, nodes: jax.Array) -> jax.Array:
+    """int32 [P + 1]: where each pair's incident triples start in the step's edge list (last: its length).
+
+    ``degree`` int32 [n] per KG node; ``nodes`` int32 [P], -1 for an empty pair (no edges)."""
+    counts = jnp.where(nodes >= 0, degree[jnp.maximum(nodes, 0)], 0)
+    return jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(counts).astype(jnp.int32)])
 
 
-@jax.jit(static_argnames=("width",))
-def gather_padded(offsets: jax.Array, values: jax.Array, rows: jax.Array, width: int, skip: jax.Array | int = 0):
-    """Rows of a CSR matrix as a fixed-width padded block, optionally from column ``skip`` on.
-
-    Reading a hub's thousands of entries in windows of ``width`` (``skip`` = 0, D, 2D, ...)
-    keeps every shape fixed without padding all rows to the largest degree.
+def gather_edges(offsets: jax.Array, incidence: jax.Array, cum: jax.Array, nodes: jax.Array, start: jax.Array,
+                 width: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Edges ``[start, start + width)`` of the edge list :func:`frontier_edge_offsets` describes.
 
     Args:
-      offsets: int [n + 1] row offsets into ``values``.
-      values: int32 [nnz] column entries (for the KG: incident triple ids).
-      rows: int32 [F] rows to read; negative rows are padding and read nothing.
-      width: static output width D.
-      skip: entries of each row to skip first (traced; the window's start).
+      offsets: int32 [n + 1] the KG's CSR row offsets; ``incidence`` int32 [>= 2m] the incident triple ids.
+      cum: int32 [P + 1] from :func:`frontier_edge_offsets`; ``nodes`` int32 [P] the pairs' nodes.
+      start: int32 scalar (traced) first position; ``width``: static block width W.
 
     Returns:
-      (ids int32 [F, D] with INVALID past each row's end, mask bool [F, D],
-       overflow int32 [F] = entries of the row after the window).
+      (pair int32 [W], node int32 [W], triple int32 [W], valid bool [W]); past the list's end ``valid`` is
+      False and the other entries are placeholders (pair P - 1, node 0, the incidence list's first triple).
     """
-    valid_row = rows >= 0
-    safe = jnp.where(valid_row, rows, 0)
-    row_start = offsets[safe]
-    start = row_start + skip
-    length = jnp.where(valid_row, offsets[safe + 1] - start, 0)
-    length = jnp.maximum(length, 0)
-    cols = jnp.arange(width, dtype=offsets.dtype)
-    mask = cols[None, :] < length[:, None]
-    index = jnp.clip(start[:, None] + cols[None, :], 0, max(values.shape[0] - 1, 0))
-    ids = jnp.where(mask, values[index], INVALID).astype(jnp.int32)
-    overflow = jnp.maximum(length - width, 0).astype(jnp.int32)
-    return ids, mask, overflow
+    n_pairs = nodes.shape[0]
+    pos = start + jnp.arange(width, dtype=jnp.int32)
+    valid = pos < cum[-1]
+    pair = jnp.clip(jnp.searchsorted(cum, pos, side="right") - 1, 0, n_pairs - 1).astype(jnp.int32)
+    node = jnp.where(valid, nodes[pair], 0)
+    triple = incidence[jnp.where(valid, offsets[node] + pos - cum[pair], 0)]
+    return pair, node, triple, valid
 
 
-def gather_padded_reference(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray, width: int, skip: int = 0):
-    """Plain NumPy loop with the same contract as :func:`gather_padded`."""
-    ids = np.full((len(rows), width), INVALID, dtype=np.int32)
-    overflow = np.zeros(len(rows), dtype=np.int32)
-    for i, row in enumerate(rows):
-        if row < 0:
-            continue
-        entries = values[offsets[row] : offsets[row + 1]][skip:]
-        ids[i, : min(width, len(entries))] = entries[:width]
-        overflow[i] = max(len(entries) - width, 0)
-    return ids, ids != INVALID, overflow
+def gather_edges_reference(offsets: np.ndarray, incidence: np.ndarray, degree: np.ndarray, nodes: np.ndarray,
+                           start: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`frontier_edge_offsets` then :func:`gather_edges`, as a loop that lists every edge in order."""
+    edges = [(p, int(node), int(incidence[offsets[node] + i]))
+             for p, node in enumerate(nodes.tolist()) if node >= 0 for i in range(int(degree[node]))]
+    pair = np.full(width, len(nodes) - 1, np.int32)
+    node = np.zeros(width, np.int32)
+    triple = np.full(width, incidence[0], np.int32)
+    valid = np.zeros(width, bool)
+    for w, (p, v, t) in enumerate(edges[start : start + width]):
+        pair[w], node[w], triple[w], valid[w] = p, v, t, True
+    return pair, node, triple, valid

@@ -1,4 +1,4 @@
-"""DistMult message passing with mean aggregation: the Triple-GNN's per-layer primitive.
+"""DistMult message passing with mean (or plain sum) aggregation: the Triple-GNN's per-layer primitive.
 
 For every directed edge ``s -[r]-> t`` the message is ``h[s] * rel[r]`` (DistMult's elementwise
 product, paper appendix A eq. 25), and each receiver takes the mean of its incoming messages
@@ -51,6 +51,25 @@ def distmult_mean(
     total = jax.ops.segment_sum(messages, receivers, num_segments=num_nodes, indices_are_sorted=indices_are_sorted)
     count = jax.ops.segment_sum(weight, receivers, num_segments=num_nodes, indices_are_sorted=indices_are_sorted)
     return total / jnp.maximum(count, 1.0)[:, None]
+
+
+def distmult_sum(h: jax.Array, rel: jax.Array, senders: jax.Array, receivers: jax.Array, edge_rel: jax.Array, *,
+                 num_nodes: int) -> jax.Array:
+    """Sum over incoming edges of ``h[sender] * rel[edge_rel]`` (the caller scales by 1 / degree).
+
+    Not jitted on its own: it is traced inline into the caller's program. An edge whose receiver is
+    ``num_nodes`` or more (padding) sends nothing."""
+    return jax.ops.segment_sum(h[senders] * rel[edge_rel], receivers, num_segments=num_nodes)
+
+
+def distmult_sum_reference(h, rel, senders, receivers, edge_rel, *, num_nodes: int) -> np.ndarray:
+    """Plain loop over edges in float64: what :func:`distmult_sum` must compute."""
+    h, rel = np.asarray(h, np.float64), np.asarray(rel, np.float64)
+    total = np.zeros((num_nodes, h.shape[1]))
+    for e in range(len(senders)):
+        if receivers[e] < num_nodes:
+            total[receivers[e]] += h[senders[e]] * rel[edge_rel[e]]
+    return total
 
 
 def distmult_mean_reference(h, rel, senders, receivers, edge_rel, edge_mask=None, *, num_nodes: int) -> np.ndarray:

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels import distmult_mean
+from kernels import distmult_mean, distmult_sum
 from stem_jax.config import GNNConfig
 from stem_jax.gnn.batching import MAX_SCHEMA_TRIPLES
 from stem_jax.jraph_compat import jraph
@@ -203,7 +203,7 @@ def reach_logits(params: Any, layers: int, batch: dict[str, jax.Array], relation
     g = [_mlp2(p[f"g{layer}"], rel) for layer in range(layers)]
 
     def messages(h, g_l, s, r, t, rows):
-        return jax.ops.segment_sum(h[s] * g_l[t], r, num_segments=rows)
+        return distmult_sum(h, g_l, s, r, t, num_nodes=rows)
 
     zero = jnp.zeros((1, d), jnp.float32)
     c1 = _update(p, 0, zero, zero)  # [1, d]: layer-1 state of every row with D >= 2

@@ -3,17 +3,20 @@
 A batch of runs (question x plan x anchor) is traced together, one schema step at a time
 (``lax.scan``). At a step, every run's frontier (at most ``frontier`` bindings of the step's
 parent slot) is flattened into B·F (run, node) pairs, and all their incident triples are laid
-end to end: a global edge list whose length is the sum of the frontier degrees. That list is
-read in fixed blocks of ``window`` edges (``lax.while_loop``), so the work follows the real
-number of incident triples: a hub with thousands of triples costs a few more blocks for the
-batch, instead of padding every node, or every run, to the largest degree. Each edge is scored
-(eq. 12-13: cosine to the schema triple + τ if both endpoints are guidance entities), masked by
-the run's used triples and
+end to end: a global edge list whose length is the sum of the frontier degrees
+(:mod:`kernels.csr`), so the work follows the real number of incident triples: a hub with
+thousands of triples costs more edges for the batch, instead of padding every node, or every
+run, to the largest degree. Each edge is scored (eq. 12-13: cosine to the schema triple
+(:mod:`kernels.rows`) + τ if both endpoints are guidance entities), masked by the run's used
+triples and
 
-* Precision: folded into a running per-pair argmax of S + T (segment max, earliest edge on ties,
+* Precision: folded into a per-pair argmax of S + T (segment max, earliest edge on ties,
   strictly above -1 as Algorithm 2 starts from ``max_score = -1``);
-* Breadth: kept when T >= θ (or, with the relation bonus, when the relation matches) in a
-  candidate buffer that is compacted to each pair's best ``node_matches`` whenever it fills.
+* Breadth: kept when T >= θ (or, with the relation bonus, when the relation matches), cut to
+  each pair's best ``node_matches`` (:mod:`kernels.candidates`).
+
+The edge list is read in small blocks of ``window`` edges with a candidate buffer that is compacted
+whenever it fills (:mod:`kernels.blocks`).
 
 The step's candidates are then ranked per run by cumulative score (ties: parent position, then
 rank within the parent, exactly as the reference orders them) and the best ``frontier`` become
@@ -45,10 +48,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels.blocks import breadth_blocks, precision_blocks
+from kernels.candidates import Edges, EdgeScorer, Ranked, compact, rank_runs
+from kernels.csr import frontier_edge_offsets, gather_edges
+from kernels.membership import BIG, row_contains, sorted_rows
 from kernels.rows import gathered_dots, project_queries
-
-NEG_INF = -jnp.inf
-BIG = np.iinfo(np.int32).max
+from kernels.select import NEG_INF
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,42 +154,15 @@ def _in_guidance(entities: jax.Array, guidance: jax.Array) -> jax.Array:
     return jnp.any((entities[..., None] == guidance) & (guidance >= 0), axis=-1)
 
 
-def _rank_within(sorted_keys: jax.Array) -> jax.Array:
-    """Position of each entry within its run of equal keys (keys already sorted)."""
-    first = jnp.searchsorted(sorted_keys, sorted_keys, side="left")
-    return jnp.arange(sorted_keys.shape[0]) - first
-
-
-def _sorted_rows(rows: jax.Array) -> jax.Array:
-    """int32 [B, C] rows of ids (-1 = empty) as ascending rows for ``_row_contains``: empty entries become
-    int32 max, which sorts last and matches no id, and C is rounded up to a power of two."""
-    width = rows.shape[1]
-    padded = 1 << max(width - 1, 0).bit_length()
-    rows = jnp.pad(jnp.where(rows >= 0, rows, BIG), ((0, 0), (0, padded - width)), constant_values=BIG)
-    return jnp.sort(rows, axis=-1)
+# Names the sharded tracer (stem_jax/shard/trace.py) and the tests read; the kernels live in kernels/.
+_sorted_rows, _row_contains, _rank_runs = sorted_rows, row_contains, rank_runs
 
 
 def _sorted_used(via: jax.Array) -> jax.Array:
     """Each run's used triples, sorted: int32 [B, C >= S·F] from ``via`` [B, S+1, F] (slot 0 binds no triple).
 
     A triple bound twice in a step is listed twice."""
-    return _sorted_rows(via[:, 1:].reshape(via.shape[0], -1))
-
-
-def _row_contains(rows: jax.Array, row: jax.Array, value: jax.Array) -> jax.Array:
-    """Whether ``value[i]`` occurs in ``rows[row[i]]``: branch-free binary search in sorted rows.
-
-    ``rows`` int32 [B, C] with C a power of two, each row ascending. log2(C) + 1 gathers per query
-    from this small table, whatever the KG's size.
-    """
-    width = rows.shape[1]
-    flat = rows.reshape(-1)
-    pos = row * width  # the last entry of the row below ``value`` is before pos + step, or pos stays
-    step = width // 2
-    while step:
-        pos = jnp.where(flat[pos + step - 1] < value, pos + step, pos)
-        step //= 2
-    return flat[pos] == value
+    return sorted_rows(via[:, 1:].reshape(via.shape[0], -1))
 
 
 class _Masks(NamedTuple):
@@ -197,199 +175,53 @@ class _Masks(NamedTuple):
     forward: jax.Array | None
 
 
-class _Edges(NamedTuple):
-    pair: jax.Array
-    run: jax.Array
-    triple: jax.Array
-    t_score: jax.Array
-    same_relation: jax.Array
-    valid: jax.Array
-    guided: jax.Array  # τ added to this edge's T-Score (0 outside the guidance graph)
-
-
-def _score_block(kg, hyper, relation_bonus, block, cum, pair_nodes, runs_of_pair, used, queries, relation, guidance, window):
-    """Score edges [block*W, (block+1)*W) of the step's global edge list."""
-    n_pairs = pair_nodes.shape[0]
-    pos = block * window + jnp.arange(window, dtype=jnp.int32)
-    valid = pos < cum[-1]
-    pair = jnp.clip(jnp.searchsorted(cum, pos, side="right") - 1, 0, n_pairs - 1).astype(jnp.int32)
-    node = jnp.where(valid, pair_nodes[pair], 0)
-    triple = kg.csr_triples[jnp.where(valid, kg.csr_offsets[node] + pos - cum[pair], 0)]
-    run = runs_of_pair[pair]
-    valid &= ~jax.lax.cond(used.any_used, lambda: _row_contains(used.rows, used.row_of_pair[pair], triple),
-                           lambda: jnp.zeros(window, bool))
-    ends = kg.triples[triple]
-    if used.forward is not None:  # directed: the frontier node must be the step's own end of the triple
-        valid &= jnp.where(used.forward[run], ends[:, 0], ends[:, 2]) == node
-    projected, bias = queries
-    dots = gathered_dots(kg.triple_emb, kg.triple_scale, triple, projected[run], None if bias is None else bias[run])
-    guidance_rows, any_guidance = guidance
-    in_guidance = jax.lax.cond(
-        any_guidance,
-        lambda: _row_contains(guidance_rows, run, ends[:, 0]) & _row_contains(guidance_rows, run, ends[:, 2]),
-        lambda: jnp.zeros(window, bool))
-    guided = jnp.where(in_guidance, hyper.tau, 0.0)
-    t_score = dots + guided
-    same_relation = (ends[:, 1] == relation[run]) & (relation[run] >= 0)
-    if relation_bonus:
-        t_score = t_score + jnp.where(same_relation, 1.0, 0.0)
-    return _Edges(pair, run, triple, t_score, same_relation, valid, guided)
-
-
-class _Ranked(NamedTuple):
-    """Candidates sorted by (run, -total, parent position, rank within parent); ``keep`` = in the run's top F."""
-
-    run: jax.Array
-    pair: jax.Array
-    triple: jax.Array
-    t_score: jax.Array
-    total: jax.Array
-    run_rank: jax.Array
-    keep: jax.Array
-
-
-def _rank_runs(pair, triple, t_score, total, node_rank, ok, frontier, k, n_runs) -> _Ranked:
-    """Order candidates the way the reference orders a step's bindings and mark each run's best F."""
-    run = jnp.where(ok, pair // frontier, n_runs)
-    tie = (pair % frontier) * k + node_rank
-    order = jnp.lexsort((tie, -jnp.where(ok, total, 0.0), run))
-    run = run[order]
-    run_rank = _rank_within(run)
-    keep = (run < n_runs) & (run_rank < frontier)
-    return _Ranked(run, pair[order], triple[order], t_score[order], total[order], run_rank, keep)
+def _compact(buffer, count, pair_base, frontier, k, n_runs) -> tuple[tuple, jax.Array, Ranked, tuple]:
+    """:func:`kernels.candidates.compact` of a buffer whose ``count`` live entries are packed at its front."""
+    return compact(buffer, jnp.arange(buffer[0].shape[0]) < count, pair_base, frontier, k, n_runs)
 
 
 def _precision_candidates(kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, used, queries, relation,
-                          guidance, window, frontier):
-    """Per pair: the first edge maximising S + T, kept only when S + T > -1 (Algorithm 2)."""
-    n_pairs = pair_nodes.shape[0]
-    n_runs = n_pairs // frontier
-
-    def body(carry):
-        block, best_val, best_triple = carry
-        e = _score_block(kg, hyper, relation_bonus, block, cum, pair_nodes, runs_of_pair, used, queries, relation,
-                         guidance, window)
-        total = jnp.where(e.valid, pair_base[e.pair] + e.t_score, NEG_INF)
-        block_max = jax.ops.segment_max(total, e.pair, num_segments=n_pairs)
-        is_max = e.valid & (total == block_max[e.pair])
-        order = jnp.where(is_max, jnp.arange(window, dtype=jnp.int32), BIG)
-        first = jax.ops.segment_min(order, e.pair, num_segments=n_pairs)
-        block_triple = e.triple[jnp.clip(first, 0, window - 1)]
-        better = (first < BIG) & (block_max > best_val)
-        return block + 1, jnp.where(better, block_max, best_val), jnp.where(better, block_triple, best_triple)
-
-    blocks = (cum[-1] + window - 1) // window
-    init = (jnp.int32(0), jnp.full(n_pairs, -1.0, jnp.float32), jnp.full(n_pairs, -1, jnp.int32))
-    _, best_val, best_triple = jax.lax.while_loop(lambda c: c[0] < blocks, body, init)
-    found = best_triple >= 0
-    ranked = _rank_runs(jnp.arange(n_pairs, dtype=jnp.int32), best_triple, best_val, best_val,
-                        jnp.zeros(n_pairs, jnp.int32), found, frontier, 1, n_runs)
-    return ranked, found.astype(jnp.int32)
-
-
-def _compact(buffer, count, pair_base, frontier, k, n_runs) -> tuple[tuple, jax.Array, _Ranked, tuple]:
-    """Cut the candidate buffer to what can still be selected: each run's best F of each node's best K.
-
-    Exact mid-stream: later edges can only push an entry further down its node's and its run's
-    order, never up, so an entry outside either cap now stays outside. Entries are packed to the
-    front in their final order.
-
-    Also returns the admission bars that follow from that: per pair, the T-Score of its K-th best
-    edge so far (-inf while it has fewer), which a later edge of the pair must beat strictly (a
-    later edge has a higher triple id, so it loses ties); per run, the total of its F-th best
-    candidate among the node survivors, which a later edge must at least reach (it may win a tie
-    on parent position). Neither bar ever falls: a survivor is only displaced by a better edge of
-    its own node, which has a higher total.
-    """
-    pair, t_score, triple = buffer
-    capacity = pair.shape[0]
-    n_pairs = pair_base.shape[0]
-    live = jnp.arange(capacity) < count
-    pair_key = jnp.where(live, pair, n_pairs)
-    order = jnp.lexsort((triple, -jnp.where(live, t_score, 0.0), pair_key))
-    pair, t_score, triple, pair_key = pair[order], t_score[order], triple[order], pair_key[order]
-    node_rank = _rank_within(pair_key)
-    ok = (pair_key < n_pairs) & (node_rank < k)
-    safe_pair = jnp.minimum(pair, n_pairs - 1)
-    total = pair_base[safe_pair] + t_score
-    ranked = _rank_runs(safe_pair, triple, t_score, total, node_rank, ok, frontier, k, n_runs)
-    slot = jnp.where(ranked.keep, jnp.cumsum(ranked.keep) - 1, capacity)
-    packed = (
-        jnp.full(capacity, n_pairs, jnp.int32).at[slot].set(ranked.pair, mode="drop"),
-        jnp.full(capacity, NEG_INF, jnp.float32).at[slot].set(ranked.t_score, mode="drop"),
-        jnp.full(capacity, -1, jnp.int32).at[slot].set(ranked.triple, mode="drop"),
-    )
-    node_bar = jnp.full(n_pairs, NEG_INF, jnp.float32).at[
-        jnp.where((pair_key < n_pairs) & (node_rank == k - 1), pair_key, n_pairs)].set(t_score, mode="drop")
-    run_bar = jnp.full(n_runs, NEG_INF, jnp.float32).at[
-        jnp.where((ranked.run < n_runs) & (ranked.run_rank == frontier - 1), ranked.run, n_runs)].set(
-        ranked.total, mode="drop")
-    return packed, ranked.keep.sum().astype(jnp.int32), ranked, (node_bar, run_bar)
+                          guidance, window, frontier) -> tuple[Ranked, jax.Array]:
+    """The ``blocks`` backend's Precision pass over the step's edge list (what the sharded tracer runs per shard)."""
+    score = _edge_scorer(kg, hyper, relation_bonus, cum, pair_nodes, runs_of_pair, used, queries, relation, guidance)
+    return precision_blocks(score, cum[-1], window, pair_base, frontier)
 
 
 def _breadth_candidates(kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, used, queries, relation,
-                        guidance, window, frontier, node_matches, tau_admits=True):
-    """Per pair: edges with T >= θ, best ``node_matches`` per node (ties: lower triple id).
+                        guidance, window, frontier, node_matches, tau_admits=True) -> tuple[Ranked, jax.Array]:
+    """The ``blocks`` backend's Breadth pass over the step's edge list (what the sharded tracer runs per shard)."""
+    score = _edge_scorer(kg, hyper, relation_bonus, cum, pair_nodes, runs_of_pair, used, queries, relation, guidance)
+    return breadth_blocks(score, cum[-1], window, pair_base, frontier, node_matches, hyper.theta, relation_bonus,
+                          tau_admits)
 
-    Qualifying edges are counted (for ``overflow``) but enter the buffer only past the bars of the
-    last compaction (see ``_compact``), so on a hub the buffer fills, and is sorted, a few times
-    instead of once per block."""
-    n_pairs = pair_nodes.shape[0]
-    n_runs = n_pairs // frontier
-    capacity = n_runs * frontier + window
 
-    def compact(b, c, bars):
-        packed, kept, _, new_bars = _compact(b, c, pair_base, frontier, node_matches, n_runs)
-        return packed, kept, new_bars
+def _edge_scorer(kg, hyper, relation_bonus, cum, pair_nodes, runs_of_pair, used, queries, relation, guidance
+                 ) -> EdgeScorer:
+    """``score(start, width)``: edges [start, start + width) of the step's global edge list, scored (eq. 12-13)."""
 
-    def body(carry):
-        block, buffer, count, qualified, bars = carry
-        buffer, count, bars = jax.lax.cond(count + window > capacity, compact, lambda b, c, bars: (b, c, bars),
-                                           buffer, count, bars)
-        e = _score_block(kg, hyper, relation_bonus, block, cum, pair_nodes, runs_of_pair, used, queries, relation,
-                         guidance, window)
-        ok = e.valid & ((e.t_score if tau_admits else e.t_score - e.guided) >= hyper.theta)
+    def score(start, width):
+        pair, node, triple, valid = gather_edges(kg.csr_offsets, kg.csr_triples, cum, pair_nodes, start, width)
+        run = runs_of_pair[pair]
+        valid &= ~jax.lax.cond(used.any_used, lambda: row_contains(used.rows, used.row_of_pair[pair], triple),
+                               lambda: jnp.zeros(width, bool))
+        ends = kg.triples[triple]
+        if used.forward is not None:  # directed: the frontier node must be the step's own end of the triple
+            valid &= jnp.where(used.forward[run], ends[:, 0], ends[:, 2]) == node
+        projected, bias = queries
+        dots = gathered_dots(kg.triple_emb, kg.triple_scale, triple, projected[run], None if bias is None else bias[run])
+        guidance_rows, any_guidance = guidance
+        in_guidance = jax.lax.cond(
+            any_guidance,
+            lambda: row_contains(guidance_rows, run, ends[:, 0]) & row_contains(guidance_rows, run, ends[:, 2]),
+            lambda: jnp.zeros(width, bool))
+        guided = jnp.where(in_guidance, hyper.tau, 0.0)
+        t_score = dots + guided
+        same_relation = (ends[:, 1] == relation[run]) & (relation[run] >= 0)
         if relation_bonus:
-            ok |= e.valid & e.same_relation
-        qualified = qualified + jax.ops.segment_sum(ok.astype(jnp.int32), e.pair, num_segments=n_pairs)
-        node_bar, run_bar = bars
-        enter = ok & (e.t_score > node_bar[e.pair]) & (pair_base[e.pair] + e.t_score >= run_bar[e.run])
-        slot = jnp.where(enter, count + jnp.cumsum(enter) - 1, capacity)
-        buffer = tuple(a.at[slot].set(v, mode="drop") for a, v in zip(buffer, (e.pair, e.t_score, e.triple), strict=True))
-        return block + 1, buffer, count + enter.sum().astype(jnp.int32), qualified, bars
+            t_score = t_score + jnp.where(same_relation, 1.0, 0.0)
+        return Edges(pair, run, triple, t_score, same_relation, valid, guided)
 
-    blocks = (cum[-1] + window - 1) // window
-    empty = (jnp.full(capacity, n_pairs, jnp.int32), jnp.full(capacity, NEG_INF, jnp.float32),
-             jnp.full(capacity, -1, jnp.int32))
-    bars = (jnp.full(n_pairs, NEG_INF, jnp.float32), jnp.full(n_runs, NEG_INF, jnp.float32))
-    init = (jnp.int32(0), empty, jnp.int32(0), jnp.zeros(n_pairs, jnp.int32), bars)
-    _, buffer, count, qualified, _ = jax.lax.while_loop(lambda c: c[0] < blocks, body, init)
-    return _final_ranking(buffer, count, pair_base, frontier, node_matches, n_runs), qualified
-
-
-def _final_ranking(buffer, count, pair_base, frontier, k, n_runs) -> _Ranked:
-    """``_compact``'s ranking of the step's candidate buffer, sorting only a prefix that holds them.
-
-    The buffer's ``count`` entries are packed at its front, and a sort costs what it sorts (XLA's CPU
-    sort of the full B·F + window entries, twice, was most of a step's fixed cost), so the smallest
-    of a few static prefix lengths that holds ``count`` is ranked (``lax.switch``); entries past
-    ``count`` were never selectable, so the ranking, and every binding written from it, is the
-    same. The ranked arrays are padded back to the buffer's length with unselected entries."""
-    capacity = buffer[0].shape[0]
-    sizes = sorted({max(1, min(capacity, capacity >> shift)) for shift in (4, 2, 0)})
-
-    def rank_prefix(size):
-        def branch(buffer, count):
-            _, _, ranked, _ = _compact(tuple(a[:size] for a in buffer), count, pair_base, frontier, k, n_runs)
-            pad = capacity - size
-            fill = {"run": n_runs, "pair": 0, "triple": -1, "t_score": NEG_INF, "total": NEG_INF, "run_rank": 0,
-                    "keep": False}
-            return _Ranked(*(jnp.pad(getattr(ranked, name), (0, pad), constant_values=fill[name])
-                             for name in _Ranked._fields))
-        return branch
-
-    which = jnp.searchsorted(jnp.asarray(sizes, jnp.int32), count, side="left")
-    return jax.lax.switch(jnp.minimum(which, len(sizes) - 1), [rank_prefix(size) for size in sizes], buffer, count)
+    return score
 
 
 def _branch_rows(batch: TraceBatch, via: jax.Array, parents: jax.Array, parent_slot: jax.Array) -> jax.Array:
@@ -445,7 +277,7 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
     via = jnp.full((n_runs, n_steps + 1, f), -1, jnp.int32)
     parents = jnp.full((n_runs, n_steps + 1, f), -1, jnp.int32)
     # guidance entities as sorted rows (membership by binary search); a batch without any skips the test
-    guidance = (_sorted_rows(batch.guidance), jnp.any(batch.guidance >= 0))
+    guidance = (sorted_rows(batch.guidance), jnp.any(batch.guidance >= 0))
     # schema-step queries in the stored rows' space, once per batch: [B, S, k] (+ a bias [B, S] per query)
     step_proj, step_bias = project_queries(batch.step_emb, kg.row_basis, kg.row_mean)
 
@@ -468,22 +300,22 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
         if used == "run":  # triples kept at earlier steps (level order), one row per run
             masks = _Masks(_sorted_used(via), jnp.any(via[:, 1:] >= 0), runs_of_pair, forward)
         elif used == "branch":  # the triples on each binding's own path, one row per pair
-            rows = _sorted_rows(_branch_rows(batch, via, parents, parent_slot))
+            rows = sorted_rows(_branch_rows(batch, via, parents, parent_slot))
             masks = _Masks(rows, jnp.any(rows < BIG), jnp.arange(n_runs * f, dtype=jnp.int32), forward)
         else:
             masks = _Masks(jnp.full((1, 1), BIG, jnp.int32), jnp.bool_(False), jnp.zeros(n_runs * f, jnp.int32),
                            forward)
         pair_nodes = jnp.where(active[:, None], nodes[runs, parent_slot], -1).reshape(-1)
         pair_base = scores[runs, parent_slot].reshape(-1)
-        degree = jnp.where(pair_nodes >= 0, kg.degree[jnp.maximum(pair_nodes, 0)], 0)
-        cum = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(degree).astype(jnp.int32)])
+        cum = frontier_edge_offsets(kg.degree, pair_nodes)
         queries = (step_proj[:, s], None if step_bias is None else step_bias[:, s])
-        args = (kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, masks, queries,
-                step[:, 2], guidance, shapes.window)
+        score = _edge_scorer(kg, hyper, relation_bonus, cum, pair_nodes, runs_of_pair, masks, queries, step[:, 2],
+                             guidance)
         if precision:
-            ranked, qualified = _precision_candidates(*args, f)
+            ranked, qualified = precision_blocks(score, cum[-1], shapes.window, pair_base, f)
         else:
-            ranked, qualified = _breadth_candidates(*args, f, shapes.node_matches, tau_admits)
+            ranked, qualified = breadth_blocks(score, cum[-1], shapes.window, pair_base, f, shapes.node_matches,
+                                               hyper.theta, relation_bonus, tau_admits)
         run, pair, triple, total, rank, keep = (ranked.run, ranked.pair, ranked.triple, ranked.total, ranked.run_rank,
                                                 ranked.keep)
         safe_triple = jnp.maximum(triple, 0)

@@ -2,7 +2,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels import distmult_mean, distmult_mean_reference
+from kernels import distmult_mean, distmult_mean_reference, distmult_sum, distmult_sum_reference
 
 N, E, R, D = 12, 40, 5, 4  # fixed shapes (one compile per sortedness); masks vary the graph
 
@@ -42,3 +42,12 @@ def test_isolated_nodes_aggregate_to_zero_and_mean_divides_by_count():
     out = np.asarray(distmult_mean(h, rel, np.array([0, 1], np.int32), np.array([2, 2], np.int32),
                                    np.array([0, 1], np.int32), num_nodes=3, indices_are_sorted=True))
     np.testing.assert_allclose(out, [[0, 0], [0, 0], [(1 + 6) / 2, (2 + 2) / 2]])
+
+
+@settings(max_examples=30, deadline=None)
+@given(graph_case())
+def test_distmult_sum_matches_reference_and_drops_padding_edges(case):
+    receivers = np.where(case["mask"], case["receivers"], N).astype(np.int32)  # masked edges as padding (receiver N)
+    got = distmult_sum(case["h"], case["rel"], case["senders"], receivers, case["edge_rel"], num_nodes=N)
+    want = distmult_sum_reference(case["h"], case["rel"], case["senders"], receivers, case["edge_rel"], num_nodes=N)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
