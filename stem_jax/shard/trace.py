@@ -215,3 +215,42 @@ def _on_mesh(tree, mesh: Mesh) -> bool:
 def local_result(out: TraceOutput) -> TraceOutput:
     """The (replicated) outputs as host arrays of this process (also where the mesh spans processes)."""
     return TraceOutput(*(np.asarray(leaf.addressable_data(0)) for leaf in out))
+
+
+class KGShardedTracing:
+    """The STEM pipeline's tracing collaborator with the KG sharded: the interface of
+    :class:`~stem_jax.eval.sharding.BatchSharding` (``trace``, ``anchor``, ``replicate``, ``round_up``), whose
+    ``trace`` ignores the replicated ``KGArrays`` it is handed and traces ``kg`` over ``mesh`` instead.
+
+    Anchoring, batch rounding and replication are ``batches``' (the process's BatchSharding), so batches are
+    padded as before and every run's bindings are the one-device tracer's. A pipeline opts in by holding
+    one of these as its ``sharding`` (and then need not keep a replicated ``KGArrays`` at all)."""
+
+    def __init__(self, kg: ShardedKG, mesh: Mesh, batches):
+        self.kg, self.mesh, self.batches = kg, mesh, batches
+
+    @property
+    def count(self) -> int:
+        return self.batches.count
+
+    @property
+    def active(self) -> bool:
+        return self.batches.active
+
+    def round_up(self, size: int) -> int:
+        return self.batches.round_up(size)
+
+    def replicate(self, tree):
+        return self.batches.replicate(tree)
+
+    def shard_batch(self, batch):
+        return self.batches.shard_batch(batch)
+
+    def trace(self, kg, batch: TraceBatch, hyper: Hyper, *, backend: str | None = None, **static) -> TraceOutput:
+        """:func:`trace_batch_sharded` on the sharded KG (``kg``, the replicated arrays, is not read; the
+        shards run the CPU ``blocks`` passes whatever ``backend`` names)."""
+        del kg, backend
+        return trace_batch_sharded(self.kg, batch, hyper, mesh=self.mesh, **static)
+
+    def anchor(self, *args, **kwargs):
+        return self.batches.anchor(*args, **kwargs)
