@@ -81,7 +81,7 @@ def settled_heap() -> Iterator[Callable[[], None]]:
     """Keep the cyclic garbage collector off the objects an eval has settled: call the yielded function
     after each stage (engine open, planning, every chunk) to move everything alive into the collector's
     permanent generation (``gc.freeze``), so its full collections stop walking the whole split's
-    questions, plans and records again and again (7 of 34 CPU seconds of a MetaQA oracle eval went to
+    questions, plans and records again and again (a large share of a whole-split eval's CPU time went to
     them). Objects are still freed as soon as nothing refers to them; only reference cycles among
     settled objects wait, until the heap is unfrozen on the way out (unless the process had frozen
     objects of its own before: those are left as they were)."""
@@ -94,55 +94,77 @@ def settled_heap() -> Iterator[Callable[[], None]]:
             gc.unfreeze()
 
 
+class RunWriter:
+    """One run folder's side of the eval loop: each finished chunk's retrievals become records appended to
+    ``predictions.jsonl`` (flushed and fsynced), and :meth:`summary` scores what the file then holds. The
+    eval loop writes through one; a sweep through one per grid point, so a point's folder is an eval's."""
+
+    def __init__(self, method: RetrievalMethod, questions: Sequence[Question], run: Any,
+                 log: Callable[[str], None]) -> None:
+        self.method = method
+        self.run = run
+        self.finished = run.finished()
+        self.wanted = {q.qid for q in questions}
+        self.todo = [q for q in questions if q.qid not in self.finished]
+        if self.finished:
+            log(f"resuming: {len(self.wanted & set(self.finished))} of {len(questions)} questions already in "
+                f"{run.predictions}")
+        self.scored = {qid: scored_fields(record) for qid, record in self.finished.items()}
+        self.repeated = False
+        self.stage_totals: dict[str, float] = defaultdict(float)
+
+    def add(self, chunk: Sequence[Question], retrievals: Sequence[Any]) -> None:
+        """Append the records of ``chunk``'s retrievals."""
+        method = self.method
+        with collector_paused():
+            records = make_records(method.context, chunk, retrievals, method.name)
+            for record in records:
+                for stage, ms in record.get("ms", {}).items():
+                    self.stage_totals[stage] += ms
+            self.run.append(records)  # flushed and fsynced; refuses NaN/inf
+            for record in records:  # what the file now holds, in its order, without re-reading it
+                self.repeated = self.repeated or record["id"] in self.scored
+                self.scored.setdefault(record["id"], scored_fields(record))
+
+    def summary(self, prepared: dict[str, Any], prepare_seconds: float) -> dict[str, Any]:
+        """The scored run: the metrics of every wanted question's record, and what the method reports."""
+        method, scored, wanted = self.method, self.scored, self.wanted
+        # a repeated question id (two lines for one id) is what reading the file back cleans up: read it then
+        summary = (score_predictions(self.run.predictions, wanted) if self.repeated
+                   else score_records(scored.values(), wanted))
+        summary.update({k: v for k, v in prepared.items() if v is not None})
+        context = method.context  # what make_records read
+        if method.name == "stem":
+            threshold = context.config.engine.confident_at
+            (row,) = answered_precision(scored.values(), [threshold])
+            summary["confident"] = {"threshold": threshold, "answered_share": row["answered"],
+                                    "answered_hit_at_1": row["precision"] if row["answered"] else None}
+        # over the whole split only: a shard or a --limit selection is a part of it, and the dropped are not its part
+        if wanted == {q.qid for q in context.dataset.questions}:
+            summary["all_questions"] = over_every_question(summary, context.dataset.dropped)
+        summary["method"] = method.name
+        effective = getattr(method, "effective", None)
+        if callable(effective):  # the settings the records were traced with (preset-resolved, calibrated θ)
+            summary["effective"] = effective()
+        summary["prepare_seconds"] = prepare_seconds
+        summary["stage_ms_total_this_run"] = dict(self.stage_totals)
+        return summary
+
+
 def _evaluate_into(method: RetrievalMethod, questions: Sequence[Question], run: Any, *, chunk_size: int,
                    show_progress: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    predictions = run.predictions
-    finished = run.finished()
-    wanted = {q.qid for q in questions}
-    todo = [q for q in questions if q.qid not in finished]
-    if finished:
-        log(f"resuming: {len(wanted & set(finished))} of {len(questions)} questions already in {predictions}")
-
-    scored = {qid: scored_fields(record) for qid, record in finished.items()}
-    repeated = False
+    writer = RunWriter(method, questions, run, log)
+    todo = writer.todo
     with settled_heap() as settle:
         began = time.perf_counter()
         prepared = method.prepare(questions, show_progress=show_progress) or {}
         prepare_seconds = time.perf_counter() - began
         settle()
-        stage_totals: dict[str, float] = defaultdict(float)
         with progress(len(questions), f"eval {method.name}", "q", enabled=show_progress,
                       initial=len(questions) - len(todo)) as bar:
             for start in range(0, len(todo), chunk_size):
                 chunk = todo[start : start + chunk_size]
-                retrievals = method.retrieve(chunk)
-                with collector_paused():
-                    records = make_records(method.context, chunk, retrievals, method.name)
-                    for record in records:
-                        for stage, ms in record.get("ms", {}).items():
-                            stage_totals[stage] += ms
-                    run.append(records)  # flushed and fsynced; refuses NaN/inf
-                    for record in records:  # what the file now holds, in its order, without re-reading it
-                        repeated = repeated or record["id"] in scored
-                        scored.setdefault(record["id"], scored_fields(record))
-                    bar.update(len(chunk))
-                    settle()
-        # a repeated question id (two lines for one id) is what reading the file back cleans up: read it then
-        summary = score_predictions(predictions, wanted) if repeated else score_records(scored.values(), wanted)
-    summary.update({k: v for k, v in prepared.items() if v is not None})
-    context = method.context  # what make_records read above
-    if method.name == "stem":
-        threshold = context.config.engine.confident_at
-        (row,) = answered_precision(scored.values(), [threshold])
-        summary["confident"] = {"threshold": threshold, "answered_share": row["answered"],
-                                "answered_hit_at_1": row["precision"] if row["answered"] else None}
-    # over the whole split only: a shard or a --limit selection is a part of it, and the dropped are not its part
-    if wanted == {q.qid for q in context.dataset.questions}:
-        summary["all_questions"] = over_every_question(summary, context.dataset.dropped)
-    summary["method"] = method.name
-    effective = getattr(method, "effective", None)
-    if callable(effective):  # the settings the records were traced with (preset-resolved, calibrated θ)
-        summary["effective"] = effective()
-    summary["prepare_seconds"] = prepare_seconds
-    summary["stage_ms_total_this_run"] = dict(stage_totals)
-    return summary
+                writer.add(chunk, method.retrieve(chunk))
+                bar.update(len(chunk))
+                settle()
+        return writer.summary(prepared, prepare_seconds)

@@ -43,7 +43,7 @@ def test_warm_up_compiles_every_shape_a_call_reaches(engine):
 
 
 def test_small_padded_batch_matches_the_old_minimum(engine, monkeypatch):
-    evaluator = engine.method("stem").evaluator
+    evaluator = engine.method("stem").pipeline
     questions = engine.dataset.questions[:6]
     runs, small = _outputs(engine, questions[:1])
     monkeypatch.setattr(evaluator, "MIN_BATCH", 8)
@@ -58,7 +58,7 @@ def test_small_padded_batch_matches_the_old_minimum(engine, monkeypatch):
 
 def test_schema_texts_appended_in_place_keep_their_rows(engine):
     method = engine.method("stem")
-    evaluator = method.evaluator
+    evaluator = method.pipeline
     method.embed(["first text here"], False)
     for i in range(40):  # enough appends to grow the buffer at least once
         method.embed([f"schema text {i}", "first text here", f"schema text {i // 2}"], False)

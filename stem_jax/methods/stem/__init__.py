@@ -2,12 +2,13 @@
 and the tools built on them (sweep, calibration, guidance ablation).
 
 * :mod:`~stem_jax.methods.stem.pipeline`: :class:`StemPipeline` with the one way to trace
-  (``trace(runs, hyper=None)``) and the one way to answer (``retrieval``);
+  (``trace_points(runs, hypers)``, a stacked hyper-parameter axis; ``trace(runs, hyper=None)`` at one
+  point) and the one way to answer (``retrievals``);
 * :mod:`~stem_jax.methods.stem.settings`: the effective configuration of a run (preset, calibrated θ);
 * :mod:`~stem_jax.methods.stem.method`: :class:`StemMethod`, STEM as a retrieval method;
 * :mod:`~stem_jax.methods.stem.sweep`, :mod:`~stem_jax.methods.stem.calibration`,
   :mod:`~stem_jax.methods.stem.ablation`: grids, θ calibration and guidance ablations, each calling
-  the pipeline's ``trace`` and ``retrieval``.
+  the pipeline's trace and answer paths, and writing run folders through the eval loop.
 """
 
 from __future__ import annotations

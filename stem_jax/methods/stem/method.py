@@ -85,11 +85,6 @@ class StemMethod:
         """Compactions of the shared step-text table, by this method or another over the same pipeline."""
         return self.pipeline.text_compactions
 
-    @property
-    def evaluator(self) -> StemPipeline:
-        """The pipeline (its former name, kept for experiment scripts)."""
-        return self.pipeline
-
     @classmethod
     def from_pipeline(cls, pipeline: StemPipeline, planner_fn: Any, *, hyper: StemHyper | None = None) -> StemMethod:
         """Wrap an existing pipeline and a per-question planner (ablations, sweeps, experiments)."""

@@ -1,31 +1,23 @@
 """Hyper-parameter grids (λ, τ, θ, K') evaluated in one compiled call per batch, resumable.
 
 A sweep plans, embeds and computes the GNN guidance of every question once (K' is only a rank
-cut-off on the cached GNN rows, so each K' value is one cheap ``attach``). The grid axis is then
-a leading ``jax.vmap`` axis of the existing jitted kernels, not a Python loop over points:
+cut-off on the cached GNN rows, so each K' value is one cheap ``attach``). Each chunk of questions is
+then traced at every grid point by :meth:`StemPipeline.trace_points
+<stem_jax.methods.stem.pipeline.StemPipeline.trace_points>`, the pipeline's one trace path with a stacked
+hyper-parameter axis: anchoring, batch shapes and the capacity ladder are those of ``stem-jax eval``, and
+the grid is a leading axis of the compiled tracer (vmapped on an accelerator, scanned on CPU), not a
+Python loop over points.
 
-* anchoring (:func:`anchor_grid_batch`): ``anchor_batch`` vmapped over (guidance rows, λ); the
-  cosine top-N over the entity table does not depend on either, so XLA computes it once;
-* tracing (:func:`trace_grid_batch`): ``trace_batch`` vmapped over (anchor, anchor score,
-  guidance rows) of the batch and a stacked :class:`~stem_jax.trace.tracer.Hyper` (τ, θ), with the
-  KG arrays and the plan-dependent batch fields shared. On CPU the points are scanned inside the
-  same compiled call instead (``lax.map``; see :func:`default_grid_batch`): a vmapped tracer runs
-  its data-dependent compaction every block, which measured 4x slower than a loop on 2 cores.
-
-Every point's answers go through :meth:`StemPipeline.retrieval` at the point's own λ, τ and θ (the
-code ``stem-jax eval`` uses, τ included in the ranking gap) and the shared record builder, and are
-written to ``<out>/points/<label>/predictions.jsonl`` one chunk of questions at a time, so a
-killed sweep keeps every finished (point, chunk) and each point's predictions are exactly those of
-``stem-jax eval`` with that point's flags. The grid kernels take the same static switches as the
-pipeline's tracer (``relation_bonus``, ``tau_admits``). Breadth runs that overflow climb the
-pipeline's capacity ladder per point: a level re-traces the union of the points' overflowing runs
-and keeps, per point, only the rows that point needed (rows of a batch are independent).
+Every point's answers go through :meth:`StemPipeline.retrievals` at the point's own λ, τ and θ (τ included
+in the ranking gap) and are written by the eval loop's :class:`~stem_jax.eval.loop.RunWriter` to
+``<out>/points/<label>/`` (``predictions.jsonl`` one chunk of questions at a time, then ``metrics.json``), so a
+killed sweep keeps every finished (point, chunk) and each point's folder is the one ``stem-jax eval`` with
+that point's flags leaves.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import json
 import time
@@ -34,19 +26,15 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from stem_jax.config import field_problem
 from stem_jax.data.types import Question
 from stem_jax.errors import ConfigError, StemError
-from stem_jax.eval.records import make_record
+from stem_jax.eval.loop import RunWriter, write_metrics
 from stem_jax.eval.run_folder import RunFolder, method_fingerprint
-from stem_jax.eval.scoring import score_predictions
-from stem_jax.methods.stem.pipeline import OUTPUT_FIELDS, Run, StemHyper, StemPipeline
+from stem_jax.methods.stem.pipeline import StemHyper, default_grid_batch
 from stem_jax.progress import progress
-from stem_jax.trace.tracer import Hyper, TraceBatch, anchor_batch, trace_batch
 
 AXES = ("lam", "tau", "theta", "k_prime")
 AXIS_TITLES = {"lam": "λ", "tau": "τ", "theta": "θ", "k_prime": "K'"}
@@ -124,130 +112,6 @@ def make_grid(config: Any, *, lams: Sequence[float] | None = None, taus: Sequenc
     return points
 
 
-# ----- the vmapped kernels ------------------------------------------------------------------------
-@functools.partial(jax.jit, static_argnames=("top_n",))
-def anchor_grid_batch(entity_emb: jax.Array, mentions: jax.Array, guidance: jax.Array, lam: jax.Array,
-                      named: jax.Array, named_level: jax.Array, *, top_n: int) -> tuple[jax.Array, jax.Array]:
-    """:func:`anchor_batch` for P grid points: ``guidance`` int32 [P, B, G], ``lam`` float32 [P];
-    returns anchors int32 [P, B] and scores float32 [P, B]."""
-    def one(rows, lam_p):
-        return anchor_batch(entity_emb, mentions, rows, lam_p, named, named_level, top_n=top_n)
-
-    return jax.vmap(one)(guidance, lam)
-
-
-def default_grid_batch() -> int | None:
-    """Grid points vmapped together inside the one compiled call: all of them (None) on an accelerator,
-    1 on CPU. Under ``vmap`` the tracer's data-dependent ``lax.cond`` (buffer compaction) becomes a
-    select that runs every block and its ``while_loop`` runs to the slowest point, which a CPU pays
-    in full; there the points are scanned (``lax.map``) inside the same call instead."""
-    return 1 if jax.default_backend() == "cpu" else None
-
-
-@functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus", "tau_admits", "direction",
-                                             "used", "grid_batch"))
-def trace_grid_batch(kg: Any, batch: TraceBatch, hyper: Hyper, *, shapes: Any, precision: bool,
-                     relation_bonus: bool = False, tau_admits: bool = True, direction: str = "undirected",
-                     used: str = "run", grid_batch: int | None = None) -> Any:
-    """:func:`trace_batch` for P grid points in one compiled call: ``batch.anchor``/``anchor_score``
-    [P, B], ``batch.guidance`` [P, B, G], ``hyper`` fields [P]; the KG and the plan fields are shared.
-
-    ``grid_batch``: None vmaps all P points; k scans the points k at a time (``lax.map``; 1 = a
-    plain scan, no batching of the tracer's control flow)."""
-    def one(xs):
-        anchor, score, guidance, h = xs
-        return trace_batch(kg, batch._replace(anchor=anchor, anchor_score=score, guidance=guidance), h,
-                           shapes=shapes, precision=precision, relation_bonus=relation_bonus, tau_admits=tau_admits,
-                           direction=direction, used=used)
-
-    xs = (batch.anchor, batch.anchor_score, batch.guidance, hyper)
-    if grid_batch is None or grid_batch >= batch.anchor.shape[0]:
-        return jax.vmap(one)(xs)
-    if grid_batch == 1:
-        return jax.lax.map(one, xs)
-    return jax.lax.map(one, xs, batch_size=grid_batch)
-
-
-# ----- one chunk of runs, every grid point ---------------------------------------------------------
-def anchor_grid(pipeline: StemPipeline, runs: Sequence[Run], guidance: np.ndarray, lams: np.ndarray,
-                timings: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
-    """Anchors [P, R] and anchor scores [P, R] of ``runs`` for P (guidance rows [P, R, G], λ [P]).
-
-    The inputs are the pipeline's own (:meth:`StemPipeline.anchor_inputs`); every run goes to the
-    device kernel, which the pipeline's host fast path for named ids equals bit for bit."""
-    size = pipeline.batch[True]
-    n_points, width = guidance.shape[0], guidance.shape[2]
-    anchors = np.zeros((n_points, len(runs)), np.int32)
-    scores = np.zeros((n_points, len(runs)), np.float32)
-    began = time.perf_counter()
-    mention_rows = pipeline.mention_rows(runs)
-    lam_device = jnp.asarray(lams, jnp.float32)
-    for start in range(0, len(runs), size):
-        part = runs[start : start + size]
-        mentions, named, level = pipeline.anchor_inputs(part, size, mention_rows)
-        rows = np.full((n_points, size, width), -1, np.int32)
-        rows[:, : len(part)] = guidance[:, start : start + len(part)]
-        a, s = jax.device_get(anchor_grid_batch(pipeline.entity_emb, jnp.asarray(mentions), jnp.asarray(rows),
-                                                lam_device, jnp.asarray(named), jnp.asarray(level),
-                                                top_n=pipeline.config.tracer.top_n))
-        anchors[:, start : start + len(part)] = a[:, : len(part)]
-        scores[:, start : start + len(part)] = s[:, : len(part)]
-    timings["anchor"] += time.perf_counter() - began
-    return anchors, scores
-
-
-def trace_grid(pipeline: StemPipeline, runs: Sequence[Run], guidance: np.ndarray, hypers: Sequence[StemHyper], *,
-               grid_batch: int | None = None) -> tuple[list[list[dict[str, np.ndarray]]], dict[str, float]]:
-    """:meth:`StemPipeline.trace` for P grid points at once: per point, per run host arrays.
-
-    ``guidance`` int32 [P, R, G] (each point's guidance rows, from its K'), ``hypers`` the points'
-    λ, τ, θ. Strategy groups, batch shapes and the capacity ladder are the pipeline's."""
-    timings = {"anchor": 0.0, "trace": 0.0}
-    n_points = len(hypers)
-    outputs: list[list[dict | None]] = [[None] * len(runs) for _ in range(n_points)]
-    if not runs:
-        return [[] for _ in range(n_points)], timings
-    anchors, anchor_scores = anchor_grid(pipeline, runs, guidance, np.array([h.lam for h in hypers]), timings)
-    traced = Hyper(jnp.asarray([h.tau for h in hypers], jnp.float32), jnp.asarray([h.theta for h in hypers], jnp.float32))
-    for (precision, bucket), members in pipeline.groups(runs):
-        ladder = pipeline.ladder_for(precision)
-        pending = [set(members) for _ in range(n_points)]  # per point: runs still to (re-)trace
-        for level, shapes in enumerate(ladder):
-            size = max(pipeline.batch[precision] >> level, 4)
-            union = sorted(set().union(*pending))
-            retry: list[set[int]] = [set() for _ in range(n_points)]
-            for start in range(0, len(union), size):
-                chunk = union[start : start + size]
-                shared = pipeline.trace_batch([runs[i] for i in chunk], anchors[0, chunk], anchor_scores[0, chunk],
-                                              size, bucket, guidance[0, chunk])
-                anchor = np.full((n_points, size), -1, np.int32)
-                score = np.zeros((n_points, size), np.float32)
-                rows = np.full((n_points, size, guidance.shape[2]), -1, np.int32)
-                anchor[:, : len(chunk)] = anchors[:, chunk]
-                score[:, : len(chunk)] = anchor_scores[:, chunk]
-                rows[:, : len(chunk)] = guidance[:, chunk]
-                batch = shared._replace(anchor=jnp.asarray(anchor), anchor_score=jnp.asarray(score),
-                                        guidance=jnp.asarray(rows))
-                began = time.perf_counter()
-                out = trace_grid_batch(pipeline.kg, batch, traced, shapes=shapes, precision=precision,
-                                       grid_batch=grid_batch, **pipeline.tracer_switches())
-                host = jax.device_get(out)  # one device->host transfer for the whole grid
-                timings["trace"] += time.perf_counter() - began
-                for p in range(n_points):
-                    for row, i in enumerate(chunk):
-                        if i not in pending[p]:
-                            continue
-                        result = {k: getattr(host, k)[p, row] for k in OUTPUT_FIELDS}
-                        result["capacity"] = shapes.frontier
-                        outputs[p][i] = result
-                        if host.overflow[p, row] > 0:
-                            retry[p].add(i)
-            if not any(retry) or level + 1 == len(ladder):
-                break
-            pending = retry
-    return outputs, timings  # type: ignore[return-value]
-
-
 # ----- the sweep -----------------------------------------------------------------------------------
 def guidance_rows_by_k(method: Any, questions: Sequence[Question], k_primes: Sequence[int],
                        show_progress: bool = False) -> dict[int, dict[str, np.ndarray]]:
@@ -290,10 +154,12 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
 
     ``method`` is STEM's :class:`~stem_jax.methods.stem.StemMethod` (its pipeline, planner and
     guidance). Each point folder is a locked, fingerprinted :class:`~stem_jax.eval.run_folder.RunFolder`
-    (``fingerprint``: the run's, default the method's; the point's values replace λ, τ, θ, K').
-    ``points_per_call`` caps the grid points of one compiled call (None: all; 1: the point-by-point
-    loop, for comparison); ``grid_batch`` how many of them are vmapped together inside it (-1: the
-    backend's default, :func:`default_grid_batch`). Returns per-point summaries and timings."""
+    (``fingerprint``: the run's, default the method's; the point's values replace λ, τ, θ, K') written
+    and scored by the eval loop's :class:`~stem_jax.eval.loop.RunWriter`, with its ``metrics.json``.
+    ``points_per_call`` caps the grid points of one :meth:`StemPipeline.trace_points` call (None: all; 1:
+    the point-by-point loop, for comparison); ``grid_batch`` how many of them are vmapped together inside
+    it (-1: the backend's default, :func:`~stem_jax.methods.stem.pipeline.default_grid_batch`). Returns
+    per-point summaries and timings."""
     if not points:
         raise StemError("the sweep grid is empty")
     if not questions:
@@ -301,16 +167,17 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
                         "  how to fix: check --hops, --limit, --subset and --split")
     out_dir = Path(out_dir)
     questions = list(questions)
-    wanted = {q.qid for q in questions}
     base = method_fingerprint(method) if fingerprint is None else fingerprint
+    point_methods = [method.with_hyper(p.hyper()) for p in points]  # what `eval` at the point's flags runs
     with ExitStack() as stack:
         folders = [stack.enter_context(RunFolder.open(_point_dir(out_dir, p), point_fingerprint(base, p),
                                                       overwrite=overwrite, questions=questions, log=log))
                    for p in points]
         for point, folder in zip(points, folders, strict=True):
             (folder.path / "point.json").write_text(json.dumps(point.as_dict(), sort_keys=True) + "\n")
-        finished = [set(folder.finished()) & wanted for folder in folders]
-        done = sum(len(f) for f in finished)
+        writers = [RunWriter(m, questions, folder, lambda _: None) for m, folder in zip(point_methods, folders,
+                                                                                         strict=True)]
+        done = sum(len(questions) - len(w.todo) for w in writers)
         if done:
             log(f"resuming: {done} of {len(points) * len(questions)} (point, question) records already written")
         began = time.perf_counter()
@@ -324,11 +191,12 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
         pipeline = method.pipeline
         timings = {"anchor": 0.0, "trace": 0.0, "answer": 0.0}
         calls = 0
+        todo_of = [{q.qid for q in w.todo} for w in writers]
         with progress(len(points) * len(questions), f"sweep {len(points)} points", "q", enabled=show_progress,
                       initial=done) as bar:
             for start in range(0, len(questions), chunk_size):
                 chunk = questions[start : start + chunk_size]
-                todo = [p for p in range(len(points)) if any(q.qid not in finished[p] for q in chunk)]
+                todo = [p for p in range(len(points)) if any(q.qid in todo_of[p] for q in chunk)]
                 if not todo:
                     continue
                 chunk_runs = [run for q in chunk for run in method.runs[q.qid]]
@@ -340,8 +208,8 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
                     for j, point in enumerate(grid):
                         if chunk_runs:
                             guidance[j] = np.concatenate([rows_by_k[point.k_prime][q.qid] for q in chunk])
-                    outputs, spent = trace_grid(pipeline, chunk_runs, guidance, [g.hyper() for g in grid],
-                                                grid_batch=grid_batch)
+                    outputs, spent = pipeline.trace_points(chunk_runs, [g.hyper() for g in grid], guidance,
+                                                           grid_batch=grid_batch)
                     calls += 1
                     timings["anchor"] += spent["anchor"]
                     timings["trace"] += spent["trace"]
@@ -349,24 +217,25 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
                              "trace": 1000 * spent["trace"] / (len(chunk) * len(part))}
                     answer_began = time.perf_counter()
                     for j, p in enumerate(part):
-                        records, cursor = [], 0
+                        mine, per_run, per_output, cursor = [], [], [], 0
                         for question in chunk:
-                            mine = method.runs[question.qid]
-                            outs = outputs[j][cursor : cursor + len(mine)]
-                            cursor += len(mine)
-                            if question.qid in finished[p]:
-                                continue
-                            retrieval = pipeline.retrieval(question, mine, outs, dict(share), points[p].hyper())
-                            records.append(make_record(method.context, question, retrieval, method.name))
-                            finished[p].add(question.qid)
-                        folders[p].append(records)  # flushed and fsynced: a kill keeps it
-                        bar.update(len(records))
+                            runs = method.runs[question.qid]
+                            if question.qid in todo_of[p]:
+                                mine.append(question)
+                                per_run.append(runs)
+                                per_output.append(outputs[j][cursor : cursor + len(runs)])
+                            cursor += len(runs)
+                        retrievals = pipeline.retrievals(mine, per_run, per_output, share, points[p].hyper())
+                        writers[p].add(mine, retrievals)  # flushed and fsynced: a kill keeps it
+                        todo_of[p].difference_update(q.qid for q in mine)
+                        bar.update(len(mine))
                     timings["answer"] += time.perf_counter() - answer_began
-    results = []
-    for point in points:
-        summary = score_predictions(_point_dir(out_dir, point) / "predictions.jsonl", wanted)
-        results.append({"point": point.as_dict(), "label": point.label, "overall": summary["overall"],
-                        "groups": summary["groups"], "overflow_total": summary["overflow_total"]})
+        results = []
+        for point, writer in zip(points, writers, strict=True):
+            summary = writer.summary(prepared, prepare_seconds)
+            write_metrics(writer.run.path, summary)
+            results.append({"point": point.as_dict(), "label": point.label, "overall": summary["overall"],
+                            "groups": summary["groups"], "overflow_total": summary["overflow_total"]})
     return {"points": results, "prepare_seconds": prepare_seconds, "guidance_seconds": guidance_seconds,
             "stage_seconds_this_run": timings, "compiled_calls_this_run": calls, "points_per_call": per_call,
             "grid_batch": grid_batch,
