@@ -180,6 +180,10 @@ class StemConfig:
     scr: ScrConfig = ScrConfig()
     safe: SafeConfig = SafeConfig()
     seed: int = 0  # the demo KG, WorldCup2014's 8:1:1 split, and planner, GNN and SCR training
+    # The dotted options a flag or an override set (apply_overrides records them), whatever their value: an explicit
+    # --tracer.theta=0.6 wins over a stored calibration although 0.6 is the default. Not an option itself.
+    given: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False,
+                                              metadata={"option": False})
 
 
 def default_data_dir() -> Path | None:
@@ -217,6 +221,8 @@ def config_fields(config: Any = None, prefix: str = "") -> list[tuple[str, Any, 
     hints = typing.get_type_hints(type(config))
     leaves = []
     for field in dataclasses.fields(config):
+        if not field.metadata.get("option", True):
+            continue
         value = getattr(config, field.name)
         name = f"{prefix}{field.name}"
         if dataclasses.is_dataclass(value):
@@ -234,7 +240,19 @@ def apply_overrides(config: Any, overrides: dict[str, str]) -> Any:
             close = [k for k in known if k.split(".")[-1] == name.split(".")[-1]]
             hint = f" Did you mean --{close[0]}?" if close else " See `stem-jax config` for the list."
             raise ValueError(f"unknown config option --{name}.{hint}")
-    return check(_apply(config, overrides, known, ""))
+    config = _apply(config, overrides, known, "")
+    if isinstance(config, StemConfig) and overrides:
+        config = dataclasses.replace(config, given=config.given | frozenset(overrides))
+    return check(config)
+
+
+def given(config: StemConfig, name: str) -> bool:
+    """Whether the option ``name`` (dotted) was set explicitly, by a flag or an override, or holds a value other
+    than its default (a config built in code): else it is unset, and a stored calibration may choose it."""
+    section, _, field = name.rpartition(".")
+    value = getattr(getattr(config, section) if section else config, field)
+    default = getattr(getattr(StemConfig(), section) if section else StemConfig(), field)
+    return name in config.given or value != default
 
 
 def _apply(config: Any, overrides: dict[str, str], known: dict[str, Any], prefix: str) -> Any:
@@ -251,7 +269,11 @@ def _apply(config: Any, overrides: dict[str, str], known: dict[str, Any], prefix
 
 
 def as_dict(config: Any) -> dict[str, Any]:
-    return dataclasses.asdict(config)
+    """The options of ``config`` as nested dicts (what fingerprints and reports store; not ``given``)."""
+    values = dataclasses.asdict(config)
+    if isinstance(config, StemConfig):
+        del values["given"]
+    return values
 
 
 # ---------------------------------------------------------------------------------------------

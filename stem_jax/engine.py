@@ -427,7 +427,7 @@ class Engine:
             return self._entity_by_name_locked()
 
     def _entity_by_name_locked(self) -> dict[str, str]:
-        if self._by_name is None:  # built once: a dict over every entity costs ~10 ms per question on MetaQA
+        if self._by_name is None:  # built once: a dict over every entity is too costly to build per question
             names = self.dataset.entity_names or {}
             by_name: dict[str, str] = {}
             same: dict[str, list[str]] = {}

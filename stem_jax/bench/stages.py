@@ -106,7 +106,7 @@ class StageTimer:
         guidance = self.method.context.guidance
         if guidance is not None:
             # time the GNN, not a read of the guidance cache (an earlier bench of the same questions
-            # fills it, and then a 1,024-question call took 33 ms instead of ~2 s)
+            # fills it, and the call would time a cache read)
             guidance.cache_dir = None
 
     def _plan(self, batch: Sequence[Question], times: dict[str, float]) -> Any:

@@ -23,7 +23,7 @@ from stem_jax.errors import StemError
 # ---------------------------------------------------------------------------------------------
 
 # Sections of StemConfig in the order --help-all shows them; "seed" is the one top-level field.
-CONFIG_SECTIONS = tuple(f.name for f in dataclasses.fields(StemConfig))
+CONFIG_SECTIONS = tuple(f.name for f in dataclasses.fields(StemConfig) if f.metadata.get("option", True))
 # What STEM itself reads; the peer methods' sections (scr, safe) only matter with --method scr|safe.
 STEM_SECTIONS = ("tracer", "guidance", "gnn", "planner", "subgraph", "encoder", "engine", "seed")
 METHOD_SECTIONS = {
@@ -342,7 +342,7 @@ def config_from_args(args: argparse.Namespace) -> StemConfig:
 
 
 def check_dataset_flags(args: argparse.Namespace) -> None:
-    """Flags that the chosen dataset would ignore are an error, not a silent no-op (issue 13, rows 11-13)."""
+    """Flags that the chosen dataset would ignore are an error, not a silent no-op."""
     dataset = args.dataset
     only = {"questions": ("metaqa", "files"), "qtypes": ("metaqa",), "kb": ("metaqa",), "rog_path": ("rog",),
             "triples": ("files",), "entity_names": ("files",), "relation_names": ("files",), "delimiter": ("files",)}

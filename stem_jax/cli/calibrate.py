@@ -77,8 +77,8 @@ def add_calibrate_parser(sub, add_dataset_flags, add_cache_flags, add_config_fla
         "(engine.direction undirected|directed, engine.used_triples run|branch|step; engine.exclude_topic on|off "
         "is scored from the same traces), score each (mean F1 over hops, ties: Hit, then the engine's default "
         "conventions, then the θ nearest the paper's 0.6) and write calibration.json beside the KG's embeddings. "
-        "Later runs use them when their relation bonus and strategy match: θ when --tracer.theta is left at its "
-        "default, each convention when its flag is. --keep-conventions sweeps θ only, under the configured "
+        "Later runs use them when their relation bonus and strategy match: θ when --tracer.theta is not given, "
+        "each convention when its flag is not. --keep-conventions sweeps θ only, under the configured "
         "conventions.")
     add_dataset_flags(p, default="metaqa")
     p.set_defaults(split="dev", limit=150)

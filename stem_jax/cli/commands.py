@@ -186,7 +186,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     anchors = _anchor_accuracy(dataset, index, encoder, embeddings.entities)
     upper = _gold_path_upper_bound(dataset, index)
     out = args.out or Path("runs/demo")
-    # the configuration a user should use first; the paper-literal engine second (issue 8)
+    # the configuration a user should use first; the paper-literal engine second
     variants = {"default": config}
     if config.engine.preset != "paper":
         variants["paper-literal"] = dataclasses.replace(config, engine=dataclasses.replace(config.engine, preset="paper"))
@@ -270,7 +270,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     check_out_path(args.out)
     start = time.perf_counter()
-    pid, processes = join_processes(args)  # issue 10: with N processes, each evaluates every N-th question
+    pid, processes = join_processes(args)  # with N processes, each evaluates every N-th question
     with collector_paused():
         engine = open_engine(args, config, method_options=method_options(args))
     method = getattr(args, "method", "stem")

@@ -106,8 +106,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
           f"http://{shown}:{port}  (docs: /docs, metrics: /metrics; Ctrl-C stops after open requests)",
           flush=True)
     # The engine (KG index, dataset, caches) lives as long as the service: in the collector's permanent
-    # generation, a full collection no longer walks its ~265k objects (MetaQA: 0.13 s that stalled the event
-    # loop, and every request waiting on it, each time one ran).
+    # generation, a full collection no longer walks its hundreds of thousands of objects (each such collection
+    # stalled the event loop, and every request waiting on it).
     gc.freeze()
     server = _Server(uvicorn.Config(app, host=host, port=port, log_level=args.log_level))
     server.run(sockets=[sock])  # waits for open requests

@@ -10,10 +10,10 @@ from stem_jax.config import EngineConfig
 from stem_jax.errors import StemError
 from stem_jax.methods.stem.calibration import (
     CALIBRATION_FILE,
-    SHIPPED,
     applies,
     choose_theta,
     load_calibration,
+    shipped_calibrations,
     sweep_cut,
 )
 
@@ -44,11 +44,11 @@ def test_stored_calibration_applies_only_to_matching_engine_settings(tmp_path: P
         load_calibration(embeddings)
 
 
-@pytest.mark.parametrize("key", sorted(SHIPPED))
+@pytest.mark.parametrize("key", sorted(shipped_calibrations()))
 def test_shipped_calibration_is_found_by_kg_and_encoder_folder(tmp_path: Path, key: tuple[str, str]):
     """A fresh cache of a shipped KG (MetaQA, WorldCup2014) with MiniLM gets the project's measured θ; a
     file written by the calibration command takes precedence; other KGs get none."""
-    (kg, encoder), shipped = key, SHIPPED[key]
+    (kg, encoder), shipped = key, shipped_calibrations()[key]
     folder = tmp_path / kg / encoder
     folder.mkdir(parents=True)
     embeddings = SimpleNamespace(triples=SimpleNamespace(path=folder / "triples.zarr"))
@@ -63,7 +63,7 @@ def test_shipped_calibration_is_found_by_kg_and_encoder_folder(tmp_path: Path, k
 def test_shipped_calibrations_match_their_committed_sweeps():
     """Each shipped entry says what its committed calibration file chose (no number retyped wrongly)."""
     root = Path(__file__).resolve().parents[2]
-    for shipped in SHIPPED.values():
+    for shipped in shipped_calibrations().values():
         recorded = json.loads((root / shipped["source"]).read_text())
         chosen = recorded.get("chosen", recorded)
         assert chosen["theta"] == shipped["theta"], shipped["source"]
@@ -116,11 +116,11 @@ def test_calibrate_command_stores_theta_that_eval_then_uses(tmp_path: Path, caps
 
 
 def test_conventions_apply_per_field_and_say_where_they_came_from(tmp_path: Path):
-    """Stored conventions apply where the flag is left at its default; without a calibration every value is
+    """Stored conventions apply where the flag is unset; without a calibration every value is
     the config's and the run says so (calibrated: false, theta_source: config)."""
     import json
 
-    from stem_jax.config import EngineConfig, StemConfig, TracerConfig
+    from stem_jax.config import EngineConfig, StemConfig, TracerConfig, apply_overrides, as_dict
     from stem_jax.methods.stem.settings import effective_settings
 
     class Embeddings:
@@ -147,3 +147,10 @@ def test_conventions_apply_per_field_and_say_where_they_came_from(tmp_path: Path
                                                       "exclude_topic": "calibration"}
     paper = effective_settings(StemConfig(engine=EngineConfig(preset="paper")), Embeddings)
     assert (paper.engine.direction, paper.engine.used_triples, paper.calibrated) == ("undirected", "run", False)
+    # a flag given with the default's value is still given: it wins over the calibration
+    flags = apply_overrides(StemConfig(), {"tracer.theta": "0.6", "engine.exclude_topic": "true"})
+    assert flags == StemConfig() and flags.given == {"tracer.theta", "engine.exclude_topic"}
+    chosen = effective_settings(flags, Embeddings)
+    assert (chosen.theta, chosen.theta_source, chosen.engine.exclude_topic, chosen.engine.direction) == (
+        0.6, "config", True, "directed")
+    assert "given" not in as_dict(flags)

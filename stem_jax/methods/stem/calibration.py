@@ -4,8 +4,9 @@ The paper's θ = 0.6 was chosen for Qwen3-Embedding; cosines of another encoder 
 scale (with MiniLM a placeholder schema triple scores about 0.3 against the right KG triple). The
 sweep traces one dev sample for every θ of a grid through one
 :class:`~stem_jax.methods.stem.pipeline.StemPipeline` (``trace(runs, hyper)`` with the grid's θ:
-no recompilation, planning and encoding done once) and answers it with the pipeline's own
-``record``, scores each θ with the strict set metrics, and keeps the best mean F1 over hops (ties:
+no recompilation, planning and encoding done once), answers it with the pipeline's own
+``retrievals`` and records, scores each θ as an eval is scored (:func:`stem_jax.eval.scoring.score_records`),
+and keeps the best mean F1 over hops (ties:
 Hit, then the θ closest to the paper's). ``stem-jax calibrate`` runs it.
 
 The KG's conventions are swept with θ (:data:`CONVENTION_GRID`): ``direction`` (undirected | directed
@@ -17,13 +18,14 @@ closest to the paper's.
 
 The result is stored as ``calibration.json`` beside the KG embeddings of that encoder, with the
 engine settings it was measured under; the evaluator uses it when those settings match and the
-user left ``--tracer.theta`` at the paper default (``--engine.calibrated=false`` turns it off);
+user did not set ``--tracer.theta`` (``--engine.calibrated=false`` turns it off);
 :mod:`stem_jax.methods.stem.settings` decides that, in one place.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from collections import defaultdict
@@ -37,7 +39,8 @@ from stem_jax.atomic import write_json_atomic
 from stem_jax.config import EngineConfig
 from stem_jax.data.types import Question
 from stem_jax.errors import StemError
-from stem_jax.eval.metrics import strict_metrics
+from stem_jax.eval.records import make_records
+from stem_jax.eval.scoring import score_records
 from stem_jax.trace.types import DIRECTIONS, USED_RULES
 
 CALIBRATION_FILE = "calibration.json"
@@ -53,29 +56,17 @@ def calibration_path(embeddings: Any) -> Path:
     return Path(embeddings.triples.path).parent / CALIBRATION_FILE
 
 
-# Calibrations measured by this project, shipped so a fresh clone runs with the same defaults: keyed by
-# (KG folder, encoder folder) of the embedding cache, i.e. the KG's fingerprint and the encoder's weights.
-# MetaQA-partial KB + all-MiniLM-L6-v2: `stem-jax calibrate --dataset metaqa --split dev` (150 dev questions
-# per hop); the full sweep is experiments/results/calibration-metaqa-minilm-dev.json. A calibration.json in
-# the cache folder (written by that command) takes precedence.
-SHIPPED: dict[tuple[str, str], dict[str, Any]] = {
-    ("kg-738b3c023983", "all-MiniLM-L6-v2-ad404e0d5b24-len64"): {
-        "encoder": "all-MiniLM-L6-v2", "engine": {"relation_bonus": True, "strategy": "breadth"},
-        "questions": 450, "split": "dev", "tau": 0.5, "theta": 0.8,
-        "source": "experiments/results/calibration-metaqa-minilm-dev.json",
-        # MetaQA keeps the conventions it always ran with (its data excludes the topic; results unchanged)
-        "conventions": {"direction": "undirected", "used_triples": "run", "exclude_topic": True},
-    },
-    # WorldCup2014 KB (one KB for WC-P1, WC-P2 and WC-C) + all-MiniLM-L6-v2: `stem-jax calibrate --dataset wc2014`
-    # on the seeded dev split (1,015 questions); every convention reaches F1 100 at θ >= 0.9, so the sweep keeps
-    # the defaults. Shipped so a fresh clone gets WC's measured θ without running calibrate first.
-    ("kg-d26a1ee2269f", "all-MiniLM-L6-v2-ad404e0d5b24-len64"): {
-        "encoder": "all-MiniLM-L6-v2", "engine": {"relation_bonus": True, "strategy": "breadth"},
-        "questions": 1015, "split": "dev", "tau": 0.5, "theta": 0.9,
-        "source": "experiments/results/calibration-wc2014-minilm-dev.json",
-        "conventions": {"direction": "undirected", "used_triples": "run", "exclude_topic": True},
-    },
-}
+SHIPPED_FILE = Path(__file__).with_name("shipped_calibrations.json")
+
+
+@functools.cache
+def shipped_calibrations() -> dict[tuple[str, str], dict[str, Any]]:
+    """Calibrations measured by this project and shipped as package data (``shipped_calibrations.json`` beside
+    this module), so a fresh clone runs with the same defaults: keyed by (KG folder, encoder folder) of the
+    embedding cache, i.e. the KG's fingerprint and the encoder's weights. Each entry's ``source`` is the
+    committed sweep it was chosen from. A calibration.json in the cache folder takes precedence."""
+    entries = json.loads(SHIPPED_FILE.read_text(encoding="utf-8"))
+    return {(e["kg"], e["encoder"]): e["calibration"] for e in entries}
 
 
 def load_calibration(embeddings: Any) -> dict[str, Any] | None:
@@ -90,10 +81,10 @@ def load_calibration_file(path: Path) -> dict[str, Any] | None:
     """The calibration at ``path`` (``<embedding cache>/calibration.json``), else the shipped one for
     that cache folder, else None; ``"path"`` says which file (or ``"shipped"``)."""
     if not path.is_file():
-        shipped = SHIPPED.get((path.parent.parent.name, path.parent.name))
+        shipped = shipped_calibrations().get((path.parent.parent.name, path.parent.name))
         return {**shipped, "path": "shipped"} if shipped else None
     # A damaged file is an error, not "not calibrated": read as absent it silently traced at another θ
-    # (and on MetaQA replaced the shipped value), and a resumed run mixed predictions of two θs (issue 23).
+    # (and on MetaQA replaced the shipped value), and a resumed run mixed predictions of two θs.
     fix = (f"  how to fix: delete {path} and run `stem-jax calibrate` again (without it the shipped or configured "
            "θ applies), or pass --engine.calibrated=false to ignore it")
     try:
@@ -118,7 +109,7 @@ def sweep_theta(pipeline: Any, questions: Sequence[Question], planner: Callable,
                 ) -> list[dict[str, Any]]:
     """Mean Hit/Hit@1/F1 per hop of ``questions`` for every θ of ``grid`` (one plan/encode, one trace per θ)
     through ``pipeline`` (a :class:`~stem_jax.methods.stem.pipeline.StemPipeline`): each θ is
-    ``pipeline.trace(runs, hyper)`` and ``pipeline.record(..., hyper=hyper)`` with the pipeline's λ and τ.
+    ``pipeline.trace(runs, hyper)`` with the pipeline's λ and τ, answered and scored as ``stem-jax eval`` does.
 
     ``conventions``: engine conventions to sweep with θ (e.g. :data:`CONVENTION_GRID`); each row then
     carries its ``"conventions"``. Traced conventions run on
@@ -155,19 +146,27 @@ def sweep_theta(pipeline: Any, questions: Sequence[Question], planner: Callable,
 
 
 def _score(pipeline: Any, questions: Sequence[Question], runs: Sequence, outputs: Sequence, hyper: Any) -> dict[str, Any]:
-    per_hop: dict[str, list[dict[str, float]]] = defaultdict(list)
-    cursor = 0
-    for question, rs in zip(questions, runs, strict=True):
-        record = pipeline.record(question, rs, outputs[cursor : cursor + len(rs)], hyper=hyper)
+    """Per hop Hit, Hit@1 and F1 of ``questions`` answered from ``outputs`` as ``stem-jax eval`` answers and
+    scores them (:meth:`~stem_jax.methods.stem.pipeline.StemPipeline.retrievals`, the shared record builder and
+    :func:`~stem_jax.eval.scoring.score_records`), and their means over the hops."""
+    per_output, cursor = [], 0
+    for rs in runs:
+        per_output.append(outputs[cursor : cursor + len(rs)])
         cursor += len(rs)
-        if question.answers:
-            per_hop[f"{question.hops}-hop"].append(strict_metrics(record["prediction"], record["ground_truth"]))
+    retrievals = pipeline.retrievals(questions, runs, per_output, hyper=hyper)
+    summary = score_records(make_records(pipeline.context, questions, retrievals, "stem"))
     row: dict[str, Any] = {"hops": {}}
-    for hop, metrics in sorted(per_hop.items()):
-        row["hops"][hop] = {k: float(np.mean([m[k] for m in metrics])) for k in ("hit", "hit_at_1", "f1")}
-        row["hops"][hop]["n"] = len(metrics)
-    row["mean_f1"] = float(np.mean([h["f1"] for h in row["hops"].values()])) if row["hops"] else 0.0
-    row["mean_hit"] = float(np.mean([h["hit"] for h in row["hops"].values()])) if row["hops"] else 0.0
+    for hop, stats in summary["groups"].items():
+        row["hops"][hop] = {k: stats["mean"][k] for k in ("hit", "hit_at_1", "f1")}
+        row["hops"][hop]["n"] = stats["n"]
+    return _with_means(row)
+
+
+def _with_means(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with ``mean_f1`` and ``mean_hit``: each hop counts once, whatever its question count."""
+    hops = [h for h in row["hops"].values() if h["n"]]
+    row["mean_f1"] = float(np.mean([h["f1"] for h in hops])) if hops else 0.0
+    row["mean_hit"] = float(np.mean([h["hit"] for h in hops])) if hops else 0.0
     return row
 
 
@@ -178,20 +177,17 @@ def sweep_cut(records: Sequence[dict[str, Any]], grid: Sequence[float] = (0.0, 0
     the cut is calibrated offline from one traced dev run."""
     rows = []
     for cut in grid:
-        per_hop: dict[str, list[dict[str, float]]] = defaultdict(list)
+        kept = []
         for record in records:
-            if not record["ground_truth"]:
-                continue
             scores = record["scores"]
-            kept = [p for p, s in zip(record["prediction"], scores, strict=True)
-                    if scores and s >= cut * scores[0] - 1e-6]
-            per_hop[f"{record['hops']}-hop"].append(strict_metrics(kept, record["ground_truth"]))
-        row = {"cut": float(cut), "hops": {}}
-        for hop, metrics in sorted(per_hop.items()):
-            row["hops"][hop] = {k: float(np.mean([m[k] for m in metrics])) for k in ("hit", "hit_at_1", "f1")}
-            row["hops"][hop]["n"] = len(metrics)
-        row["mean_f1"] = float(np.mean([h["f1"] for h in row["hops"].values()]))
-        rows.append(row)
+            kept.append({"overflow": 0, **record, "prediction": [p for p, s in zip(record["prediction"], scores, strict=True)
+                                                                 if scores and s >= cut * scores[0] - 1e-6]})
+        summary = score_records(kept)
+        row: dict[str, Any] = {"cut": float(cut), "hops": {}}
+        for hop, stats in summary["groups"].items():
+            row["hops"][hop] = {k: stats["mean"][k] for k in ("hit", "hit_at_1", "f1")}
+            row["hops"][hop]["n"] = stats["n"]
+        rows.append({k: v for k, v in _with_means(row).items() if k != "mean_hit"})
     return rows
 
 

@@ -2,10 +2,10 @@
 
 What a run actually uses differs from the raw :class:`~stem_jax.config.StemConfig`: the ``paper``
 preset replaces several engine fields, and θ comes from the encoder's dev calibration when one is
-stored for these engine settings and ``--tracer.theta`` is left at the paper default. The KG's
-conventions (``engine.direction``, ``engine.used_triples``, ``engine.exclude_topic``: how a schema
-triple meets KG triples, when a triple may be used again, whether the topic can be an answer) come
-from the same calibration where it stores them and the flag is left at its default. Everything
+stored for these engine settings and ``--tracer.theta`` is unset. The KG's conventions
+(``engine.direction``, ``engine.used_triples``, ``engine.exclude_topic``: how a schema triple meets KG
+triples, when a triple may be used again, whether the topic can be an answer) come from the same
+calibration where it stores them and their flag is unset. Everything
 that traces (eval, sweeps, ablations, calibration, benchmarks) reads these values from
 :func:`effective_settings`, and they are written into every record and run fingerprint.
 """
@@ -16,7 +16,7 @@ import dataclasses
 from typing import Any
 
 from stem_jax.answer.rank import RANKINGS
-from stem_jax.config import EngineConfig, StemConfig, TracerConfig, as_dict
+from stem_jax.config import EngineConfig, StemConfig, as_dict, given
 from stem_jax.errors import StemError
 from stem_jax.methods.stem.calibration import applies, load_calibration
 
@@ -76,8 +76,9 @@ class EffectiveSettings:
 def effective_settings(config: StemConfig, embeddings: Any) -> EffectiveSettings:
     """The effective engine and θ. The dev calibration stored beside ``embeddings`` applies when the
     engine is calibrated, not the paper preset, and its relation bonus and strategy match: its θ when
-    ``--tracer.theta`` is left at the paper default, and each stored convention (direction,
-    used-triple rule, topic exclusion) whose flag is left at its default. Everything else, and
+    ``--tracer.theta`` is unset, and each stored convention (direction, used-triple rule, topic exclusion)
+    whose flag is unset. Unset (:func:`stem_jax.config.given`): no flag or override named the option and it
+    holds its default, so an explicit flag always wins, even one equal to the default. Everything else, and
     everything without such a calibration, is the config's (``theta_source``/``conventions_source``
     say which, ``calibrated`` whether any calibration was used)."""
     engine = effective_engine(config)
@@ -88,15 +89,14 @@ def effective_settings(config: StemConfig, embeddings: Any) -> EffectiveSettings
     if not applies(calibration, engine):
         return EffectiveSettings(engine, theta, "config")
     stored = calibration.get("conventions") or {}
-    defaults = EngineConfig()
     changes, sources = {}, {}
     for key in CONVENTIONS:
-        if key in stored and getattr(config.engine, key) == getattr(defaults, key):
+        if key in stored and not given(config, f"engine.{key}"):
             changes[key], sources[key] = stored[key], "calibration"
         else:
             sources[key] = "config"
     engine = dataclasses.replace(engine, **changes) if changes else engine
-    if config.tracer.theta != TracerConfig().theta:
+    if given(config, "tracer.theta"):
         used = calibration if "calibration" in sources.values() else None
         return EffectiveSettings(engine, theta, "config", used, sources)
     return EffectiveSettings(engine, float(calibration["theta"]), "calibration", calibration, sources)
