@@ -106,6 +106,9 @@ class EngineConfig:
     exclude_topic: bool = True  # drop the question's topic entities from its answers (MetaQA convention)
     confident_at: float = 0.9  # best answer's beam support below this: not confident (chosen on webqsp-r dev)
     skip_mediators: bool = True  # never return mediator nodes (Freebase CVT mids, unnamed joins) as answers
+    # "auto": re-rank and cut answers with the KG's learned answer scorer when train-planner stored one
+    # (stem_jax/answer/scorer.py; kept only where it beat the tracer's ranking on held-out questions); "off": never
+    answer_scorer: str = "auto"
     max_frontier: int = 1024  # overflowing Breadth runs are re-traced with 2x, 4x, ... capacity up to this
     rank: str = "beam"  # "beam": beam support, then length-fair score; "max": best cumulative score (paper)
     answer_cut: float = 0.5  # keep answers whose beam support >= this x the best answer's support
@@ -290,6 +293,7 @@ _CHOICES = {
     "encoder.name": ("minilm", "hashing"),
     "engine.preset": ("default", "paper"),
     "engine.rank": ("beam", "max"),
+    "engine.answer_scorer": ("auto", "off"),
     "engine.strategy": ("planner", "breadth"),
     "engine.direction": ("undirected", "directed"),
     "engine.used_triples": ("run", "branch", "step"),

@@ -100,6 +100,13 @@ def cmd_train_planner(args: argparse.Namespace) -> int:
     table = _report_table(planner.report)
     print(f"\nvalidation ({args.val_fraction:.0%} of {dataset.name}/{args.split} by qid hash):\n")
     print(table)
+    if args.answer_scorer:
+        from stem_jax.answer.training import train_scorer_for_planner
+        from stem_jax.cli.args import dataset_spec
+
+        print()
+        train_scorer_for_planner(dataset_spec(args, config), config, out, cache_root=cache_root(args),
+                                 val_fraction=args.val_fraction)
     print(f"\nsaved {out}  [{time.perf_counter() - began:.1f}s]")
     return 0
 
@@ -151,6 +158,8 @@ def add_train_planner_parser(sub, add_dataset_flags, add_cache_flags, add_config
     p.add_argument("--train-split", default=None, help="alias of --split for training (default: dev for metaqa, else train)")
     p.add_argument("--val-fraction", type=float, default=0.1, help="share of questions held out by qid hash")
     p.add_argument("--epochs", type=int, default=None, help="training epochs of the head (default 100)")
+    p.add_argument("--no-answer-scorer", dest="answer_scorer", action="store_false",
+                   help="skip training the KG's answer scorer (stem_jax/answer/scorer.py) after the planner")
     p.add_argument("--out", type=Path, default=None,
                    help="planner folder (default <cache>/<dataset>/planners/pattern-<encoder>)")
     p.set_defaults(func=cmd_train_planner)

@@ -78,6 +78,18 @@ class MethodContext:
         mask = mediator_mask(self.index.entities, self.dataset.entity_names)
         return mask if mask.any() else None
 
+    @functools.cached_property
+    def answer_scorer(self) -> Any:
+        """The KG's learned answer scorer (:class:`stem_jax.answer.scorer.ScoredAnswers`) when ``train-planner``
+        stored one for this encoder and ``engine.answer_scorer`` is ``auto`` (the paper preset has none); else None.
+        Loaded once."""
+        engine = self.config.engine
+        if engine.answer_scorer == "off" or engine.preset == "paper" or self.cache_dir is None:
+            return None
+        from stem_jax.answer.scorer import ScoredAnswers
+
+        return ScoredAnswers.stored(self.cache_dir, self.index, self.dataset.entity_names, self.encoder)
+
 
 @runtime_checkable
 class RetrievalMethod(Protocol):

@@ -61,6 +61,7 @@ class StemMethod:
             cache_dir=None if context.cache_dir is None else context.cache_dir / "schema-texts",
             guidance=context.guidance)
         self.hyper = self.pipeline.hyper if hyper is None else hyper
+        self.pipeline.answer_scorer = context.answer_scorer
         self.runs: dict[str, list[Run]] = {}
         self.stage_seconds: dict[str, float] = defaultdict(float)
         self.prepared_questions = 0
@@ -107,7 +108,8 @@ class StemMethod:
         config = self.context.config
         info = {"method": self.name, "tracer": as_dict(config.tracer), "engine": as_dict(config.engine),
                 "planner": as_dict(config.planner), "subgraph": as_dict(config.subgraph),
-                "guidance": None, "effective": self.effective()}
+                "guidance": None, "effective": self.effective(),
+                "answer_scorer": None if self.pipeline.answer_scorer is None else self.pipeline.answer_scorer.fingerprint()}
         if self.context.guidance is not None:
             info["guidance"] = {"k_prime": config.guidance.k_prime,
                                 "params_sha": getattr(self.context.guidance, "info", {}).get("params_sha")}

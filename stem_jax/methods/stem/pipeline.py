@@ -180,7 +180,7 @@ class StemPipeline:
         self.cache_dir = cache_dir
         self.names = dataset.entity_names or {}
         self.mediators = self.context.mediators  # walked through, never returned
-        self._mediator_ids = frozenset(np.flatnonzero(self.mediators).tolist()) if self.mediators is not None else None
+        self.answer_scorer: Any = None  # the KG's learned answer scorer; StemMethod sets it from its context
         self.kg = KGArrays.from_index(index, embeddings.trace_rows())  # float16, or compact (encoder.row_format)
         # float32 on device once: anchoring reads the whole table for every batch
         self.entity_emb = jnp.asarray(np.asarray(embeddings.entities.array, dtype=np.float32))
@@ -667,8 +667,12 @@ class StemPipeline:
         engine = self.engine
         chunk, exclude = self.fold_chunk(questions, runs, outputs)
         # the gap depends on each question's runs (guided or not)
-        ranked = chunk.ranked(engine.rank, engine.answer_cut, [self.ranking_gap(mine, hyper) for mine in runs],
-                              exclude, never=self.mediators)
+        # a learned answer scorer (stem_jax/answer/scorer.py) re-ranks the uncut ranking and cuts the set itself
+        scorer = self.answer_scorer
+        ranked = chunk.ranked(engine.rank, 0.0 if scorer is not None else engine.answer_cut,
+                              [self.ranking_gap(mine, hyper) for mine in runs], exclude, never=self.mediators)
+        if scorer is not None:
+            ranked = scorer(questions, runs, outputs, ranked)
         evidence = chunk.evidence()
         theta = round(float(hyper.theta), 6)  # effective θ (calibrated, --tracer.theta or a grid point's)
         results = []

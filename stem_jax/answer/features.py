@@ -1,0 +1,215 @@
+"""What retrieval knows about each candidate answer, as arrays a learned scorer reads.
+
+The tracer's ranking (:mod:`stem_jax.answer.rank`) orders a question's entities by the planner's beam support and
+the T-Scores of the walks that bind them. Gold plans leave ties there: a walk reaches the answer together with its
+siblings (``who did X play for in 2008`` reaches every team X played for), and only what the entity *is* separates
+them. Per candidate (the first :data:`MAX_CANDIDATES` of the tracer's ranking) this module gathers:
+
+* the ranking's own evidence: support, its share of the best, rank, length-fair and cumulative T-Scores, how many
+  beams bind the entity, the best beam position, and how many entities the binding plan returns;
+* relation-question fit: the cosine between the question (topic masked) and the relation text of the KG triple that
+  binds the entity (best over its bindings);
+* type cues: the entity's *type bag* (:class:`TypeVocabulary`: the ``domain.type`` of the relations it is the head of
+  and the relations it is the tail of, for the most frequent keys of the KG), the question word, and name shape (a
+  year, a number, name words that the question repeats);
+* the question embedding, so that a learned bilinear term can match the question against the type bag.
+
+Everything is numpy on the host, one pass over the traced runs per chunk of questions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from stem_jax.data.types import Question
+from stem_jax.kg.index import KGIndex, relation_text
+from stem_jax.text import mask_topics, topic_names
+from stem_jax.trace.types import prune_unreached
+
+MAX_CANDIDATES = 64  # candidates per question the scorer sees; the rest keep the tracer's order below them
+TYPE_KEYS = 512  # most frequent type-bag keys of a KG
+QUESTION_WORDS = ("who", "when", "where", "what", "which", "how many", "how")
+NUMERIC = ("support", "support_share", "log_rank", "first", "fair", "cumulative", "beam_share", "best_beam",
+           "log_plan_answers", "relation_cos", "name_overlap", "year", "number", "log_name_words", "log_degree",
+           "log_candidates")
+N_NUMERIC = len(NUMERIC)
+N_QUESTION_WORDS = len(QUESTION_WORDS) + 1  # + other
+_YEAR = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
+_NUMBER = re.compile(r"^[\d.,\s%$-]+$")
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def question_word(text: str) -> int:
+    """Index of the question's wh-word in :data:`QUESTION_WORDS` (first one it contains), or the "other" slot."""
+    lowered = " " + " ".join(_WORD.findall(text.lower())) + " "
+    found = [(lowered.find(f" {w} "), i) for i, w in enumerate(QUESTION_WORDS) if f" {w} " in lowered]
+    return min(found)[1] if found else len(QUESTION_WORDS)
+
+
+def _type_of(relation: str) -> str:
+    """``film.film.directed_by`` -> ``film.film``; a relation without dots is its own type."""
+    head, dot, _ = relation.rpartition(".")
+    return head if dot else relation
+
+
+@dataclasses.dataclass
+class TypeVocabulary:
+    """The KG's most frequent type-bag keys: ``h:<domain.type>`` for the relations an entity is the head of and
+    ``t:<relation>`` for those it is the tail of; :meth:`table` gives each entity's keys."""
+
+    keys: list[str]
+
+    @classmethod
+    def of(cls, index: KGIndex, size: int = TYPE_KEYS) -> TypeVocabulary:
+        names, pairs = _entity_key_pairs(index)
+        counts = np.bincount(pairs % len(names), minlength=len(names))  # entities carrying each key
+        order = sorted(range(len(names)), key=lambda k: (-int(counts[k]), names[k]))[:size]
+        return cls(keys=[names[k] for k in order])
+
+    def table(self, index: KGIndex) -> tuple[np.ndarray, np.ndarray]:
+        """CSR (offsets [n + 1], key ids ascending per entity) of each entity's distinct keys in the vocabulary."""
+        names, pairs = _entity_key_pairs(index)
+        position = {k: i for i, k in enumerate(self.keys)}
+        remap = np.asarray([position.get(k, -1) for k in names], np.int64)
+        entity, key = pairs // len(names), remap[pairs % len(names)]
+        keep = key >= 0
+        pair = np.unique(entity[keep] * (len(self.keys) + 1) + key[keep])
+        entity, key = pair // (len(self.keys) + 1), pair % (len(self.keys) + 1)
+        offsets = np.searchsorted(entity, np.arange(index.num_entities + 1))
+        return offsets, key.astype(np.int32)
+
+
+def _entity_key_pairs(index: KGIndex) -> tuple[list[str], np.ndarray]:
+    """Every key name, and the distinct (entity, key) pairs of the KG as ``entity * len(names) + key``."""
+    head_names = [f"h:{_type_of(r)}" for r in index.relations]
+    tail_names = [f"t:{r}" for r in index.relations]
+    names = sorted(set(head_names) | set(tail_names))
+    position = {k: i for i, k in enumerate(names)}
+    head_key = np.asarray([position[k] for k in head_names], np.int64)
+    tail_key = np.asarray([position[k] for k in tail_names], np.int64)
+    triples = np.asarray(index.triples, np.int64)
+    if not len(names):
+        return names, np.zeros(0, np.int64)
+    pairs = np.concatenate([triples[:, 0] * len(names) + head_key[triples[:, 1]],
+                            triples[:, 2] * len(names) + tail_key[triples[:, 1]]])
+    return names, np.unique(pairs)
+
+
+@dataclasses.dataclass
+class Candidates:
+    """A chunk of questions' candidates: ``entities[i]``/``base[i]`` the tracer's ranking (all of it), and for its
+    first ``M`` entries the arrays the scorer reads (``mask`` marks real candidates)."""
+
+    entities: list[np.ndarray]
+    base: list[np.ndarray]
+    numeric: np.ndarray  # float32 [Q, M, N_NUMERIC]
+    qword: np.ndarray  # int32 [Q]
+    types: np.ndarray  # float32 [Q, M, V]: type bag, rows of ones scaled to unit length
+    question: np.ndarray  # float32 [Q, d]: the topic-masked question
+    mask: np.ndarray  # bool [Q, M]
+
+
+class CandidateFeaturizer:
+    """Builds :class:`Candidates` for a KG; keeps the type table and relation-text embeddings it has made."""
+
+    def __init__(self, index: KGIndex, names: dict[str, str] | None, vocabulary: TypeVocabulary,
+                 embed: Callable[[list[str]], np.ndarray], *, max_candidates: int = MAX_CANDIDATES) -> None:
+        self.index = index
+        self.names = names or {}
+        self.vocabulary = vocabulary
+        self.embed = embed
+        self.max_candidates = max_candidates
+        self.type_offsets, self.type_ids = vocabulary.table(index)
+        self.degree = np.log1p(np.asarray(index.degree, np.float64))
+        self._relation_rows: dict[int, np.ndarray] = {}
+
+    def _relations(self, ids: set[int]) -> None:
+        missing = sorted(i for i in ids if i not in self._relation_rows)
+        if missing:
+            rows = self.embed([relation_text(self.index.relations[i], None) for i in missing])
+            norms = np.linalg.norm(rows, axis=1, keepdims=True)
+            for i, row in zip(missing, rows / np.maximum(norms, 1e-9), strict=True):
+                self._relation_rows[i] = row.astype(np.float32)
+
+    def questions(self, questions: Sequence[Question]) -> np.ndarray:
+        texts = [mask_topics(q.text, topic_names(q, self.names))[0] for q in questions]
+        if not texts:
+            return np.zeros((0, 0), np.float32)
+        rows = np.asarray(self.embed(texts), np.float32)
+        return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-9)
+
+    def __call__(self, questions: Sequence[Question], runs: Sequence[Sequence], outputs: Sequence[Sequence[dict]],
+                 ranked: Sequence[Sequence[tuple[int, float]]]) -> Candidates:
+        """``runs[i]``/``outputs[i]``: question i's traced runs (``pipeline.Run`` and its output arrays);
+        ``ranked[i]``: the tracer's ranking of its entities, uncut."""
+        from stem_jax.answer.rank import answer_depth
+
+        n, m, v = len(questions), self.max_candidates, len(self.vocabulary.keys)
+        numeric = np.zeros((n, m, N_NUMERIC), np.float32)
+        types = np.zeros((n, m, v), np.float32)
+        mask = np.zeros((n, m), bool)
+        qvec = self.questions(questions)
+        per_question: list[dict[int, list]] = []
+        relation_ids: set[int] = set()
+        for mine, outs in zip(runs, outputs, strict=True):
+            seen: dict[int, list] = {}  # entity -> [fair, cumulative, beams, best beam, plan answers, relations]
+            n_beams = max((r.beam for r in mine), default=0) + 1
+            for run, out in zip(mine, outs, strict=True):
+                plan = run.plan
+                slot = plan.answer_slot
+                if slot < 0:
+                    continue
+                nodes, via = prune_unreached(out["nodes"], out["via"], out["parents"], plan.steps, plan.constants)
+                scores = np.asarray(out["scores"])
+                live = nodes[slot] >= 0
+                ents = nodes[slot][live].tolist()
+                depth = max(answer_depth(plan.steps, slot), 1)
+                anchor = float(scores[0, 0])
+                rels = self.index.triples[np.maximum(via[slot][live], 0), 1].tolist()
+                bound = [t >= 0 for t in via[slot][live].tolist()]
+                for entity, score, relation, has in zip(ents, scores[slot][live].tolist(), rels, bound, strict=True):
+                    fair = (score - anchor) / depth
+                    entry = seen.setdefault(entity, [-np.inf, -np.inf, set(), n_beams, 0, set()])
+                    entry[0] = max(entry[0], fair)
+                    entry[1] = max(entry[1], score)
+                    entry[2].add(run.beam)
+                    if run.beam < entry[3]:
+                        entry[3], entry[4] = run.beam, len(ents)
+                    if has:
+                        entry[5].add(relation)
+                        relation_ids.add(relation)
+            per_question.append(seen)
+        self._relations(relation_ids)
+        entities, base = [], []
+        for qi, (question, seen, ranking) in enumerate(zip(questions, per_question, ranked, strict=True)):
+            ents = np.asarray([e for e, _ in ranking], np.int64)
+            vals = np.asarray([s for _, s in ranking], np.float64)
+            entities.append(ents)
+            base.append(vals)
+            words = set(_WORD.findall(question.text.lower()))
+            n_beams = max((r.beam for r in runs[qi]), default=0) + 1
+            top = float(vals[0]) if len(vals) else 1.0
+            for ci, (entity, support) in enumerate(zip(ents[:m].tolist(), vals[:m].tolist(), strict=False)):
+                fair, cumulative, beams, best_beam, plan_answers, rels = seen.get(
+                    entity, [0.0, 0.0, set(), n_beams, 0, set()])
+                name = self.names.get(self.index.entities[entity], self.index.entities[entity])
+                name_words = _WORD.findall(name.lower())
+                cos = max((float(qvec[qi] @ self._relation_rows[r]) for r in rels), default=0.0)
+                numeric[qi, ci] = (
+                    support, support / top if top > 0 else 0.0, np.log1p(ci), ci == 0,
+                    fair if np.isfinite(fair) else 0.0, cumulative if np.isfinite(cumulative) else 0.0,
+                    len(beams) / n_beams, best_beam / n_beams, np.log1p(plan_answers), cos,
+                    sum(w in words for w in name_words) / max(len(name_words), 1),
+                    bool(_YEAR.match(name.strip())), bool(_NUMBER.match(name.strip())),
+                    np.log1p(len(name_words)), self.degree[entity], np.log1p(len(ents)))
+                keys = self.type_ids[self.type_offsets[entity]:self.type_offsets[entity + 1]]
+                if len(keys):
+                    types[qi, ci, keys] = 1.0 / np.sqrt(len(keys))
+                mask[qi, ci] = True
+        qword = np.asarray([question_word(q.text) for q in questions], np.int32)
+        return Candidates(entities=entities, base=base, numeric=numeric, qword=qword, types=types,
+                          question=qvec if len(qvec) else np.zeros((0, 1), np.float32), mask=mask)

@@ -1,0 +1,349 @@
+"""A learned, LLM-free answer scorer: re-ranks the tracer's candidates and cuts the answer set.
+
+The tracer ranks a question's entities by how much of the planner's beam binds them (:mod:`stem_jax.answer.rank`).
+On natural questions that leaves the answer among siblings the plan also reaches, and wrong plans' entities above
+it. This scorer reads what retrieval knows about each candidate (:mod:`stem_jax.answer.features`) and gives it a
+probability over the question's candidates:
+
+    logit = MLP([numeric features, question word one-hot]) + (q A) . (type_bag T)
+
+where ``q`` is the topic-masked question embedding and ``type_bag`` the entity's type keys, so that "who" questions
+prefer people and "when" questions dates whatever the plan. Trained listwise on a KG's training questions (the
+target spreads its mass over the candidates that are gold answers), with the softmax temperature and the answer-set
+cut (keep candidates whose probability is at least ``cut`` times the best's) chosen on held-out training questions.
+Candidates past the first ``MAX_CANDIDATES`` keep the tracer's order after the scored ones and are never in the set.
+
+``stem-jax train-planner`` trains one per KG (:func:`train_answer_scorer`) and keeps it only when it improves held-out
+Hit@1 over the tracer's ranking; the STEM pipeline applies it when one is stored (``engine.answer_scorer``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stem_jax.answer.features import (
+    N_NUMERIC,
+    N_QUESTION_WORDS,
+    CandidateFeaturizer,
+    Candidates,
+    TypeVocabulary,
+)
+from stem_jax.errors import StemError
+
+SCORER_FILE = "scorer.json"
+SCORER_FOLDER = "answer-scorer"  # inside a KG's cache folder, one per encoder: answer-scorer-<encoder>
+
+
+def scorer_folder(cache_dir: Path, encoder_name: str) -> Path:
+    """Where a KG's answer scorer for ``encoder_name`` lives inside its cache folder."""
+    return Path(cache_dir) / f"{SCORER_FOLDER}-{encoder_name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScorerTraining:
+    hidden: int = 32
+    rank: int = 16  # width of the question x type-bag bilinear term
+    steps: int = 300
+    lr: float = 3e-3
+    weight_decay: float = 3e-2  # chosen on webqsp-r dev among 1e-3 .. 1e-1: 1e-2 and above held Hit@1 within a point
+    seed: int = 0
+
+
+def _init(d: int, v: int, config: ScorerTraining) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(config.seed)
+    f = N_NUMERIC + N_QUESTION_WORDS
+
+    def dense(rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) * np.sqrt(1.0 / rows)).astype(np.float32)
+
+    return {"w1": dense(f, config.hidden), "b1": np.zeros(config.hidden, np.float32),
+            "w2": dense(config.hidden, 1)[:, 0] * 0.1, "lin": np.zeros(f, np.float32),
+            "qa": dense(d, config.rank) * 0.1, "tb": dense(v, config.rank) * 0.1,
+            "scale": np.zeros((N_NUMERIC,), np.float32), "shift": np.zeros((N_NUMERIC,), np.float32)}
+
+
+def _logits(params, numeric, qword, types, question):
+    import jax
+    import jax.numpy as jnp
+
+    x = (numeric - params["shift"]) * jnp.exp(params["scale"])
+    onehot = jax.nn.one_hot(qword, N_QUESTION_WORDS)[:, None, :] * jnp.ones_like(x[..., :1])
+    x = jnp.concatenate([x, onehot], axis=-1)
+    hidden = jax.nn.gelu(x @ params["w1"] + params["b1"])
+    mlp = hidden @ params["w2"] + x @ params["lin"]
+    bilinear = jnp.einsum("qr,qmr->qm", question @ params["qa"], types @ params["tb"])
+    return mlp + bilinear
+
+
+def _standardise(params: dict[str, np.ndarray], numeric: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+    live = numeric[mask]
+    mean = live.mean(0) if len(live) else np.zeros(N_NUMERIC, np.float32)
+    std = live.std(0) if len(live) else np.ones(N_NUMERIC, np.float32)
+    return {**params, "shift": mean.astype(np.float32), "scale": (-np.log(np.maximum(std, 1e-3))).astype(np.float32)}
+
+
+@dataclasses.dataclass
+class AnswerScorer:
+    params: dict[str, np.ndarray]
+    vocabulary: TypeVocabulary
+    encoder_name: str
+    temperature: float = 1.0
+    cut: float = 0.5
+    # chance-of-being-right calibration of the best answer's probability p: sigmoid(a log p + b), fitted on held-out
+    # questions, so that an answer's score reads like the tracer's beam support and engine.confident_at means the same
+    calibration: tuple[float, float] = (1.0, 0.0)
+    report: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._forward = None
+
+    def probabilities(self, candidates: Candidates) -> np.ndarray:
+        """float [Q, M]: each question's softmax over its candidates (0 where ``mask`` is False)."""
+        if not len(candidates.mask):
+            return np.zeros((0, 0))
+        if self._forward is None:
+            import jax
+            import jax.numpy as jnp
+
+            def forward(params, numeric, qword, types, question, mask, temperature):
+                logits = jnp.where(mask, _logits(params, numeric, qword, types, question) / temperature, -jnp.inf)
+                return jax.nn.softmax(logits, axis=-1)
+
+            self._forward = jax.jit(forward)
+        q = len(candidates.mask)
+        width = 1 << max(q - 1, 0).bit_length()  # pad the chunk to a power of two: few compiles
+        pad = width - q
+
+        def padded(array: np.ndarray) -> np.ndarray:
+            return np.pad(array, [(0, pad)] + [(0, 0)] * (array.ndim - 1)) if pad else array
+
+        mask = padded(candidates.mask)
+        mask[q:, 0] = True  # padding rows: one dummy candidate, so their softmax is finite
+        probs = self._forward(self.params, padded(candidates.numeric), padded(candidates.qword),
+                              padded(candidates.types), padded(candidates.question), mask,
+                              np.float32(self.temperature))
+        return np.where(candidates.mask, np.asarray(probs, np.float64)[:q], 0.0)
+
+    def rerank(self, candidates: Candidates, cut: float | None = None) -> list[list[tuple[int, float]]]:
+        """Per question, (entity, probability) best first (ties: the tracer's order), cut to the answer set: the
+        candidates with probability >= ``cut`` (default: the trained one) x the best's."""
+        cut = self.cut if cut is None else cut
+        probs = self.probabilities(candidates)
+        out: list[list[tuple[int, float]]] = []
+        for qi, entities in enumerate(candidates.entities):
+            m = int(candidates.mask[qi].sum())
+            if m == 0:
+                out.append([])
+                continue
+            p = probs[qi, :m]
+            order = np.lexsort((np.arange(m), -p))
+            floor = cut * p[order[0]] - 1e-12
+            chance = self.chance(p)
+            out.append([(int(entities[i]), float(chance[i])) for i in order if p[i] >= floor])
+        return out
+
+    def chance(self, p: np.ndarray) -> np.ndarray:
+        """The calibrated chance that an answer of probability ``p`` is right (increasing in ``p``)."""
+        a, b = self.calibration
+        return 1.0 / (1.0 + np.exp(-(a * np.log(np.maximum(p, 1e-12)) + b)))
+
+    def fingerprint(self) -> str:
+        return self.report.get("arrays_sha256", "")
+
+    def save(self, folder: Path) -> None:
+        from stem_jax.atomic import write_arrays_with_manifest
+
+        arrays = {f"params/{k}": np.asarray(v) for k, v in self.params.items()}
+        meta = {"kind": "answer-scorer", "encoder": self.encoder_name, "temperature": self.temperature,
+                "cut": self.cut, "calibration": list(self.calibration), "type_keys": self.vocabulary.keys,
+                "report": self.report}
+        try:
+            write_arrays_with_manifest(Path(folder), "scorer", arrays, SCORER_FILE, meta)
+        except OSError as err:
+            raise StemError(f"{folder}: cannot write the answer scorer ({err.strerror or err})\n"
+                            "  how to fix: make the cache folder writable (STEM_CACHE_DIR or --cache-dir)") from None
+
+    @classmethod
+    def load(cls, folder: Path) -> AnswerScorer:
+        folder = Path(folder)
+
+        def damaged(why: str) -> StemError:
+            return StemError(f"{folder / SCORER_FILE}: damaged answer scorer ({why})\n  how to fix: retrain it with "
+                             "`stem-jax train-planner`, or delete the folder to rank answers without it")
+
+        try:
+            meta = json.loads((folder / SCORER_FILE).read_bytes())
+            data = (folder / meta["arrays"]).read_bytes()
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise damaged(str(err).splitlines()[0] if str(err) else type(err).__name__) from None
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != meta.get("arrays_sha256"):
+            raise damaged("its arrays' sha256 differs from the one recorded")
+        with np.load(io.BytesIO(data)) as npz:
+            params = {k.split("/", 1)[1]: npz[k] for k in npz.files if k.startswith("params/")}
+        return cls(params=params, vocabulary=TypeVocabulary(list(meta["type_keys"])), encoder_name=meta["encoder"],
+                   temperature=float(meta["temperature"]), cut=float(meta["cut"]),
+                   calibration=tuple(float(x) for x in meta["calibration"]), report={**meta.get("report", {}), "arrays_sha256": digest})
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------------
+
+def gold_targets(candidates: Candidates, gold: Sequence[set[int]]) -> np.ndarray:
+    """float [Q, M]: 1 where the candidate is one of the question's gold entities."""
+    target = np.zeros(candidates.mask.shape, np.float32)
+    for qi, (entities, answers) in enumerate(zip(candidates.entities, gold, strict=True)):
+        m = int(candidates.mask[qi].sum())
+        target[qi, :m] = [int(e) in answers for e in entities[:m].tolist()]
+    return target
+
+
+def concat_candidates(parts: Sequence[Candidates]) -> Candidates:
+    return Candidates(entities=[e for p in parts for e in p.entities], base=[b for p in parts for b in p.base],
+                      numeric=np.concatenate([p.numeric for p in parts]), qword=np.concatenate([p.qword for p in parts]),
+                      types=np.concatenate([p.types for p in parts]),
+                      question=np.concatenate([p.question for p in parts]),
+                      mask=np.concatenate([p.mask for p in parts]))
+
+
+def _subset(c: Candidates, rows: np.ndarray) -> Candidates:
+    return Candidates(entities=[c.entities[i] for i in rows], base=[c.base[i] for i in rows], numeric=c.numeric[rows],
+                      qword=c.qword[rows], types=c.types[rows], question=c.question[rows], mask=c.mask[rows])
+
+
+def set_metrics(ranked: Sequence[Sequence[tuple[int, float]]], gold: Sequence[set[int]]) -> dict[str, float]:
+    """Mean Hit@1, Hit and F1 (in [0, 1]) of answer lists against gold entity sets (a question with no
+    answers scores 0)."""
+    hit1 = hit = f1 = 0.0
+    for answers, answer_set in zip(ranked, gold, strict=True):
+        found = [e for e, _ in answers]
+        if not found or not answer_set:
+            continue
+        right = sum(e in answer_set for e in found)
+        hit1 += found[0] in answer_set
+        hit += right > 0
+        if right:
+            p, r = right / len(found), right / len(answer_set)
+            f1 += 2 * p * r / (p + r)
+    n = max(len(gold), 1)
+    return {"hit_at_1": hit1 / n, "hit": hit / n, "f1": f1 / n}
+
+
+def fit_chance(probs: np.ndarray, candidates: Candidates, gold: Sequence[set[int]]) -> tuple[float, float]:
+    """(a, b) of sigmoid(a log p + b) ~ P(the best answer is right), a logistic fit on each question's best
+    candidate (Newton steps, a small ridge; the slope kept positive so the order never changes)."""
+    x, y = [], []
+    for qi, (entities, answers) in enumerate(zip(candidates.entities, gold, strict=True)):
+        m = int(candidates.mask[qi].sum())
+        if m:
+            top = int(np.argmax(probs[qi, :m]))
+            x.append(np.log(max(probs[qi, top], 1e-12)))
+            y.append(float(int(entities[top]) in answers))
+    if len(set(y)) < 2:
+        return (1.0, 0.0)
+    features = np.stack([np.asarray(x), np.ones(len(x))], 1)
+    target = np.asarray(y)
+    w = np.array([1.0, 0.0])
+    for _ in range(50):
+        p = 1.0 / (1.0 + np.exp(-features @ w))
+        grad = features.T @ (p - target) + 1e-2 * w
+        hess = (features * (p * (1 - p))[:, None]).T @ features + 1e-2 * np.eye(2)
+        w = w - np.linalg.solve(hess, grad)
+    return (max(float(w[0]), 1e-3), float(w[1]))
+
+
+def train_answer_scorer(train: Candidates, train_gold: Sequence[set[int]], held: Candidates,
+                        held_gold: Sequence[set[int]], vocabulary: TypeVocabulary, *, encoder_name: str,
+                        config: ScorerTraining = ScorerTraining(), tracer_cut: float = 0.5,
+                        log: Any = print) -> AnswerScorer:
+    """Fit on ``train`` (questions whose gold is among their candidates), choose temperature and cut on ``held``,
+    and report held-out Hit@1 / Hit / F1 of the tracer's ranking (cut at ``tracer_cut``) and the scorer's."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    target = gold_targets(train, train_gold)
+    rows = np.flatnonzero(target.sum(1) > 0)
+    data = _subset(train, rows)
+    target = target[rows]
+    target = target / target.sum(1, keepdims=True)
+    params = _standardise(_init(data.question.shape[1], len(vocabulary.keys), config), data.numeric, data.mask)
+    fixed = {"shift": params["shift"], "scale": params["scale"]}
+    trainable = {k: v for k, v in params.items() if k not in fixed}
+    optimiser = optax.adamw(config.lr, weight_decay=config.weight_decay)
+    state = optimiser.init(trainable)
+    arrays = tuple(jnp.asarray(a) for a in (data.numeric, data.qword, data.types, data.question, data.mask, target))
+
+    def loss_fn(p, numeric, qword, types, question, mask, goal):
+        logits = jnp.where(mask, _logits({**p, **fixed}, numeric, qword, types, question), -1e9)
+        return -jnp.mean(jnp.sum(goal * jax.nn.log_softmax(logits, axis=-1), axis=-1))
+
+    @jax.jit
+    def step(p, s):
+        loss, grads = jax.value_and_grad(loss_fn)(p, *arrays)
+        updates, s = optimiser.update(grads, s, p)
+        return optax.apply_updates(p, updates), s, loss
+
+    loss = float("nan")
+    for _ in range(config.steps):
+        trainable, state, loss = step(trainable, state)
+    scorer = AnswerScorer(params={k: np.asarray(v) for k, v in {**trainable, **fixed}.items()},
+                          vocabulary=vocabulary, encoder_name=encoder_name)
+    base = [[(int(e), float(s)) for e, s in zip(ents, vals, strict=True)
+             if s >= tracer_cut * (vals[0] if len(vals) else 0) - 1e-9]
+            for ents, vals in zip(held.entities, held.base, strict=True)]
+    before = set_metrics(base, held_gold)
+    best: tuple[float, float, float] | None = None
+    for temperature in (0.5, 0.75, 1.0, 1.5, 2.0):
+        scorer.temperature = temperature
+        for cut in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
+            m = set_metrics(scorer.rerank(held, cut), held_gold)
+            key = m["f1"] + m["hit"]
+            if best is None or key > best[0] + 1e-12:
+                best = (key, temperature, cut)
+    assert best is not None
+    scorer.temperature, scorer.cut = best[1], best[2]
+    scorer.calibration = fit_chance(scorer.probabilities(held), held, held_gold)
+    after = set_metrics(scorer.rerank(held), held_gold)
+    scorer.report = {"train_questions": len(rows), "held_out_questions": len(held.entities),
+                     "final_loss": float(loss), "held_out_tracer": before, "held_out_scorer": after,
+                     "temperature": scorer.temperature, "cut": scorer.cut,
+                     "calibration": list(scorer.calibration), "config": dataclasses.asdict(config)}
+    log(f"answer scorer: held-out Hit@1 {before['hit_at_1']:.3f} -> {after['hit_at_1']:.3f}, Hit {before['hit']:.3f}"
+        f" -> {after['hit']:.3f}, F1 {before['f1']:.3f} -> {after['f1']:.3f} ({len(held.entities)} questions)")
+    return scorer
+
+
+class ScoredAnswers:
+    """A stored scorer with the featurizer it reads: ``(questions, runs, outputs, ranked) -> ranked``, the hook the
+    STEM pipeline calls on the tracer's uncut ranking."""
+
+    def __init__(self, scorer: AnswerScorer, featurizer: CandidateFeaturizer) -> None:
+        self.scorer = scorer
+        self.featurizer = featurizer
+
+    @classmethod
+    def stored(cls, cache_dir: Path, index: Any, names: dict[str, str] | None, encoder: Any) -> ScoredAnswers | None:
+        """The scorer stored for ``encoder`` in a KG's cache folder, or None when there is none."""
+        folder = scorer_folder(cache_dir, encoder.name)
+        if not (folder / SCORER_FILE).exists():
+            return None
+        scorer = AnswerScorer.load(folder)
+        return cls(scorer, CandidateFeaturizer(index, names, scorer.vocabulary, encoder.encode))
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"arrays_sha256": self.scorer.fingerprint(), "cut": self.scorer.cut,
+                "temperature": self.scorer.temperature}
+
+    def __call__(self, questions: Sequence, runs: Sequence, outputs: Sequence,
+                 ranked: Sequence[Sequence[tuple[int, float]]]) -> list[list[tuple[int, float]]]:
+        return self.scorer.rerank(self.featurizer(questions, runs, outputs, ranked))
