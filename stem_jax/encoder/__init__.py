@@ -6,7 +6,14 @@
 from typing import Any
 
 from stem_jax.encoder.base import TextEncoder, get_encoder, minilm_model_dir
-from stem_jax.encoder.cache import CacheWarning, EmbeddingTable, open_or_build, texts_fingerprint
+from stem_jax.encoder.cache import (
+    CacheWarning,
+    EmbeddingTable,
+    encode_exact,
+    keyed_cache_path,
+    open_or_build,
+    texts_fingerprint,
+)
 from stem_jax.encoder.hashing import HashingEncoder
 
 __all__ = [
@@ -15,7 +22,9 @@ __all__ = [
     "HashingEncoder",
     "MiniLMEncoder",
     "TextEncoder",
+    "encode_exact",
     "get_encoder",
+    "keyed_cache_path",
     "minilm_model_dir",
     "open_or_build",
     "texts_fingerprint",

@@ -61,7 +61,8 @@ def get_encoder(config: EncoderConfig) -> TextEncoder:
     if config.name == "minilm":
         from stem_jax.encoder.minilm import MiniLMEncoder
 
-        return MiniLMEncoder(minilm_model_dir(), batch_size=config.batch_size, max_length=config.max_length)
+        return MiniLMEncoder(minilm_model_dir(), batch_size=config.batch_size, max_length=config.max_length,
+                             dot_dtype=config.dot_dtype)
     if config.name == "hashing":
         from stem_jax.encoder.hashing import HashingEncoder
 

@@ -72,6 +72,21 @@ def texts_fingerprint(texts: Sequence[str]) -> str:
     return strings_sha256(texts, counted=True)
 
 
+def keyed_cache_path(folder: Path, stem: str, texts: Sequence[str], encoder: TextEncoder) -> Path:
+    """``<folder>/<stem>-<16 hex>.zarr``, the hex from the encoder's name and the strings: the tables of the
+    same strings by two encoders (another model, or another ``max_length``) sit side by side instead of the
+    second refusing the first's (``open_or_build`` raises on an encoder mismatch)."""
+    digest = strings_sha256([encoder.name, texts_fingerprint(texts)], counted=True)
+    return Path(folder) / f"{stem}-{digest[:16]}.zarr"
+
+
+def encode_exact(encoder: TextEncoder, texts: Sequence[str]) -> np.ndarray:
+    """``encoder``'s vectors as a cache stores them: its ``encode_exact`` when it has one (an encoder whose
+    online calls run faster, inexact matmuls), else ``encode``."""
+    exact = getattr(encoder, "encode_exact", None)
+    return exact(texts) if exact is not None else encoder.encode(texts)
+
+
 KIND = TableKind(
     name="embedding cache",
     warning=CacheWarning,
@@ -161,7 +176,7 @@ def _build(path: Path, texts: Sequence[str], encoder: TextEncoder, expected: dic
         ) as bar:
             for i in todo:
                 lo, hi = table.bounds(i)
-                vectors = np.asarray(encoder.encode(texts[lo:hi]), dtype=np.float32)
+                vectors = np.asarray(encode_exact(encoder, texts[lo:hi]), dtype=np.float32)
                 if vectors.shape != (hi - lo, dim):
                     raise CacheError(
                         f"encoder {encoder.name} returned shape {vectors.shape}, expected {(hi - lo, dim)}"

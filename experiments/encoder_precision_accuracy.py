@@ -1,0 +1,108 @@
+"""Hit@1 and F1 with the encoder's online matmuls in bfloat16 against float32, on the same questions.
+
+    STEM_DATA_DIR=../shared/data python experiments/encoder_precision_accuracy.py [--per-hop 300]
+
+For each KG (the demo KG's test split, MetaQA test ``--per-hop`` questions of each hop taken at an even stride,
+WorldCup2014 test P1 + P2 + C) and each ``encoder.dot_dtype``: one engine (pattern planner, defaults otherwise)
+whose schema-text table is encoded online (no disk cache), as a served question's is, so both the question
+and every schema text go through the dtype under test; KG tables are the float32 caches either way. Records
+per hop group Hit@1 and F1 of both, their difference, and the share of questions whose ranked answers are
+identical. Writes ``experiments/results/encoder-precision-accuracy.{json,md}``. About 10 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
+from stem_jax.config import StemConfig, apply_overrides  # noqa: E402
+from stem_jax.engine import Engine  # noqa: E402
+
+DTYPES = ("float32", "bfloat16")
+BOUND = 0.1  # points of Hit@1 / F1 the bfloat16 encoder may lose
+
+
+def sample(questions: list, per_hop: int | None) -> list:
+    if per_hop is None:
+        return list(questions)
+    chosen = []
+    for hop in sorted({q.hops for q in questions}, key=lambda h: (h is None, h or 0)):
+        group = [q for q in questions if q.hops == hop]
+        stride = max(1, len(group) // per_hop)
+        chosen += group[::stride][:per_hop]
+    return chosen
+
+
+def run(dataset: str, dtype: str, per_hop: int | None, out: Path, fields: dict) -> tuple[dict, dict]:
+    config = apply_overrides(StemConfig(), {"encoder.dot_dtype": dtype})
+    engine = Engine.open(dataset, config=config, planner="pattern", **fields)
+    engine.method("stem").pipeline.cache_dir = None  # schema texts encoded online, in the dtype under test
+    questions = sample(engine.dataset.questions, per_hop)
+    metrics = engine.evaluate(out, questions=questions, show_progress=False, overwrite=True)
+    predictions = {}
+    with open(out / "predictions.jsonl") as f:
+        for line in f:
+            record = json.loads(line)
+            predictions[record["id"]] = record["prediction"]
+    return metrics, predictions
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-hop", type=int, default=300, help="MetaQA questions per hop")
+    parser.add_argument("--datasets", default="demo,metaqa,wc2014")
+    parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
+    args = parser.parse_args()
+    results, rows, worst = {}, [], 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        for dataset in args.datasets.split(","):
+            per_hop = args.per_hop if dataset == "metaqa" else None
+            fields = {"hops": (1, 2, 3)} if dataset == "metaqa" else {}
+            got = {dtype: run(dataset, dtype, per_hop, Path(tmp) / f"{dataset}-{dtype}", fields) for dtype in DTYPES}
+            (m32, p32), (m16, p16) = got["float32"], got["bfloat16"]
+            same = sum(p16.get(k) == v for k, v in p32.items())
+            groups = {}
+            for name in [*m32["groups"], "all"]:
+                a = m32["overall"] if name == "all" else m32["groups"][name]
+                b = m16["overall"] if name == "all" else m16["groups"][name]
+                cell = {"n": a["n"]}
+                for metric in ("hit_at_1", "f1"):
+                    x, y = 100 * a["mean"][metric], 100 * b["mean"][metric]
+                    cell[metric] = {"float32": round(x, 3), "bfloat16": round(y, 3), "delta": round(y - x, 3)}
+                    worst = min(worst, y - x)
+                groups[name] = cell
+                rows.append([dataset, name, cell["n"], cell["hit_at_1"]["float32"], cell["hit_at_1"]["bfloat16"],
+                             cell["hit_at_1"]["delta"], cell["f1"]["float32"], cell["f1"]["bfloat16"],
+                             cell["f1"]["delta"]])
+            results[dataset] = {"questions": len(p32), "identical_predictions": same, "groups": groups,
+                                "per_hop": per_hop}
+            rows.append([dataset, "identical ranked answers", f"{same} of {len(p32)}", "", "", "", "", "", ""])
+            print(markdown_table(["dataset", "group", "n", "Hit@1 f32", "Hit@1 bf16", "Δ", "F1 f32", "F1 bf16", "Δ"],
+                                 rows), flush=True)
+    table = markdown_table(["dataset", "group", "questions", "Hit@1 float32", "Hit@1 bfloat16", "Δ Hit@1",
+                            "F1 float32", "F1 bfloat16", "Δ F1"], rows)
+    held = worst >= -BOUND
+    verdict = (f"Largest drop: {max(0.0, -worst):.3f} points; " + ("within" if held else "NOT within")
+               + f" the {BOUND}-point bound on every group.")
+    meta = run_metadata()
+    command = "python experiments/encoder_precision_accuracy.py " + " ".join(sys.argv[1:])
+    payload = {"meta": meta, "command": command.strip(), "bound_points": BOUND, "held": held,
+               "largest_drop_points": round(max(0.0, -worst), 3), "datasets": results}
+    write_report(args.out, "encoder-precision-accuracy", payload,
+                 f"Command: `{payload['command']}`\n\nMachine: {meta}\n\nPattern planner, defaults otherwise; the "
+                 "question and every schema text encoded online with the encoder's matmuls in float32 (today) or "
+                 "bfloat16; KG tables are the float32 caches in both. Hit@1 and F1 in percent.\n\n"
+                 f"{table}\n\n{verdict}\n")
+    print(verdict)
+    return 0 if held else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
