@@ -1,7 +1,9 @@
 """RoG-format WebQSP / CWQ loader: jsonl files or the Hugging Face parquet layout.
 
 Each record carries ``id, question, answer, q_entity, a_entity, graph`` where ``graph`` is the
-question's own subgraph as ``[[head, relation, tail], ...]``.
+question's own subgraph as ``[[head, relation, tail], ...]``; an optional ``gold_path`` (relation ids, ``^r``
+backward, as in the ``files`` format) gives the oracle planner its plan. :func:`write_rog` writes any loaded
+dataset in this format, each question's graph its topics' k-hop neighbourhood in the KG.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from stem_jax.data.files import parse_gold_path
 from stem_jax.data.types import UNDECODABLE, Dataset, Question, SkipReport, Triple, decode_line, raw_lines
 from stem_jax.errors import DataError
 
@@ -141,6 +144,15 @@ def load_rog(path: Path, *, split: str = "test", name: str = "rog", strict: bool
             if not answers:
                 bad("question without answers", "fill the answer field")
                 continue
+            gold_path = None
+            if record.get("gold_path") is not None:  # optional; written by write_rog, absent from RoG's own files
+                gold_path = parse_gold_path(record["gold_path"])
+                if gold_path is None:
+                    bad("malformed gold_path", 'write a list like ["film.film.directed_by", "^film.film.directed_by"]')
+                    continue
+                relations = {r for _, r, _ in graph}
+                if any(step.relation not in relations for step in gold_path):
+                    gold_path = None  # as the files loader: only the oracle planner needs it
             for triple in graph:
                 union.setdefault(triple, None)
             questions.append(
@@ -149,6 +161,7 @@ def load_rog(path: Path, *, split: str = "test", name: str = "rog", strict: bool
                     text=str(record["question"]),
                     topic_entities=tuple(t for t in topics if t in nodes),
                     answers=answers,
+                    gold_path=gold_path,
                     graph=tuple(graph),
                     source=where,
                 )
@@ -156,3 +169,36 @@ def load_rog(path: Path, *, split: str = "test", name: str = "rog", strict: bool
     if not questions:
         raise DataError("no usable questions", path=str(path), fix="see the skip reasons above: " + "; ".join(skips.lines()))
     return Dataset(name=name, questions=questions, triples=list(union), skips=skips)
+
+
+def write_rog(path: Path, dataset: Dataset, *, hops: int = 2, hub_cap: int = 2000) -> dict[str, int]:
+    """Write ``dataset``'s questions as RoG-format JSONL at ``path``: each question's graph is the triples within
+    ``hops`` undirected hops of its topic entities in the dataset's KG (a node with more than ``hub_cap`` incident
+    triples is reached but not expanded, :func:`stem_jax.kg.subgraph.khop_subgraph`), its gold path kept. Questions
+    whose topics the KG lacks are left out and counted. Returns counts (questions, left_out, triples)."""
+    from stem_jax.data.files import question_record
+    from stem_jax.kg.index import build_index
+    from stem_jax.kg.subgraph import khop_subgraph
+
+    index = build_index(dataset.triples)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    counts = {"questions": 0, "left_out": 0, "triples": 0}
+    with path.open("w", encoding="utf-8", newline="\n") as handle:
+        for question in dataset.questions:
+            seeds = [index.entity_ids[t] for t in question.topic_entities if t in index.entity_ids]
+            if not seeds:
+                counts["left_out"] += 1
+                continue
+            sub = khop_subgraph(index, seeds, hops, hub_cap)
+            rows = index.triples[sub.triple_ids].tolist()
+            graph = [[index.entities[h], index.relations[r], index.entities[t]] for h, r, t in rows]
+            record = question_record(question)
+            out = {"id": record["id"], "question": record["question"], "answer": record["answers"],
+                   "q_entity": record["topic_entities"], "a_entity": record["answers"], "graph": graph}
+            if "gold_path" in record:
+                out["gold_path"] = record["gold_path"]
+            handle.write(json.dumps(out, ensure_ascii=False) + "\n")
+            counts["questions"] += 1
+            counts["triples"] += len(graph)
+    return counts

@@ -126,3 +126,25 @@ def test_gold_answers_match_by_id_or_normalised_name():
 
     q = Question(qid="a", text="x", answers=("m.01", "  new YORK "), topic_entities=("t",))
     assert gold_entities([q], ["t", "m.01", "m.02"], {"m.02": "New York"}) == [{1, 2}]
+
+
+def test_the_chance_calibration_keeps_the_order_and_follows_the_hit_rate():
+    from stem_jax.answer.scorer import fit_chance
+
+    rng = np.random.default_rng(0)
+    n = 2000
+    top = rng.uniform(0.05, 1.0, n)
+    truth = 1 / (1 + np.exp(-(2.0 * np.log(top) + 1.0)))  # P(the best answer is right) in the model's family
+    right = rng.uniform(size=n) < truth
+    probs = np.stack([top, top / 2], 1)
+    candidates = Candidates(entities=[np.array([0, 1])] * n, base=[np.array([1.0, 0.5])] * n,
+                            numeric=np.zeros((n, 2, 16), np.float32), qword=np.zeros(n, np.int32),
+                            types=np.zeros((n, 2, 1), np.float32), question=np.zeros((n, 1), np.float32),
+                            mask=np.ones((n, 2), bool))
+    gold = [{0} if r else {1} for r in right]
+    a, b = fit_chance(probs, candidates, gold)
+    scorer = AnswerScorer(params={}, vocabulary=TypeVocabulary([]), encoder_name="x", calibration=(a, b))
+    grid = np.array([0.1, 0.3, 0.5, 0.7, 0.9])
+    chance = scorer.chance(grid)
+    assert a > 0 and np.all(np.diff(chance) > 0)
+    np.testing.assert_allclose(chance, 1 / (1 + np.exp(-(2.0 * np.log(grid) + 1.0))), atol=0.05)
