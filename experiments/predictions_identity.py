@@ -1,4 +1,4 @@
-"""Are `stem-jax eval`'s predictions identical at two commits? (issues 20 and 22: refactors must not move a number)
+"""Are `stem-jax eval`'s predictions identical at two commits? (a refactor must not move a number)
 
 Command (repo root; MetaQA index and pattern planner ready; a GNN run for the guided case):
 
@@ -6,11 +6,14 @@ Command (repo root; MetaQA index and pattern planner ready; a GNN run for the gu
         --case pattern --case pattern-gnn --gnn-checkpoint runs/gnn-metaqa-1000
 
 For each commit the script checks the source out into ``runs/identity/src-<sha>`` (``git worktree``),
-runs ``stem-jax eval --dataset metaqa --split test`` with that source first on ``PYTHONPATH`` into
-``runs/identity/<sha>-<case>/`` (resumable; an existing folder is reused), and compares the two
-``predictions.jsonl`` question by question: answers in order, answer scores, evidence triples,
-evidence count, coverage, overflow and θ. Writes
-``experiments/results/predictions-identity-<dataset>[-<label>].{json,md}`` (``--dataset``, default metaqa) and exits 1 when any question differs.
+runs ``stem-jax eval --dataset DATASET --split SPLIT`` (``--dataset``, default metaqa; ``--split``, default
+test; ``--flags`` adds any eval flags, e.g. ``'--hops 2 --limit 500'``) with that source first on
+``PYTHONPATH`` into ``runs/identity/<sha>-<case>[-<label>]/`` (resumable; an existing folder is reused), and
+compares the two ``predictions.jsonl`` question by question: answers in order, answer scores, evidence
+triples, evidence count, coverage, overflow and θ. Cases ``sweep-*`` run ``stem-jax sweep`` and compare
+every grid point's predictions; ``demo-command`` runs ``stem-jax demo`` and compares both of its engines'.
+Writes ``experiments/results/predictions-identity-<dataset>[-<label>].{json,md}`` and exits 1 when any
+question differs.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -34,6 +38,12 @@ CASES = {
     "pattern": ["--planner", "pattern"],
     "pattern-gnn": ["--planner", "pattern", "--guidance", "gnn"],
     "oracle": ["--planner", "oracle"],
+    # `stem-jax sweep` over three θ values: every grid point's predictions.jsonl is compared
+    "sweep-theta": ["sweep", "--theta", "0.5,0.7,0.9"],
+    # λ x τ: the guidance biases (with --flags '--guidance gnn --gnn-checkpoint RUN'; else λ, τ are unused)
+    "sweep-lambda-tau": ["sweep", "--lambda", "1.0,1.5", "--tau", "0.0,0.5"],
+    # `stem-jax demo`: its default and paper-literal engines' predictions.jsonl
+    "demo-command": ["demo"],
 }
 
 
@@ -62,15 +72,20 @@ def shown(path: Path) -> str:
         return str(path)
 
 
-def run_eval(tree: Path, out: Path, flags: list[str], log: list[str], dataset: str = "metaqa") -> float:
-    if (out / "metrics.json").exists():
+def run_eval(tree: Path, out: Path, flags: list[str], log: list[str], dataset: str = "metaqa",
+             split: str = "test") -> float:
+    command_name = "eval"
+    if flags and flags[0] in ("sweep", "demo"):
+        command_name, flags = flags[0], flags[1:]
+    if (out / {"sweep": "sweep.json", "demo": "demo.json"}.get(command_name, "metrics.json")).exists():
         log.append(f"reused {shown(out)}")
         return 0.0
     env = {**os.environ, "PYTHONPATH": str(tree)}
     # -P: `python -m` would put the working directory (this checkout, with whatever it holds now) first on
     # sys.path, ahead of PYTHONPATH, and every side would run today's code; the check below fails loudly.
-    command = [sys.executable, "-P", "-m", "stem_jax.cli.main", "eval", "--dataset", dataset, "--split", "test",
-               "--no-progress", "--out", str(out), *flags]
+    data = [] if command_name == "demo" else ["--dataset", dataset, "--split", split]
+    command = [sys.executable, "-P", "-m", "stem_jax.cli.main", command_name, *data, "--no-progress", "--out", str(out),
+               *flags]
     probe = subprocess.run([sys.executable, "-P", "-c", "import stem_jax; print(stem_jax.__file__)"], cwd=ROOT,
                            env=env, check=True, capture_output=True, text=True).stdout.strip()
     if not Path(probe).resolve().is_relative_to(tree.resolve()):
@@ -91,8 +106,23 @@ def read(path: Path) -> dict[str, dict]:
     return records
 
 
+def prediction_files(folder: Path) -> dict[str, Path]:
+    """``predictions.jsonl`` of an eval run folder, or of every grid point of a sweep folder, by name."""
+    if (folder / "points").is_dir():
+        return {p.parent.name + "/": p for p in sorted((folder / "points").glob("*/predictions.jsonl"))}
+    if (folder / "demo.json").is_file():  # the demo's engines, one folder each
+        return {p.parent.name + "/": p for p in sorted(folder.glob("*/predictions.jsonl"))}
+    return {"": folder / "predictions.jsonl"}
+
+
 def compare(before: Path, after: Path) -> dict:
-    a, b = read(before / "predictions.jsonl"), read(after / "predictions.jsonl")
+    files_a, files_b = prediction_files(before), prediction_files(after)
+    if set(files_a) != set(files_b):
+        raise SystemExit(f"different grid points: {sorted(files_a)} vs {sorted(files_b)}")
+    a, b = {}, {}
+    for name in files_a:
+        a.update({name + qid: r for qid, r in read(files_a[name]).items()})
+        b.update({name + qid: r for qid, r in read(files_b[name]).items()})
     per_hop: Counter = Counter()
     differ: Counter = Counter()
     fields: Counter = Counter()
@@ -118,7 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", action="append", choices=tuple(CASES), help="repeatable (default: pattern)")
     parser.add_argument("--gnn-checkpoint", type=Path, default=None)
     parser.add_argument("--dataset", default="metaqa", help="any `stem-jax eval --dataset` name (test split)")
+    parser.add_argument("--split", default="test", help="the split every run evaluates (default test)")
     parser.add_argument("--label", default="", help="results go to predictions-identity-DATASET[-LABEL].*")
+    parser.add_argument("--flags", default="", help="more eval flags, e.g. '--hops 2 --limit 500' (the run folders "
+                        "are named with --label then, so a sample never reuses a full run)")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "identity")
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
     args = parser.parse_args(argv)
@@ -127,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     log: list[str] = []
     results, rows = {}, []
     for case in args.case or ["pattern"]:
-        flags = list(CASES[case])
+        flags = list(CASES[case]) + shlex.split(args.flags)
         if "gnn" in case:
             if args.gnn_checkpoint is None:
                 raise SystemExit(f"--case {case} needs --gnn-checkpoint")
@@ -135,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         folders, seconds = {}, {}
         for side, (sha, tree) in trees.items():
             # MetaQA's folders keep their earlier names, so runs made before --dataset are reused
-            folders[side] = args.runs / (f"{sha}-{case}" if args.dataset == "metaqa" else f"{sha}-{args.dataset}-{case}")
-            seconds[side] = run_eval(tree, folders[side], flags, log, args.dataset)
+            name = f"{sha}-{case}" if args.dataset == "metaqa" else f"{sha}-{args.dataset}-{case}"
+            folders[side] = args.runs / (name + (f"-{args.label}" if args.flags and args.label else ""))
+            seconds[side] = run_eval(tree, folders[side], flags, log, args.dataset, args.split)
         result = compare(folders["before"], folders["after"])
         result.update(flags=flags, seconds=seconds, folders={k: shown(v) for k, v in folders.items()})
         results[case] = result
@@ -144,9 +178,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append([case, hop, result["questions"][hop], result["differ"].get(hop, 0)])
     names = {side: sha for side, (sha, _) in trees.items()}
     table = markdown_table(["case", "hops", "questions", "differ"], rows)
-    text = (f"`stem-jax eval --dataset {args.dataset} --split test` at {names['before']} (before) and {names['after']} "
+    text = (f"`stem-jax eval --dataset {args.dataset} --split {args.split} {args.flags}` at {names['before']} (before) and {names['after']} "
             f"(after), compared per question on {', '.join(COMPARED)}.\n\nCommand: `python "
-            f"experiments/predictions_identity.py {' '.join(argv if argv is not None else sys.argv[1:])}`\n\n{table}\n")
+            f"experiments/predictions_identity.py {shlex.join(argv if argv is not None else sys.argv[1:])}`\n\n{table}\n")
     for case, result in results.items():
         text += f"\n{case}: {'identical' if result['identical'] else 'DIFFERENT: ' + json.dumps(result['fields'])}\n"
     name = f"predictions-identity-{args.dataset}" + (f"-{args.label}" if args.label else "")
