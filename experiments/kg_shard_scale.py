@@ -10,8 +10,8 @@ The synthetic KG is :mod:`scale_curves`' (power law p(rank) ~ rank^-0.9, m/5 ent
 triples through ``build_index``, the path every loader takes). Triple rows are random unit vectors of width
 ``--dim`` (64, as in the scale curves) stored in the compact ``int8`` row format (64 int8 codes and a
 float32 scale: 68 B a row against float16's 128 B; for random rows no projection keeps information, so
-``int8`` is d=64's compact form), drawn and quantised 2^20 rows at a time: the host never holds a float
-table. After the index is built only its int arrays are kept (the entity strings are dropped: tracing reads
+``int8`` is d=64's compact form): each row is one of 2^20 quantised random unit vectors, picked at random,
+so the host never holds a float table. After the index is built only its int arrays are kept (the entity strings are dropped: tracing reads
 ids).
 
 Per KG: the one-device tracer (``KGArrays`` aliasing the host rows) traces a 2-step chain from anchors at
@@ -56,24 +56,39 @@ RESULTS = HERE / "results"
 LEVELS = ("median", "p99", "p99.9", "max")
 
 
-def random_int8_rows(rows: int, dim: int, seed: int = 1, chunk: int = 1 << 20):
-    """CompactRows ``int8`` of ``rows`` random unit vectors: codes int8 [rows, dim] (64-byte aligned, so the
-    tracer may alias it on the CPU) and float32 scales, quantised a chunk at a time."""
+def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """An uninitialised array whose data starts 64-byte aligned, so that ``device_put(may_alias=True)`` may use
+    it (and each shard of it that starts at a multiple of 64 rows) in place on the CPU instead of copying."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(size + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + size].view(dtype).reshape(shape)
+
+
+def random_int8_rows(rows: int, dim: int, seed: int = 1, pool: int = 1 << 20, chunk: int = 1 << 22):
+    """CompactRows ``int8`` of ``rows`` random unit vectors: codes int8 [rows, dim] and float32 scales (both
+    64-byte aligned). A pool of ``pool`` random unit vectors is drawn and quantised once, and every row is a
+    pool row picked at random (drawing and quantising 100M rows one by one took minutes of the run for
+    nothing the tracer reads differently; a repeated row only makes equal scores, which are ties the
+    tracers must break alike)."""
     from stem_jax.encoder.compact import CompactRows, quantise_int8
 
     rng = np.random.default_rng(seed)
-    raw = np.empty(rows * dim + 64, np.uint8)
-    start = -raw.ctypes.data % 64
-    codes = raw[start:start + rows * dim].view(np.int8).reshape(rows, dim)
-    scale = np.empty(rows, np.float32)
+    block = rng.standard_normal((min(pool, rows), dim), dtype=np.float32)
+    block /= np.linalg.norm(block, axis=1, keepdims=True)
+    pool_codes, pool_scale = quantise_int8(block)
+    del block
+    codes = aligned_empty((rows, dim), np.int8)
+    scale = aligned_empty((rows,), np.float32)
     for lo in range(0, rows, chunk):
-        block = rng.standard_normal((min(chunk, rows - lo), dim), dtype=np.float32)
-        block /= np.linalg.norm(block, axis=1, keepdims=True)
-        codes[lo:lo + len(block)], scale[lo:lo + len(block)] = quantise_int8(block)
+        pick = rng.integers(0, len(pool_codes), min(chunk, rows - lo))
+        codes[lo:lo + len(pick)] = pool_codes[pick]
+        scale[lo:lo + len(pick)] = pool_scale[pick]
     return CompactRows("int8", codes, scale, None, None)
 
 
-def batches_for(degree: np.ndarray, dim: int) -> list[dict]:
+def batches_for(degree: np.ndarray, dim: int, levels: tuple[str, ...] = LEVELS) -> list[dict]:
     """The traced batches: per level and batch size, host arrays (the same for every tracer)."""
     from stem_jax.trace.tracer import TraceBatch
 
@@ -82,7 +97,7 @@ def batches_for(degree: np.ndarray, dim: int) -> list[dict]:
                "p99.9": order[min(int(len(order) * 0.999), len(order) - 1)], "max": order[-1]}
     rng = np.random.default_rng(1)
     out = []
-    for level in LEVELS:
+    for level in levels:
         for b in (1, 32):
             q = rng.standard_normal((b, 2, dim)).astype(np.float32)
             q /= np.linalg.norm(q, axis=-1, keepdims=True)
@@ -134,6 +149,7 @@ def child(args: argparse.Namespace) -> dict:
 
     def note(name: str) -> None:
         mark[name] = round(scale_curves.rss_now_mb() / 1024, 3)
+        out["vm_peak_gib"] = round((scale_curves.proc_mb("/proc/self/status", "VmPeak:") or 0) / 1024, 3)
 
     note("start")
     if args.gen_pass:
@@ -153,6 +169,10 @@ def child(args: argparse.Namespace) -> dict:
     out.update(triples=index.num_triples, entities=index.num_entities)
     del index
     gc.collect()
+    triples = aligned_empty(light.triples.shape, np.int32)  # aligned, so the tracers use it in place
+    triples[:] = light.triples
+    light.triples = triples
+    del triples
     note("index_arrays_only")
     out["index_arrays_gib"] = round(sum(a.nbytes for a in (light.triples, light.csr_offsets, light.csr_triples))
                                     / 2**30, 3)
@@ -164,7 +184,7 @@ def child(args: argparse.Namespace) -> dict:
     note("rows")
     degree = np.diff(light.csr_offsets)
     out.update(max_degree=int(degree.max()), p99_degree=float(np.percentile(degree, 99)))
-    batches = batches_for(degree, args.dim)
+    batches = batches_for(degree, args.dim, tuple(args.levels.split(",")))
     hyper = Hyper(tau=jnp.float32(0.5), theta=jnp.float32(0.0))
     configs = [(64, False), (64, True)]
     rows_out: list[dict] = []
@@ -184,7 +204,7 @@ def child(args: argparse.Namespace) -> dict:
         for frontier, precision in configs:
             for item in batches:
                 shapes = TracerShapes(frontier=frontier)
-                reps = args.reps if item["b"] == 1 else max(2, args.reps // 2)
+                reps = args.reps if item["b"] == 1 else max(1, args.reps // 2)
                 res, first, p50 = timed_calls(lambda: trace_batch(kg, item["batch"], hyper, shapes=shapes,  # noqa: B023
                                                                   precision=precision), reps)  # noqa: B023
                 res = [np.asarray(a) for a in res]
@@ -214,7 +234,7 @@ def child(args: argparse.Namespace) -> dict:
     for frontier, precision in configs:
         for item in batches:
             shapes = TracerShapes(frontier=frontier)
-            reps = args.reps if item["b"] == 1 else max(2, args.reps // 2)
+            reps = args.reps if item["b"] == 1 else max(1, args.reps // 2)
             res, first, p50 = timed_calls(lambda: trace_batch_sharded(skg, item["batch"], hyper, mesh=mesh,  # noqa: B023
                                                                       shapes=shapes, precision=precision), reps)  # noqa: B023
             res = list(local_result(res))
@@ -242,7 +262,7 @@ def run_child(args: argparse.Namespace, size: int) -> dict:
     """One KG in its own process(es) under the memory cap; its result or an error."""
     cap = str(int(args.cap_gib * 2**30))
     base = ["prlimit", f"--as={cap}", "nice", "-n", "10", sys.executable, __file__, "--child-size", str(size),
-            "--dim", str(args.dim), "--reps", str(args.reps)] + (["--gen-pass"] if args.gen_pass else [])
+            "--dim", str(args.dim), "--reps", str(args.reps), "--levels", args.levels] + (["--gen-pass"] if args.gen_pass else [])
     procs, outs = [], []
     count = args.processes
     port = None
@@ -290,7 +310,7 @@ def report(results: list[dict], args: argparse.Namespace, argv: list[str]) -> No
     for r in results:
         if "error" in r:
             size_rows.append([f"{r['requested_triples']:,} requested", "-", "-", "-", "-", "-", "-", "-", "-", "-",
-                              "-", r["error"][-200:].replace("\n", " ")])
+                              "-", "-", r["error"][-200:].replace("\n", " ")])
             continue
         marks = r["rss_gib"]
         size_rows.append([f"{r['triples']:,}", f"{r['entities']:,}", r["max_degree"],
@@ -298,7 +318,8 @@ def report(results: list[dict], args: argparse.Namespace, argv: list[str]) -> No
                           round(r.get("index_seconds", float("nan")), 1), r["index_peak_rss_gib"],
                           r["index_arrays_gib"], f"{r['rows_gib']} ({r['row_bytes']} B/row)",
                           round(r["shard_seconds"], 1), r["shard_layout"]["bytes_per_device_gib"],
-                          f"{r['peak_rss_gib']} (" + ", ".join(f"{k} {v}" for k, v in marks.items()) + ")"])
+                          f"{r['peak_rss_gib']} (" + ", ".join(f"{k} {v}" for k, v in marks.items()) + ")",
+                          r.get("vm_peak_gib", "-")])
         for t in r["traces"]:
             trace_rows.append([f"{r['triples']:,}", t["tracer"], t["strategy"], t["F"], t["level"], t["anchor_degree"],
                                t["batch"], t["edges_per_run"], t["p50_ms"], t["ms_per_question"], t["ns_per_edge"],
@@ -316,10 +337,10 @@ def report(results: list[dict], args: argparse.Namespace, argv: list[str]) -> No
           "build_index (imports and the index with its strings); index arrays = triples + CSR; rows = the "
           "compact table; shard s = shard_kg over every device; per device = one shard's rows, triples, "
           "incidence and offsets; peak RSS = the child's whole-run high-water mark, then the resident set at "
-          "each phase (GiB).\n\n"
+          "each phase (GiB); VmPeak = the child's peak address space (what the prlimit cap bounds).\n\n"
           + markdown_table(["triples", "entities", "max degree", "gen s", "build_index+gen s", "build_index s",
                             "index peak RSS GiB", "index arrays GiB", "rows GiB", "shard s", "per device GiB",
-                            "peak RSS GiB (phases)"], size_rows)
+                            "peak RSS GiB (phases)", "VmPeak GiB"], size_rows)
           + "\n\nTrace latency (2-step chain from an anchor at each degree level; batch 1: p50 of warm calls, "
             "batch 32: p50 of the batch; ms/q = p50 / batch; edges/run = incident triples a run scores, mean over "
             "the batch; ns/edge = ms/q / edges/run; first s = the first call, compile included; identical = "
@@ -340,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1000000,10000000")
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--levels", default=",".join(LEVELS), help="anchor degree levels to trace from")
     parser.add_argument("--devices", type=int, default=8, help="forced host devices in all")
     parser.add_argument("--processes", type=int, default=1, help="jax.distributed processes sharing the devices")
     parser.add_argument("--gen-pass", dest="gen_pass", action=argparse.BooleanOptionalAction, default=True,
