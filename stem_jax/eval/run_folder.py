@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from stem_jax.atomic import write_json_atomic, write_text_atomic
+from stem_jax.config import as_dict
 from stem_jax.errors import StemError
 from stem_jax.locks import acquire_folder_lock
 
@@ -96,7 +97,7 @@ def results_fingerprint(
     is not part of it (``--limit`` may grow between runs): each record carries its question's digest.
     """
     if dataclasses.is_dataclass(config):
-        config = dataclasses.asdict(config)
+        config = as_dict(config)  # the options (not which of them a flag set: their values are what count)
     fingerprint = {"config": config, "method": method, "planner": planner, "kg": kg, "encoder": encoder,
                    "data": dict(data)}
     if extra:
