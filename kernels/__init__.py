@@ -5,7 +5,9 @@
 * :mod:`kernels.membership`: membership in small sorted rows (used triples, guidance entities).
 * :mod:`kernels.select`: per-segment top-k, first argmax and packing of flat candidate lists.
 * :mod:`kernels.candidates`: a trace step's candidates cut to each run's ranked bindings.
-* :mod:`kernels.blocks`: how a trace step reads its edge list (small blocks, a compacted buffer).
+* :mod:`kernels.blocks`, :mod:`kernels.flat`: the two trace backends, how a step reads and selects its
+  edges (small blocks with a compacted buffer for CPUs; one wide block per step, selected by one sort,
+  for accelerators), equal in every output.
 * :mod:`kernels.message`: DistMult message passing, mean or sum aggregation (the Triple-GNN layers).
 """
 

@@ -31,6 +31,9 @@ class TracerConfig:
     theta: float = 0.6  # θ: Breadth-strategy threshold on T-Score
     top_n: int = 50  # N: anchor candidates per question entity
     breadth_cap: int = 0  # per-node cap on Breadth matches; 0 = no cap (the authors' code uses 12)
+    # How the jit tracer reads a step's edges (same outputs either way): "blocks" (small blocks, CPUs), "flat" (one
+    # wide block per step, accelerators) or "auto" (blocks on the CPU backend, flat on GPU/TPU; docs/performance.md)
+    backend: str = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,6 +298,7 @@ MAX_BATCH_RUNS = 16384
 _MAX_BATCH_WHY = ("a compiled batch holds runs x frontier x steps bindings, used-triple rows and candidate buffers "
                   "(int32-indexed); the default batch sizes are 64-256")
 _CHOICES = {
+    "tracer.backend": ("auto", "blocks", "flat"),
     "encoder.name": ("minilm", "hashing"),
     "encoder.dot_dtype": ("float32", "bfloat16"),
     "engine.preset": ("default", "paper"),

@@ -15,8 +15,10 @@ triples and
 * Breadth: kept when T >= θ (or, with the relation bonus, when the relation matches), cut to
   each pair's best ``node_matches`` (:mod:`kernels.candidates`).
 
-The edge list is read in small blocks of ``window`` edges with a candidate buffer that is compacted
-whenever it fills (:mod:`kernels.blocks`).
+How the edge list is read is the backend's (``backend``, :func:`resolve_backend`):
+:mod:`kernels.blocks` reads it in small blocks of ``window`` edges with a candidate buffer that is
+compacted whenever it fills (CPUs), :mod:`kernels.flat` in one wide block per step selected by one
+sort (accelerators). Both return the same bindings, scores and overflow.
 
 The step's candidates are then ranked per run by cumulative score (ties: parent position, then
 rank within the parent, exactly as the reference orders them) and the best ``frontier`` become
@@ -51,9 +53,12 @@ import numpy as np
 from kernels.blocks import breadth_blocks, precision_blocks
 from kernels.candidates import Edges, EdgeScorer, Ranked, compact, rank_runs
 from kernels.csr import frontier_edge_offsets, gather_edges
+from kernels.flat import breadth_flat, flat_width, precision_flat
 from kernels.membership import BIG, row_contains, sorted_rows
 from kernels.rows import gathered_dots, project_queries
 from kernels.select import NEG_INF
+
+BACKENDS = ("auto", "blocks", "flat")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +69,7 @@ class TracerShapes:
     node_matches: int = 16  # Breadth matches kept per frontier node and step (K)
     window: int = 2048  # incident edges scored per block
     guidance: int = 64  # guidance entities per run (G), padded with -1
+    flat_edges: int = 0  # edges per block of the flat backend; 0: kernels.flat.flat_width of the batch's pairs
 
 
 class KGArrays(NamedTuple):
@@ -246,10 +252,10 @@ def _branch_rows(batch: TraceBatch, via: jax.Array, parents: jax.Array, parent_s
 
 
 @functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus", "tau_admits", "direction", "used",
-                                             "halt_overflowed"))
+                                             "halt_overflowed", "backend"))
 def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: TracerShapes, precision: bool,
                 relation_bonus: bool = False, tau_admits: bool = True, direction: str = "undirected",
-                used: str = "run", halt_overflowed: bool = False) -> TraceOutput:
+                used: str = "run", halt_overflowed: bool = False, backend: str = "auto") -> TraceOutput:
     """Trace a padded batch of runs that share one strategy; see the module docstring.
 
     ``tau_admits=False``: Breadth's θ test reads the T-Score without the guidance bonus τ (τ still
@@ -260,7 +266,11 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
     ``halt_overflowed=True``: a run stops expanding after the first step at which a capacity dropped a
     match. Its ``overflow`` (> 0) and ``need`` are what the full trace returns, but its later slots stay
     empty, so this is only for callers that discard such a run's bindings and trace it again with larger
-    capacities (the capacity ladder below its top level); its later steps would be wasted work there."""
+    capacities (the capacity ladder below its top level); its later steps would be wasted work there.
+
+    ``backend`` (auto | blocks | flat, see :func:`resolve_backend`) picks how a step reads and selects its
+    edges (:mod:`kernels.blocks` or :mod:`kernels.flat`); the output is the same with either."""
+    backend = resolve_backend(backend)
     if direction not in ("undirected", "directed") or used not in ("run", "branch", "step"):
         raise ValueError(f"unknown direction {direction!r} or used-triple rule {used!r}")
     if direction == "directed" and batch.forward is None:
@@ -311,7 +321,14 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
         queries = (step_proj[:, s], None if step_bias is None else step_bias[:, s])
         score = _edge_scorer(kg, hyper, relation_bonus, cum, pair_nodes, runs_of_pair, masks, queries, step[:, 2],
                              guidance)
-        if precision:
+        if backend == "flat":
+            width = shapes.flat_edges or flat_width(n_runs * f, shapes.window)
+            if precision:
+                ranked, qualified = precision_flat(score, cum[-1], width, pair_base, f)
+            else:
+                ranked, qualified = breadth_flat(score, cum[-1], width, pair_base, f, shapes.node_matches,
+                                                 hyper.theta, relation_bonus, tau_admits)
+        elif precision:
             ranked, qualified = precision_blocks(score, cum[-1], shapes.window, pair_base, f)
         else:
             ranked, qualified = breadth_blocks(score, cum[-1], shapes.window, pair_base, f, shapes.node_matches,
@@ -347,6 +364,17 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
     init = (nodes, scores, via, parents, jnp.zeros(n_runs, jnp.int32), jnp.zeros((n_runs, 2), jnp.int32))
     (nodes, scores, via, parents, overflow, need), _ = jax.lax.scan(step_fn, init, jnp.arange(n_steps))
     return TraceOutput(nodes, scores, via, parents, overflow, need)
+
+
+def resolve_backend(backend: str) -> str:
+    """``blocks`` or ``flat`` for a ``tracer.backend`` setting: ``auto`` is ``blocks`` on the CPU (small
+    blocks and few sorts; measured faster there, experiments/results/trace-backends.md) and ``flat`` on an
+    accelerator, where each of the blocks backend's small data-dependent rounds is a round of launches."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown tracer backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    if backend != "auto":
+        return backend
+    return "blocks" if jax.default_backend() == "cpu" else "flat"
 
 
 def fitting_levels(ladder: Sequence[TracerShapes], need: np.ndarray) -> np.ndarray:
