@@ -106,7 +106,8 @@ def main() -> int:
                               [[r["m"], r["operands"], r["xla_option"], r["ms"], r["gflops"]] for r in mm])
     fw_table = markdown_table(["rows x length", "dot dtype", "best ms", "ms per token", "min cosine to float32"],
                               [[f"{r['rows']} x {r['length']}", r["dot_dtype"], r["ms"], r["ms_per_token"],
-                                r.get("min_cosine_to_float32", "")] for r in fw])
+                                f"{r['min_cosine_to_float32']:.6f}" if "min_cosine_to_float32" in r else ""]
+                               for r in fw])
     meta = run_metadata()
     payload = {"meta": meta, "command": "python experiments/encoder_matmul_dtypes.py",
                "load_average": {"before": load_before, "after": load_after}, "matmuls": mm, "forwards": fw}
