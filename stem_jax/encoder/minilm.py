@@ -58,7 +58,8 @@ class _LowPrecisionDense(nn.Module):
 
     Same parameter names and shapes as ``nn.Dense``; the kernel may already be stored in ``dot_dtype`` (see
     :func:`cast_kernels`), which halves the bytes a forward streams. On CPUs with AVX512-BF16 a bfloat16
-    matmul runs ~2-3x the float32 one (measured on the 2-core EPYC: 155 vs 74 GFLOP/s at 64 x 384 x 1536)."""
+    matmul runs about twice the float32 one (the 2-core EPYC: 156 vs 89 GFLOP/s at 64 x 384 x 1536,
+    experiments/results/encoder-matmul-dtypes.md)."""
 
     features: int
     dot_dtype: str
@@ -225,7 +226,7 @@ class MiniLMEncoder:
 
     ``dot_dtype``: the dense layers' matmul operands in :meth:`encode` (questions, schema texts, mentions:
     the online calls). "bfloat16" runs them ~2x faster on CPUs with AVX512-BF16, float32 accumulation, every
-    vector within ~1e-4 of cosine of the float32 one. Embedding caches are built by :meth:`encode_exact`,
+    vector measured within 3e-5 of cosine of the float32 one. Embedding caches are built by :meth:`encode_exact`,
     always float32, so every KG table (and ``name``, which keys them) is the same whatever ``dot_dtype``.
 
     ``memo``: how many small-call texts to remember (LRU, text -> vector; 0 turns it off). Online
