@@ -2,7 +2,7 @@
 
     STEM_DATA_DIR=../shared/data python experiments/webqsp_dev.py [--rows oracle,pattern,templates,paths,both,rog]
 
-Needs `stem-jax index`, `stem-jax train-planner` and (for the guided row) `stem-jax train-gnn` on the KG first:
+Needs `stem-jax index`, `stem-jax train-planner` (which also trains the KG's answer scorer) and (for the guided row) `stem-jax train-gnn` on the KG first:
 
     stem-jax index --dataset files --data-dir $STEM_DATA_DIR/webqsp-r
     stem-jax train-planner --dataset files --data-dir $STEM_DATA_DIR/webqsp-r
@@ -35,11 +35,15 @@ from stem_jax.eval.scoring import answered_precision  # noqa: E402
 
 ROWS = {
     "oracle": ["--planner", "oracle"],
+    "oracle-tracer-ranking": ["--planner", "oracle", "--engine.answer_scorer", "off"],
     "pattern": ["--planner", "pattern"],  # the default: the planner train-planner chose on held-out questions
+    # the same without the learned answer scorer (answers in the tracer's beam-support order, cut at 0.5)
+    "pattern-tracer-ranking": ["--planner", "pattern", "--engine.answer_scorer", "off"],
     "templates": ["--planner", "pattern", "--planner.paths", "templates"],
     "paths": ["--planner", "pattern", "--planner.paths", "paths"],
     "both": ["--planner", "pattern", "--planner.paths", "both"],
     "rog": ["--plans-file", "{data}/dev.jsonl"],  # RoG's LLM plans (the rog_plans field), traced by STEM
+    "rog-tracer-ranking": ["--plans-file", "{data}/dev.jsonl", "--engine.answer_scorer", "off"],
     # Triple-GNN guidance trained on webqsp-r train: stem-jax train-gnn --dataset files --data-dir D --out runs/gnn-webqsp-r
     "pattern+gnn": ["--planner", "pattern", "--guidance", "gnn", "--gnn-checkpoint", "{root}/runs/gnn-webqsp-r"],
     "safe": ["--method", "safe", "--planner", "pattern"],
@@ -60,8 +64,8 @@ def run_row(name: str, data: Path, out: Path) -> dict:
     return {"command": "stem-jax " + " ".join(command[3:]), "n": every["n"], "dropped": every.get("dropped", {}),
             "hit": every["mean"]["hit"], "hit_at_1": every["mean"]["hit_at_1"], "f1": every["mean"]["f1"],
             "mids_returned": mids, "planner": metrics.get("planner_info", {}), "confident": metrics.get("confident"),
-            "curve": answered_precision([{**r, "top_score": (r.get("scores") or [0])[0]} for r in records],
-                                        [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])}
+            "curve": answered_precision([{**r, "top_score": r.get("support", (r.get("scores") or [0])[0])} for r in records],
+                                        [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95])}
 
 
 def portable(value, data: Path):
@@ -126,8 +130,8 @@ def main() -> int:
           + markdown_table(["row", "Hit", "Hit@1", "F1", "questions", "mids returned", "pattern mode"], table))
     default = rows.get("pattern")
     if default:
-        md += "\n\nDefault planner, answered share and answered Hit@1 by confidence threshold (best answer's beam " \
-              "support):\n\n" + markdown_table(["threshold", "answered %", "answered Hit@1 %"], [
+        md += "\n\nDefault planner, answered share and answered Hit@1 by confidence threshold (the best answer's beam " \
+              "support: the planner probability of the plans that reach it):\n\n" + markdown_table(["threshold", "answered %", "answered Hit@1 %"], [
                   [c["threshold"], f"{100 * c['answered']:.1f}", f"{100 * c['precision']:.1f}"] for c in default["curve"]])
     write_report(args.out, "webqsp-dev", {"meta": run_metadata(), "rows": portable(rows, data), "rog_walked": walked,
                                           "peers": PEERS, "bound_hit": 0.816}, md)

@@ -606,9 +606,10 @@ class Engine:
             confident = None
             if method == "stem" and scored:
                 threshold = self.config.engine.confident_at
-                confident = scored[0][1] >= threshold
+                support = float(record.get("support", scored[0][1]))  # an answer scorer's ranking keeps it apart
+                confident = support >= threshold
                 if not confident and reason is None:
-                    reason = (f"not confident: the plans that reach the best answer hold {scored[0][1]:.2f} of the "
+                    reason = (f"not confident: the plans that reach the best answer hold {support:.2f} of the "
                               f"planner's probability, below engine.confident_at={threshold:g}; the answers may be wrong")
             answers.append(Answer(question, scored, evidence, chains, stage_ms, record, link, reason, confident))
         return answers

@@ -28,7 +28,8 @@ def scored_fields(record: dict) -> dict:
     """The part of a record :func:`score_records` reads (a run keeps these, not whole records, in memory)."""
     fields = {k: record[k] for k in SCORED_FIELDS if k in record}
     if record.get("scores"):
-        fields["top_score"] = record["scores"][0]
+        # what confidence reads: the best answer's beam support (STEM's own score unless an answer scorer ranked)
+        fields["top_score"] = record.get("support", record["scores"][0])
     return fields
 
 

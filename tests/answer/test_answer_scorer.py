@@ -88,6 +88,9 @@ def test_the_engine_applies_the_stored_scorer_and_off_ignores_it(linked):
     scored = Engine.open("files", config=config, planner="oracle", data_dir=folder, split="train", cache_dir=cache)
     answers = scored.retrieve(held)
     assert all(a.best in a.question.answers for a in answers)
+    # confidence stays the beam support of the first answer (one gold plan: all of it), not the scorer's probability
+    assert all(a.record["support"] == 1.0 and a.confident for a in answers)
+    assert all(a.answers[0][1] < 1.0 for a in answers)
     assert scored.method("stem").fingerprint()["answer_scorer"]["arrays_sha256"]
     plain = engine.retrieve(held)
     assert sum(a.best in a.question.answers for a in plain) < len(held)

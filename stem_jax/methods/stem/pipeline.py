@@ -671,8 +671,12 @@ class StemPipeline:
         scorer = self.answer_scorer
         ranked = chunk.ranked(engine.rank, 0.0 if scorer is not None else engine.answer_cut,
                               [self.ranking_gap(mine, hyper) for mine in runs], exclude, never=self.mediators)
+        support: list[float | None] = [None] * len(questions)
         if scorer is not None:
+            tracer = [dict(r) for r in ranked]
             ranked = scorer(questions, runs, outputs, ranked)
+            # confidence stays the plans' agreement: the beam support of the answer the scorer puts first
+            support = [tracer[qi].get(r[0][0], 0.0) if r else 0.0 for qi, r in enumerate(ranked)]
         evidence = chunk.evidence()
         theta = round(float(hyper.theta), 6)  # effective θ (calibrated, --tracer.theta or a grid point's)
         results = []
@@ -684,6 +688,8 @@ class StemPipeline:
                 "theta": theta,
                 "runs": len(mine),
             }
+            if support[qi] is not None:
+                info["support"] = round(float(support[qi]), 6)
             results.append(Retrieval(question.qid, answers=ranked[qi], evidence=evidence[qi],
                                      stage_ms=dict(stage_ms or {}), info=info, overflow=int(chunk.overflow[qi])))
         self._note_unmatched(questions, runs, outputs, results)
