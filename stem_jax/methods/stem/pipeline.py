@@ -34,7 +34,7 @@ from stem_jax.answer.rank import ChunkAnswers, answer_depth
 from stem_jax.config import StemConfig
 from stem_jax.data.types import Dataset, Question
 from stem_jax.encoder.base import TextEncoder
-from stem_jax.encoder.cache import open_or_build, texts_fingerprint
+from stem_jax.encoder.cache import keyed_cache_path, open_or_build
 from stem_jax.errors import UNWRITABLE, StemError
 from stem_jax.eval.records import make_record
 from stem_jax.eval.sharding import local_sharding
@@ -305,7 +305,8 @@ class StemPipeline:
         unique = sorted(set(texts))
         matrix = None
         if self.cache_dir is not None:
-            folder = self.cache_dir / f"schema-texts-{texts_fingerprint(unique)[:16]}.zarr"
+            # keyed by the encoder too: another model's (or max_length's) table sits beside it instead of clashing
+            folder = keyed_cache_path(self.cache_dir, "schema-texts", unique, self.encoder)
             try:
                 table = open_or_build(folder, unique, self.encoder, self.config.encoder.chunk_rows,
                                       progress=show_progress, desc="encode schema triples")
