@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from kernels.blocks import precision_blocks
 from kernels.candidates import EdgeScorer, Ranked, admits, compact, final_ranking
 
-EDGES_PER_PAIR = 4  # a flat block holds this many edges per frontier pair (MetaQA: most steps in one block)
+EDGES_PER_PAIR = 4  # a flat block holds this many edges per frontier pair (wider steps take more blocks)
 
 
 def flat_width(n_pairs: int, window: int) -> int:

@@ -368,7 +368,7 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
 
 def resolve_backend(backend: str) -> str:
     """``blocks`` or ``flat`` for a ``tracer.backend`` setting: ``auto`` is ``blocks`` on the CPU (small
-    blocks and few sorts; measured faster there, experiments/results/trace-backends.md) and ``flat`` on an
+    blocks and few sorts; measured faster there, experiments/results/trace-backends-cpu.md) and ``flat`` on an
     accelerator, where each of the blocks backend's small data-dependent rounds is a round of launches."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown tracer backend {backend!r}; expected one of {', '.join(BACKENDS)}")
