@@ -109,10 +109,11 @@ def default_grid_batch() -> int | None:
 
 
 @functools.partial(jax.jit, static_argnames=("shapes", "precision", "relation_bonus", "tau_admits", "direction",
-                                             "used", "halt_overflowed", "grid_batch"))
+                                             "used", "halt_overflowed", "grid_batch", "backend"))
 def trace_grid_batch(kg: Any, batch: TraceBatch, hyper: Hyper, *, shapes: Any, precision: bool,
                      relation_bonus: bool = False, tau_admits: bool = True, direction: str = "undirected",
-                     used: str = "run", halt_overflowed: bool = False, grid_batch: int | None = None) -> Any:
+                     used: str = "run", halt_overflowed: bool = False, grid_batch: int | None = None,
+                     backend: str = "auto") -> Any:
     """:func:`~stem_jax.trace.tracer.trace_batch` for P points in one compiled call: ``batch.anchor``/
     ``anchor_score`` [P, B], ``batch.guidance`` [P, B, G], ``hyper`` fields [P]; the KG and the plan fields
     are shared.
@@ -123,7 +124,7 @@ def trace_grid_batch(kg: Any, batch: TraceBatch, hyper: Hyper, *, shapes: Any, p
         anchor, score, guidance, h = xs
         return trace_batch(kg, batch._replace(anchor=anchor, anchor_score=score, guidance=guidance), h,
                            shapes=shapes, precision=precision, relation_bonus=relation_bonus, tau_admits=tau_admits,
-                           direction=direction, used=used, halt_overflowed=halt_overflowed)
+                           direction=direction, used=used, halt_overflowed=halt_overflowed, backend=backend)
 
     xs = (batch.anchor, batch.anchor_score, batch.guidance, hyper)
     if grid_batch is None or grid_batch >= batch.anchor.shape[0]:
@@ -431,7 +432,8 @@ class StemPipeline:
                                      bucket, guidance[0, chunk])
             if n_points == 1:
                 pending.append(self.sharding.trace(self.kg, batch, traced, shapes=shapes, precision=precision,
-                                                   halt_overflowed=halt, **self.tracer_switches()))
+                                                   halt_overflowed=halt, backend=self.config.tracer.backend,
+                                                   **self.tracer_switches()))
                 continue
             anchor = np.full((n_points, size), -1, np.int32)
             score = np.zeros((n_points, size), np.float32)
@@ -441,7 +443,8 @@ class StemPipeline:
             rows[:, : len(chunk)] = guidance[:, chunk]
             pending.append(trace_grid_batch(self.kg, batch._replace(anchor=anchor, anchor_score=score, guidance=rows),
                                             traced, shapes=shapes, precision=precision, halt_overflowed=halt,
-                                            grid_batch=grid_batch, **self.tracer_switches()))
+                                            grid_batch=grid_batch, backend=self.config.tracer.backend,
+                                            **self.tracer_switches()))
         fetched = jax.device_get(pending)
         timings["trace"] += time.perf_counter() - began
         for chunk, host in zip(chunks, fetched, strict=True):
@@ -485,7 +488,8 @@ class StemPipeline:
                         batch = self.trace_batch([], empty, empty.astype(np.float32), size, bucket)
                         jax.block_until_ready(self.sharding.trace(
                             self.kg, batch, traced, shapes=shapes, precision=precision,
-                            halt_overflowed=level + 1 < len(self.ladder_for(precision)), **self.tracer_switches()))
+                            halt_overflowed=level + 1 < len(self.ladder_for(precision)),
+                            backend=self.config.tracer.backend, **self.tracer_switches()))
                         visited += 1
         return visited
 
