@@ -64,3 +64,23 @@ def write_arrays_with_manifest(folder: Path, prefix: str, arrays: dict[str, Any]
     for stale in folder.glob(f"{prefix}*.npz"):
         if stale.name != name:
             stale.unlink(missing_ok=True)
+
+
+def read_arrays_with_manifest(folder: Path, manifest: str, damaged: Any) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """What :func:`write_arrays_with_manifest` wrote: (meta, arrays, the arrays' sha256). A missing or unreadable
+    file, or arrays whose sha256 differs from the recorded one, raise ``damaged(why)`` (an exception to raise)."""
+    import hashlib
+    import io
+
+    import numpy as np
+
+    try:
+        meta = json.loads((Path(folder) / manifest).read_bytes())
+        data = (Path(folder) / meta["arrays"]).read_bytes()
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise damaged(str(err).splitlines()[0] if str(err) else type(err).__name__) from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != meta.get("arrays_sha256"):
+        raise damaged("its arrays' sha256 differs from the one recorded")
+    with np.load(io.BytesIO(data)) as npz:
+        return meta, {k: npz[k] for k in npz.files}, digest

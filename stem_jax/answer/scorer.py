@@ -20,9 +20,6 @@ Hit@1 over the tracer's ranking; the STEM pipeline applies it when one is stored
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import io
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -179,16 +176,10 @@ class AnswerScorer:
             return StemError(f"{folder / SCORER_FILE}: damaged answer scorer ({why})\n  how to fix: retrain it with "
                              "`stem-jax train-planner`, or delete the folder to rank answers without it")
 
-        try:
-            meta = json.loads((folder / SCORER_FILE).read_bytes())
-            data = (folder / meta["arrays"]).read_bytes()
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise damaged(str(err).splitlines()[0] if str(err) else type(err).__name__) from None
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != meta.get("arrays_sha256"):
-            raise damaged("its arrays' sha256 differs from the one recorded")
-        with np.load(io.BytesIO(data)) as npz:
-            params = {k.split("/", 1)[1]: npz[k] for k in npz.files if k.startswith("params/")}
+        from stem_jax.atomic import read_arrays_with_manifest
+
+        meta, arrays, digest = read_arrays_with_manifest(folder, SCORER_FILE, damaged)
+        params = {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("params/")}
         return cls(params=params, vocabulary=TypeVocabulary(list(meta["type_keys"])), encoder_name=meta["encoder"],
                    temperature=float(meta["temperature"]), cut=float(meta["cut"]),
                    calibration=tuple(float(x) for x in meta["calibration"]), report={**meta.get("report", {}), "arrays_sha256": digest})

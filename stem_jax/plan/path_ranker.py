@@ -26,9 +26,6 @@ embeddings are cached per relation text, and the per-topic enumeration by :class
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import io
-import json
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -286,15 +283,9 @@ class PathRanker:
             return StemError(f"{folder / RANKER_FILE}: damaged path planner ({why})\n  how to fix: retrain it "
                              f"with `stem-jax train-planner` (--out {folder.parent})")
 
-        try:
-            meta = json.loads((folder / RANKER_FILE).read_bytes())
-            data = (folder / meta["arrays"]).read_bytes()
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise damaged(str(err).splitlines()[0] if str(err) else type(err).__name__) from None
-        if hashlib.sha256(data).hexdigest() != meta.get("arrays_sha256"):
-            raise damaged("its arrays' sha256 differs from the one recorded")
-        with np.load(io.BytesIO(data)) as npz:
-            arrays = {k: npz[k] for k in npz.files}
+        from stem_jax.atomic import read_arrays_with_manifest
+
+        meta, arrays, _ = read_arrays_with_manifest(folder, RANKER_FILE, damaged)
         params = {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("params/")}
         bank = arrays["relation_bank"].astype(np.float32)
         ranker = cls(params=params, config=PathRankerConfig(**meta["config"]), encoder_name=meta["encoder"],
