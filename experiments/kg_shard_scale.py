@@ -4,7 +4,7 @@ and whether the sharded tracer's arrays equal the one-device tracer's.
 
 Command (repo root; one KG per child process, each under an address-space cap and ``nice``):
 
-    nice -n 10 python experiments/kg_shard_scale.py --sizes 10000000,30000000,100000000 --label 100m
+    python experiments/kg_shard_scale.py --sizes 10000000,30000000,100000000 --label 100m
 
 The synthetic KG is :mod:`scale_curves`' (power law p(rank) ~ rank^-0.9, m/5 entities, 64 relations, string
 triples through ``build_index``, the path every loader takes). Triple rows are random unit vectors of width
@@ -186,7 +186,7 @@ def child(args: argparse.Namespace) -> dict:
     out.update(max_degree=int(degree.max()), p99_degree=float(np.percentile(degree, 99)))
     batches = batches_for(degree, args.dim, tuple(args.levels.split(",")))
     hyper = Hyper(tau=jnp.float32(0.5), theta=jnp.float32(0.0))
-    configs = [(64, False), (64, True)]
+    configs = [(64, strategy == "precision") for strategy in args.strategies.split(",")]
     rows_out: list[dict] = []
     reference: dict[tuple, list[np.ndarray]] = {}
 
@@ -262,7 +262,7 @@ def run_child(args: argparse.Namespace, size: int) -> dict:
     """One KG in its own process(es) under the memory cap; its result or an error."""
     cap = str(int(args.cap_gib * 2**30))
     base = ["prlimit", f"--as={cap}", "nice", "-n", "10", sys.executable, __file__, "--child-size", str(size),
-            "--dim", str(args.dim), "--reps", str(args.reps), "--levels", args.levels] + (["--gen-pass"] if args.gen_pass else [])
+            "--dim", str(args.dim), "--reps", str(args.reps), "--levels", args.levels, "--strategies", args.strategies] + (["--gen-pass"] if args.gen_pass else [])
     procs, outs = [], []
     count = args.processes
     port = None
@@ -362,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--levels", default=",".join(LEVELS), help="anchor degree levels to trace from")
+    parser.add_argument("--strategies", default="breadth,precision", help="strategies traced (F = 64)")
     parser.add_argument("--devices", type=int, default=8, help="forced host devices in all")
     parser.add_argument("--processes", type=int, default=1, help="jax.distributed processes sharing the devices")
     parser.add_argument("--gen-pass", dest="gen_pass", action=argparse.BooleanOptionalAction, default=True,
