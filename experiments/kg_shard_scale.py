@@ -262,7 +262,7 @@ def run_child(args: argparse.Namespace, size: int) -> dict:
     """One KG in its own process(es) under the memory cap; its result or an error."""
     cap = str(int(args.cap_gib * 2**30))
     base = ["prlimit", f"--as={cap}", "nice", "-n", "10", sys.executable, __file__, "--child-size", str(size),
-            "--dim", str(args.dim), "--reps", str(args.reps), "--levels", args.levels, "--strategies", args.strategies] + (["--gen-pass"] if args.gen_pass else [])
+            "--dim", str(args.dim), "--reps", str(args.reps), "--levels", args.levels, "--strategies", args.strategies, "--gen-pass" if args.gen_pass else "--no-gen-pass"]
     procs, outs = [], []
     count = args.processes
     port = None
