@@ -34,12 +34,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from kernels.flat import breadth_flat, flat_width, precision_flat
 from kernels.rows import project_queries
 from stem_jax.shard.partition import KG_AXIS, ShardedKG, replicate
 from stem_jax.trace import tracer as one
 from stem_jax.trace.tracer import BIG, NEG_INF, Hyper, KGArrays, TraceBatch, TraceOutput, TracerShapes
 
-_STATIC = ("shapes", "precision", "relation_bonus", "tau_admits", "direction", "used", "halt_overflowed")
+_STATIC = ("shapes", "precision", "relation_bonus", "tau_admits", "direction", "used", "halt_overflowed", "backend")
 
 
 def _local_kg(kg: ShardedKG) -> KGArrays:
@@ -94,7 +95,7 @@ def _owned_ends(kg: ShardedKG, triple: jax.Array, start: jax.Array) -> jax.Array
 
 def _local_trace(kg: ShardedKG, batch: TraceBatch, hyper: Hyper, *, shapes: TracerShapes, precision: bool,
                  relation_bonus: bool, tau_admits: bool, direction: str, used: str,
-                 halt_overflowed: bool) -> TraceOutput:
+                 halt_overflowed: bool, backend: str) -> TraceOutput:
     """One device's part of :func:`trace_batch_sharded` (inside ``shard_map``): the one-device tracer's step
     loop, with the candidate passes run over the local shard and merged by collectives."""
     local_kg = _local_kg(kg)
@@ -146,11 +147,21 @@ def _local_trace(kg: ShardedKG, batch: TraceBatch, hyper: Hyper, *, shapes: Trac
         queries = (step_proj[:, s], None if step_bias is None else step_bias[:, s])
         args = (local_kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, masks, queries,
                 step[:, 2], guidance, shapes.window)
-        if precision:
-            ranked, _ = one._precision_candidates(*args, f)
-            ranked, qualified = _merge_precision(ranked, start, pair_nodes.shape[0], f, n_runs)
+        if backend == "flat":  # the shard's edges in wide blocks (accelerators), as trace_batch's flat backend
+            score = one._edge_scorer(*args[:3], cum, pair_nodes, runs_of_pair, masks, queries, step[:, 2], guidance)
+            width = flat_width(n_runs * f, shapes.window)
+            if precision:
+                ranked, qualified = precision_flat(score, cum[-1], width, pair_base, f)
+            else:
+                ranked, qualified = breadth_flat(score, cum[-1], width, pair_base, f, shapes.node_matches,
+                                                 hyper.theta, relation_bonus, tau_admits)
+        elif precision:
+            ranked, qualified = one._precision_candidates(*args, f)
         else:
             ranked, qualified = one._breadth_candidates(*args, f, shapes.node_matches, tau_admits)
+        if precision:
+            ranked, qualified = _merge_precision(ranked, start, pair_nodes.shape[0], f, n_runs)
+        else:
             ranked, qualified = _merge_breadth(ranked, qualified, start, pair_base, f, shapes.node_matches, n_runs)
         run, pair, triple, total, rank, keep = (ranked.run, ranked.pair, ranked.triple, ranked.total, ranked.run_rank,
                                                 ranked.keep)
@@ -191,19 +202,24 @@ def _compiled(mesh: Mesh, static: tuple) -> jax.stages.Wrapped:
 
 def trace_batch_sharded(kg: ShardedKG, batch: TraceBatch, hyper: Hyper, *, mesh: Mesh, shapes: TracerShapes,
                         precision: bool, relation_bonus: bool = False, tau_admits: bool = True,
-                        direction: str = "undirected", used: str = "run", halt_overflowed: bool = False) -> TraceOutput:
+                        direction: str = "undirected", used: str = "run", halt_overflowed: bool = False,
+                        backend: str = "auto") -> TraceOutput:
     """:func:`~stem_jax.trace.tracer.trace_batch` over a KG sharded by :func:`~stem_jax.shard.partition.shard_kg`
     on ``mesh``: the same arguments and the same outputs (replicated on every device of the mesh).
 
     ``batch`` and ``hyper`` may be host arrays (the same on every process: they are replicated onto the
     mesh here) or arrays already replicated on it. One compiled program per (mesh, static arguments,
-    shapes), cached like ``trace_batch``'s."""
+    shapes), cached like ``trace_batch``'s. ``backend`` (auto | blocks | flat) picks how each shard reads its
+    edges, as for ``trace_batch`` (``auto``: by the mesh's platform)."""
     if direction not in ("undirected", "directed") or used not in ("run", "branch", "step"):
         raise ValueError(f"unknown direction {direction!r} or used-triple rule {used!r}")
     if direction == "directed" and batch.forward is None:
         raise ValueError("direction='directed' needs TraceBatch.forward (each step's orientation)")
     batch, hyper = (x if _on_mesh(x, mesh) else replicate(mesh, x) for x in (batch, hyper))
-    static = (shapes, precision, relation_bonus, tau_admits, direction, used, halt_overflowed)
+    if backend == "auto":
+        backend = "blocks" if mesh.devices.flat[0].platform == "cpu" else "flat"
+    static = (shapes, precision, relation_bonus, tau_admits, direction, used, halt_overflowed,
+              one.resolve_backend(backend))
     return _compiled(mesh, static)(kg, batch, hyper)
 
 
@@ -246,11 +262,10 @@ class KGShardedTracing:
     def shard_batch(self, batch):
         return self.batches.shard_batch(batch)
 
-    def trace(self, kg, batch: TraceBatch, hyper: Hyper, *, backend: str | None = None, **static) -> TraceOutput:
-        """:func:`trace_batch_sharded` on the sharded KG (``kg``, the replicated arrays, is not read; the
-        shards run the CPU ``blocks`` passes whatever ``backend`` names)."""
-        del kg, backend
-        return trace_batch_sharded(self.kg, batch, hyper, mesh=self.mesh, **static)
+    def trace(self, kg, batch: TraceBatch, hyper: Hyper, *, backend: str = "auto", **static) -> TraceOutput:
+        """:func:`trace_batch_sharded` on the sharded KG (``kg``, the replicated arrays, is not read)."""
+        del kg
+        return trace_batch_sharded(self.kg, batch, hyper, mesh=self.mesh, backend=backend, **static)
 
     def anchor(self, *args, **kwargs):
         return self.batches.anchor(*args, **kwargs)

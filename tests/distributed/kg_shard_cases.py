@@ -74,6 +74,7 @@ def case_inputs(seed: int) -> dict:
         "static": dict(precision=bool(rng.random() < 0.4), relation_bonus=bool(rng.random() < 0.3),
                        tau_admits=bool(rng.random() < 0.7), direction=str(rng.choice(["undirected", "directed"])),
                        used=str(rng.choice(["run", "branch", "step"])), halt_overflowed=bool(rng.random() < 0.2)),
+        "backend": str(rng.choice(["blocks", "flat"])),  # how the shards read their edges (one device: blocks)
     }
 
 
@@ -100,7 +101,7 @@ def one_device(case: dict):
 
     kg = KGArrays.from_index(case["index"], stored_rows(case))
     out = trace_batch(kg, TraceBatch(**case["batch"]), Hyper(jnp.float32(case["tau"]), jnp.float32(case["theta"])),
-                      shapes=TracerShapes(**case["shapes"]), **case["static"])
+                      shapes=TracerShapes(**case["shapes"]), backend="blocks", **case["static"])
     return [np.asarray(a) for a in out]
 
 
@@ -113,7 +114,7 @@ def sharded(case: dict, devices) -> list[np.ndarray]:
     kg, _ = shard_kg(case["index"], stored_rows(case), mesh)
     out = trace_batch_sharded(kg, TraceBatch(**case["batch"]),
                               Hyper(np.float32(case["tau"]), np.float32(case["theta"])), mesh=mesh,
-                              shapes=TracerShapes(**case["shapes"]), **case["static"])
+                              shapes=TracerShapes(**case["shapes"]), backend=case["backend"], **case["static"])
     return list(local_result(out))
 
 
@@ -151,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             got = sharded(case, jax.devices()[:count])
             same = all(np.array_equal(a, b) for a, b in zip(want, got, strict=True))
             failed += not same
-            print(json.dumps({"case": seed, "devices": count, "format": case["row_format"], **case["static"],
+            print(json.dumps({"case": seed, "devices": count, "format": case["row_format"], "backend": case["backend"],
+                              **case["static"],
                               "bindings": int((want[0] >= 0).sum()), "identical": same}), flush=True)
     return 1 if failed else 0
 

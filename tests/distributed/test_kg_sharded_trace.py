@@ -69,6 +69,7 @@ def test_sharded_tracer_equals_one_device_on_eight_local_devices():
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert len(rows) == 12 and all(r["identical"] for r in rows)
     assert {r["devices"] for r in rows} == {2, 3, 8} and {r["precision"] for r in rows} == {True, False}
+    assert {r["backend"] for r in rows} == {"blocks", "flat"}
 
 
 def test_two_processes_of_four_devices_equal_one_device(tmp_path):
