@@ -118,6 +118,9 @@ class EngineConfig:
     # (stem_jax/answer/scorer.py; kept only where it beat the tracer's ranking on held-out questions); "off": never
     answer_scorer: str = "auto"
     max_frontier: int = 1024  # overflowing Breadth runs are re-traced with 2x, 4x, ... capacity up to this
+    # >1: the KG's triples cut over this many devices (stem_jax/shard, docs/sharded-kg.md), each scoring the triples
+    # it holds, candidates merged with collectives; answers identical to 1 (one replicated copy)
+    kg_shards: int = 1
     rank: str = "beam"  # "beam": beam support, then length-fair score; "max": best cumulative score (paper)
     answer_cut: float = 0.5  # keep answers whose beam support >= this x the best answer's support
     beam_gap: float = 0.5  # a beam supports only entities within this of its best length-fair score (inf: off)
@@ -317,7 +320,7 @@ _INT_MIN = {  # integer fields and their smallest allowed value
     "tracer.top_n": 1, "tracer.breadth_cap": 0, "guidance.k_prime": 1, "gnn.layers": 1, "gnn.d_gnn": 1,
     "planner.beam": 1, "planner.retries": 0, "planner.max_triples": 1, "subgraph.hops": 0, "subgraph.hub_cap": 1,
     "encoder.batch_size": 1, "encoder.max_length": 1, "encoder.chunk_rows": 1,
-    "engine.frontier": 1, "engine.node_matches": 1, "engine.window": 1, "engine.guidance": 1,
+    "engine.frontier": 1, "engine.kg_shards": 1, "engine.node_matches": 1, "engine.window": 1, "engine.guidance": 1,
     "engine.batch_precision": 1, "engine.batch_breadth": 1, "engine.chunk_questions": 1, "engine.max_frontier": 1,
     "scr.layers": 1, "scr.dim": 1, "scr.head_layers": 0, "scr.beam": 1, "scr.max_steps": 1, "scr.neighbours": 1,
     "scr.batch_questions": 1, "scr.steps": 0, "scr.train_batch": 1, "scr.eval_every": 1, "scr.min_hops": 0, "scr.patience": 0,

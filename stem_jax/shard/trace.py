@@ -28,6 +28,7 @@ the collectives move O(D·F) values, independent of the KG's size and of the fro
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -269,3 +270,19 @@ class KGShardedTracing:
 
     def anchor(self, *args, **kwargs):
         return self.batches.anchor(*args, **kwargs)
+
+
+def sharded_tracing(index: Any, triple_rows: Any, count: int, batches: Any) -> KGShardedTracing:
+    """The KG's triples cut over the first ``count`` devices (every process's, in JAX's order) as the pipeline's
+    tracing collaborator, ``batches`` (its BatchSharding) anchoring and padding as before."""
+    from stem_jax.errors import StemError
+    from stem_jax.shard.partition import kg_mesh, shard_kg
+
+    devices = jax.devices()
+    if count > len(devices):
+        raise StemError(f"--engine.kg_shards={count}: only {len(devices)} device(s) are visible\n  how to fix: use at "
+                        f"most {len(devices)}, or on a CPU expose more with "
+                        f"XLA_FLAGS=--xla_force_host_platform_device_count={count} (set before starting)")
+    mesh = kg_mesh(devices[:count])
+    kg, _ = shard_kg(index, triple_rows, mesh)
+    return KGShardedTracing(kg, mesh, batches)

@@ -188,6 +188,10 @@ class StemPipeline:
         # batches sharded over the local devices, KG and entity table replicated (identity on 1 device)
         self.sharding = local_sharding()
         self.kg, self.entity_emb = self.sharding.replicate((self.kg, self.entity_emb))
+        if config.engine.kg_shards > 1:  # the KG cut over devices, each scoring the triples it holds
+            from stem_jax.shard.trace import sharded_tracing
+
+            self.sharding = sharded_tracing(index, embeddings.trace_rows(), config.engine.kg_shards, self.sharding)
         engine = config.engine
         node_matches = config.tracer.breadth_cap or engine.node_matches
         self.shapes = {
