@@ -150,7 +150,7 @@ class AnswerScorer:
     def chance(self, p: np.ndarray) -> np.ndarray:
         """The calibrated chance that an answer of probability ``p`` is right (increasing in ``p``)."""
         a, b = self.calibration
-        return 1.0 / (1.0 + np.exp(-(a * np.log(np.maximum(p, 1e-12)) + b)))
+        return 0.5 * (1.0 + np.tanh(0.5 * (a * np.log(np.maximum(p, 1e-12)) + b)))  # the sigmoid, no overflow
 
     def fingerprint(self) -> str:
         return self.report.get("arrays_sha256", "")
