@@ -98,58 +98,22 @@ def _local_trace(kg: ShardedKG, batch: TraceBatch, hyper: Hyper, *, shapes: Trac
                  relation_bonus: bool, tau_admits: bool, direction: str, used: str,
                  halt_overflowed: bool, backend: str) -> TraceOutput:
     """One device's part of :func:`trace_batch_sharded` (inside ``shard_map``): the one-device tracer's step
-    loop, with the candidate passes run over the local shard and merged by collectives."""
+    loop (:func:`~stem_jax.trace.tracer.trace_steps`), with the candidate passes run over the local shard and
+    merged by collectives."""
     local_kg = _local_kg(kg)
     start = (jax.lax.axis_index(KG_AXIS) * kg.triples.shape[0]).astype(jnp.int32)
-    n_runs, n_steps = batch.steps.shape[:2]
     f = shapes.frontier
-    k = 1 if precision else shapes.node_matches
-    runs = jnp.arange(n_runs)
-    runs_of_pair = jnp.repeat(runs, f).astype(jnp.int32)
-
-    nodes = jnp.full((n_runs, n_steps + 1, f), -1, jnp.int32).at[:, 0, 0].set(batch.anchor)
-    scores = jnp.full((n_runs, n_steps + 1, f), NEG_INF, jnp.float32)
-    scores = scores.at[:, 0, 0].set(jnp.where(batch.anchor >= 0, batch.anchor_score, NEG_INF))
-    via = jnp.full((n_runs, n_steps + 1, f), -1, jnp.int32)
-    parents = jnp.full((n_runs, n_steps + 1, f), -1, jnp.int32)
-    guidance = (one._sorted_rows(batch.guidance), jnp.any(batch.guidance >= 0))
+    n_runs = batch.steps.shape[0]
     step_proj, step_bias = project_queries(batch.step_emb, kg.row_basis, kg.row_mean)
 
-    def step_fn(carry, s):
-        step = batch.steps[:, s]
-        parent_slot = jnp.clip(step[:, 0], 0, n_steps)
-        live = batch.step_mask[:, s] & (carry[0][runs, parent_slot] >= 0).any(axis=-1)
-        if halt_overflowed:
-            live &= carry[4] == 0
-        # replicated state: every device takes the same branch, so the collectives inside match up
-        return jax.lax.cond(live.any(), expand, lambda c, _s: c, carry, s), None
-
-    def expand(carry, s):
-        nodes, scores, via, parents, overflow, need = carry
-        step = batch.steps[:, s]
-        active = batch.step_mask[:, s] & (overflow == 0) if halt_overflowed else batch.step_mask[:, s]
-        parent_slot = jnp.clip(step[:, 0], 0, n_steps)
-        forward = batch.forward[:, s] if direction == "directed" else None
-        if used == "run":
-            rows = one._sorted_used(via)
-            masks = one._Masks(_shift_rows(rows, start), jnp.any(via[:, 1:] >= 0), runs_of_pair, forward)
-        elif used == "branch":
-            rows = one._sorted_rows(one._branch_rows(batch, via, parents, parent_slot))
-            masks = one._Masks(_shift_rows(rows, start), jnp.any(rows < BIG), jnp.arange(n_runs * f, dtype=jnp.int32),
-                               forward)
-        else:
-            masks = one._Masks(jnp.full((1, 1), BIG, jnp.int32), jnp.bool_(False), jnp.zeros(n_runs * f, jnp.int32),
-                               forward)
-        pair_nodes = jnp.where(active[:, None], nodes[runs, parent_slot], -1).reshape(-1)
-        pair_base = scores[runs, parent_slot].reshape(-1)
+    def candidates(pair_nodes, pair_base, runs_of_pair, masks, queries, relation, guidance):
         safe = jnp.maximum(pair_nodes, 0)
         degree = jnp.where(pair_nodes >= 0, kg.csr_offsets[safe + 1] - kg.csr_offsets[safe], 0)  # local degree
         cum = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(degree).astype(jnp.int32)])
-        queries = (step_proj[:, s], None if step_bias is None else step_bias[:, s])
         args = (local_kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, masks, queries,
-                step[:, 2], guidance, shapes.window)
+                relation, guidance, shapes.window)
         if backend == "flat":  # the shard's edges in wide blocks (accelerators), as trace_batch's flat backend
-            score = one._edge_scorer(*args[:3], cum, pair_nodes, runs_of_pair, masks, queries, step[:, 2], guidance)
+            score = one._edge_scorer(*args[:3], cum, pair_nodes, runs_of_pair, masks, queries, relation, guidance)
             width = flat_width(n_runs * f, shapes.window)
             if precision:
                 ranked, qualified = precision_flat(score, cum[-1], width, pair_base, f)
@@ -161,35 +125,13 @@ def _local_trace(kg: ShardedKG, batch: TraceBatch, hyper: Hyper, *, shapes: Trac
         else:
             ranked, qualified = one._breadth_candidates(*args, f, shapes.node_matches, tau_admits)
         if precision:
-            ranked, qualified = _merge_precision(ranked, start, pair_nodes.shape[0], f, n_runs)
-        else:
-            ranked, qualified = _merge_breadth(ranked, qualified, start, pair_base, f, shapes.node_matches, n_runs)
-        run, pair, triple, total, rank, keep = (ranked.run, ranked.pair, ranked.triple, ranked.total, ranked.run_rank,
-                                                ranked.keep)
-        ends = _owned_ends(kg, jnp.where(keep, triple, -1), start)
-        from_node = pair_nodes[pair]
-        if direction == "directed":
-            child_node = jnp.where(forward[jnp.clip(run, 0, n_runs - 1)], ends[:, 2], ends[:, 0])
-        else:
-            child_node = jnp.where(ends[:, 0] == from_node, ends[:, 2], ends[:, 0])
-        target_run = jnp.where(keep, run, n_runs)
-        child_slot = step[jnp.clip(run, 0, n_runs - 1), 1]
-        rank = jnp.clip(rank, 0, f - 1)
-        nodes = nodes.at[target_run, child_slot, rank].set(child_node, mode="drop")
-        scores = scores.at[target_run, child_slot, rank].set(total, mode="drop")
-        via = via.at[target_run, child_slot, rank].set(triple, mode="drop")
-        parents = parents.at[target_run, child_slot, rank].set((pair % f).astype(jnp.int32), mode="drop")
-        node_excess = jax.ops.segment_sum(jnp.maximum(qualified - k, 0), runs_of_pair, num_segments=n_runs)
-        survivors = jax.ops.segment_sum(jnp.minimum(qualified, k), runs_of_pair, num_segments=n_runs)
-        step_need = jnp.stack([jax.ops.segment_max(qualified, runs_of_pair, num_segments=n_runs),
-                               jax.ops.segment_sum(qualified, runs_of_pair, num_segments=n_runs)], axis=-1)
-        need = jnp.where((overflow == 0)[:, None], jnp.maximum(need, step_need), need)
-        overflow = overflow + node_excess + jnp.maximum(survivors - f, 0)
-        return nodes, scores, via, parents, overflow, need
+            return _merge_precision(ranked, start, pair_nodes.shape[0], f, n_runs)
+        return _merge_breadth(ranked, qualified, start, pair_base, f, shapes.node_matches, n_runs)
 
-    init = (nodes, scores, via, parents, jnp.zeros(n_runs, jnp.int32), jnp.zeros((n_runs, 2), jnp.int32))
-    (nodes, scores, via, parents, overflow, need), _ = jax.lax.scan(step_fn, init, jnp.arange(n_steps))
-    return TraceOutput(nodes, scores, via, parents, overflow, need)
+    return one.trace_steps(batch, step_proj, step_bias, shapes=shapes, precision=precision, direction=direction,
+                           used=used, halt_overflowed=halt_overflowed, candidates=candidates,
+                           triple_ends=lambda triple: _owned_ends(kg, triple, start),
+                           shift_rows=lambda rows: _shift_rows(rows, start))
 
 
 @functools.lru_cache(maxsize=64)

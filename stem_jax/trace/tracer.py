@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -275,11 +275,47 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
         raise ValueError(f"unknown direction {direction!r} or used-triple rule {used!r}")
     if direction == "directed" and batch.forward is None:
         raise ValueError("direction='directed' needs TraceBatch.forward (each step's orientation)")
+    # schema-step queries in the stored rows' space, once per batch: [B, S, k] (+ a bias [B, S] per query)
+    step_proj, step_bias = project_queries(batch.step_emb, kg.row_basis, kg.row_mean)
+    f = shapes.frontier
+
+    def candidates(pair_nodes, pair_base, runs_of_pair, masks, queries, relation, guidance):
+        cum = frontier_edge_offsets(kg.degree, pair_nodes)
+        score = _edge_scorer(kg, hyper, relation_bonus, cum, pair_nodes, runs_of_pair, masks, queries, relation,
+                             guidance)
+        if backend == "flat":
+            width = shapes.flat_edges or flat_width(pair_nodes.shape[0], shapes.window)
+            if precision:
+                return precision_flat(score, cum[-1], width, pair_base, f)
+            return breadth_flat(score, cum[-1], width, pair_base, f, shapes.node_matches, hyper.theta,
+                                relation_bonus, tau_admits)
+        if precision:
+            return precision_blocks(score, cum[-1], shapes.window, pair_base, f)
+        return breadth_blocks(score, cum[-1], shapes.window, pair_base, f, shapes.node_matches, hyper.theta,
+                              relation_bonus, tau_admits)
+
+    return trace_steps(batch, step_proj, step_bias, shapes=shapes, precision=precision, direction=direction,
+                       used=used, halt_overflowed=halt_overflowed, candidates=candidates,
+                       triple_ends=lambda triple: kg.triples[jnp.maximum(triple, 0)])
+
+
+def trace_steps(batch: TraceBatch, step_proj: jax.Array, step_bias: jax.Array | None, *, shapes: TracerShapes,
+                precision: bool, direction: str, used: str, halt_overflowed: bool,
+                candidates: Callable[..., tuple[Any, jax.Array]], triple_ends: Callable[[jax.Array], jax.Array],
+                shift_rows: Callable[[jax.Array], jax.Array] | None = None) -> TraceOutput:
+    """The step loop of :func:`trace_batch`, for any source of a step's candidates: one device's KG, or a KG
+    sharded over devices (:mod:`stem_jax.shard`, which merges its shards' candidates with collectives).
+
+    ``candidates(pair_nodes, pair_base, runs_of_pair, masks, queries, relation, guidance)`` gives a step's
+    ranked candidates and per-pair match counts; ``triple_ends(triple)`` the (head, relation, tail) of triple ids
+    (-1 where a candidate is not kept: any row); ``shift_rows`` maps used-triple rows (global ids) to the ids
+    ``candidates`` compares them with (a shard's local ids)."""
     n_runs, n_steps = batch.steps.shape[:2]
     f = shapes.frontier
     k = 1 if precision else shapes.node_matches
     runs = jnp.arange(n_runs)
     runs_of_pair = jnp.repeat(runs, f).astype(jnp.int32)
+    shift = shift_rows or (lambda rows: rows)
 
     nodes = jnp.full((n_runs, n_steps + 1, f), -1, jnp.int32).at[:, 0, 0].set(batch.anchor)
     scores = jnp.full((n_runs, n_steps + 1, f), NEG_INF, jnp.float32)
@@ -288,12 +324,11 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
     parents = jnp.full((n_runs, n_steps + 1, f), -1, jnp.int32)
     # guidance entities as sorted rows (membership by binary search); a batch without any skips the test
     guidance = (sorted_rows(batch.guidance), jnp.any(batch.guidance >= 0))
-    # schema-step queries in the stored rows' space, once per batch: [B, S, k] (+ a bias [B, S] per query)
-    step_proj, step_bias = project_queries(batch.step_emb, kg.row_basis, kg.row_mean)
 
     def step_fn(carry, s):
         # A step no run of the batch can expand (padding steps of a shorter plan, or every frontier
-        # empty) would write nothing and count no overflow; skipping it saves its fixed sorts.
+        # empty) would write nothing and count no overflow; skipping it saves its fixed sorts. The state is
+        # the same on every device of a sharded KG, so all take the same branch and their collectives match.
         step = batch.steps[:, s]
         parent_slot = jnp.clip(step[:, 0], 0, n_steps)
         live = batch.step_mask[:, s] & (carry[0][runs, parent_slot] >= 0).any(axis=-1)
@@ -308,35 +343,20 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
         parent_slot = jnp.clip(step[:, 0], 0, n_steps)
         forward = batch.forward[:, s] if direction == "directed" else None
         if used == "run":  # triples kept at earlier steps (level order), one row per run
-            masks = _Masks(_sorted_used(via), jnp.any(via[:, 1:] >= 0), runs_of_pair, forward)
+            masks = _Masks(shift(_sorted_used(via)), jnp.any(via[:, 1:] >= 0), runs_of_pair, forward)
         elif used == "branch":  # the triples on each binding's own path, one row per pair
             rows = sorted_rows(_branch_rows(batch, via, parents, parent_slot))
-            masks = _Masks(rows, jnp.any(rows < BIG), jnp.arange(n_runs * f, dtype=jnp.int32), forward)
+            masks = _Masks(shift(rows), jnp.any(rows < BIG), jnp.arange(n_runs * f, dtype=jnp.int32), forward)
         else:
             masks = _Masks(jnp.full((1, 1), BIG, jnp.int32), jnp.bool_(False), jnp.zeros(n_runs * f, jnp.int32),
                            forward)
         pair_nodes = jnp.where(active[:, None], nodes[runs, parent_slot], -1).reshape(-1)
         pair_base = scores[runs, parent_slot].reshape(-1)
-        cum = frontier_edge_offsets(kg.degree, pair_nodes)
         queries = (step_proj[:, s], None if step_bias is None else step_bias[:, s])
-        score = _edge_scorer(kg, hyper, relation_bonus, cum, pair_nodes, runs_of_pair, masks, queries, step[:, 2],
-                             guidance)
-        if backend == "flat":
-            width = shapes.flat_edges or flat_width(n_runs * f, shapes.window)
-            if precision:
-                ranked, qualified = precision_flat(score, cum[-1], width, pair_base, f)
-            else:
-                ranked, qualified = breadth_flat(score, cum[-1], width, pair_base, f, shapes.node_matches,
-                                                 hyper.theta, relation_bonus, tau_admits)
-        elif precision:
-            ranked, qualified = precision_blocks(score, cum[-1], shapes.window, pair_base, f)
-        else:
-            ranked, qualified = breadth_blocks(score, cum[-1], shapes.window, pair_base, f, shapes.node_matches,
-                                               hyper.theta, relation_bonus, tau_admits)
+        ranked, qualified = candidates(pair_nodes, pair_base, runs_of_pair, masks, queries, step[:, 2], guidance)
         run, pair, triple, total, rank, keep = (ranked.run, ranked.pair, ranked.triple, ranked.total, ranked.run_rank,
                                                 ranked.keep)
-        safe_triple = jnp.maximum(triple, 0)
-        ends = kg.triples[safe_triple]
+        ends = triple_ends(jnp.where(keep, triple, -1))
         from_node = pair_nodes[pair]
         if direction == "directed":
             child_node = jnp.where(forward[jnp.clip(run, 0, n_runs - 1)], ends[:, 2], ends[:, 0])
