@@ -38,13 +38,29 @@ save_file({k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in w
 EOF
 
 # The versions this venv runs, for the device image's Python 3.12 (it has jax, flax, optax, orbax, tensorstore,
-# transformers, tokenizers, safetensors, pyarrow, prometheus-client, anyio, h11 and click already).
+# transformers, tokenizers, safetensors, pyarrow, prometheus-client, anyio, h11 and click already; FastAPI
+# imports opentelemetry-api).
 pins=$("$PY" -m pip list --format=freeze 2>/dev/null | grep -i -E \
-  '^(jraph|fastapi|starlette|uvicorn|pydantic|pydantic[-_]core|annotated[-_]types|annotated[-_]doc|typing[-_]inspection|typing[-_]extensions|httptools)==')
+  '^(jraph|fastapi|starlette|uvicorn|pydantic|pydantic[-_]core|annotated[-_]types|annotated[-_]doc|typing[-_]inspection|typing[-_]extensions|httptools|opentelemetry[-_]api)==')
 # shellcheck disable=SC2086
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform manylinux1_x86_64 -d "$STAGE/whl" $pins
 
 cp -r "$planner" "$STAGE/cache/metaqa/planners/"
+# The planner names the encoder it was trained with, weights' sha included; the float16 copy has another sha.
+# The speed rows accept that rounding, so the staged planner is told the staged weights are its own.
+"$PY" - "$STAGE/cache/metaqa/planners/pattern-minilm/planner.json" "$pkg/model" <<'EOF'
+import json
+import sys
+from pathlib import Path
+
+from stem_jax.encoder.minilm import _fingerprint
+
+path = Path(sys.argv[1])
+meta = json.loads(path.read_text())
+name, _, length = meta["encoder"].split(":")
+meta["encoder"] = f"{name}:{_fingerprint(Path(sys.argv[2]))}:{length}"
+path.write_text(json.dumps(meta, indent=1))
+EOF
 du -sh "$STAGE"
