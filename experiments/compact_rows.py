@@ -162,6 +162,7 @@ def block_part(formats: list[str], reps: int = 5, loops: int = 200, rounds: int 
     import jax
     import jax.numpy as jnp
 
+    from kernels.membership import sorted_rows
     from kernels.rows import gathered_dots, project_queries
     from stem_jax.config import StemConfig
     from stem_jax.encoder.compact import open_or_build_compact
@@ -180,11 +181,11 @@ def block_part(formats: list[str], reps: int = 5, loops: int = 200, rounds: int 
     runs_of_pair = jnp.asarray(np.repeat(np.arange(runs), frontier).astype(np.int32))
     via = np.full((runs, 5, frontier), -1, np.int32)
     via[:, 1, :8] = rng.integers(0, index.num_triples, (runs, 8))
-    used = tracer._Masks(tracer._sorted_used(jnp.asarray(via)), jnp.bool_(True), runs_of_pair, None)
+    used = tracer.UsedMasks(tracer.sorted_used(jnp.asarray(via)), jnp.bool_(True), runs_of_pair, None)
     d = embeddings.triples.dim
     queries = jnp.asarray(rng.standard_normal((runs, d)).astype(np.float32) / np.sqrt(d))
     relation = jnp.asarray(rng.integers(0, index.num_relations, runs).astype(np.int32))
-    guidance = (tracer._sorted_rows(jnp.full((runs, 64), -1, jnp.int32)), jnp.bool_(False))
+    guidance = (sorted_rows(jnp.full((runs, 64), -1, jnp.int32)), jnp.bool_(False))
     hyper = StemHyper(1.0, 0.0, 0.7).traced()
     cum_j, pair_nodes_j = jnp.asarray(cum.astype(np.int32)), jnp.asarray(pair_nodes)
     out = {"edges": int(cum[-1]), "blocks": blocks, "window": window, "runs": runs, "frontier": frontier,
@@ -196,7 +197,7 @@ def block_part(formats: list[str], reps: int = 5, loops: int = 200, rounds: int 
         proj, bias = project_queries(queries, kg.row_basis, kg.row_mean)
 
         def scorer(block, kg=kg, proj=proj, bias=bias):
-            e = tracer._edge_scorer(kg, hyper, False, cum_j, pair_nodes_j, runs_of_pair, used, (proj, bias),
+            e = tracer.edge_scorer(kg, hyper, False, cum_j, pair_nodes_j, runs_of_pair, used, (proj, bias),
                                     relation, guidance)(block * window, window)
             return jnp.where(e.valid, e.t_score, 0.0).sum() + e.pair.sum()
 

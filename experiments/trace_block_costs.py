@@ -100,6 +100,7 @@ def block_costs(method, reps: int, loops: int = 64) -> dict:
     import jax
     import jax.numpy as jnp
 
+    from kernels.membership import row_contains, sorted_rows
     from stem_jax.trace import tracer
 
     pipeline = method.pipeline
@@ -114,11 +115,11 @@ def block_costs(method, reps: int, loops: int = 64) -> dict:
     runs_of_pair = jnp.asarray(np.repeat(np.arange(runs), frontier).astype(np.int32))
     via = np.full((runs, 5, frontier), -1, np.int32)
     via[:, 1, :8] = rng.integers(0, pipeline.index.num_triples, (runs, 8))
-    used = tracer._Masks(tracer._sorted_used(jnp.asarray(via)), jnp.bool_(True), runs_of_pair, None)
+    used = tracer.UsedMasks(tracer.sorted_used(jnp.asarray(via)), jnp.bool_(True), runs_of_pair, None)
     dim = kg.triple_emb.shape[1]
     queries = jnp.asarray(rng.standard_normal((runs, dim)).astype(np.float32) / np.sqrt(dim))
     relation = jnp.asarray(rng.integers(0, pipeline.index.num_relations, runs).astype(np.int32))
-    guidance = (tracer._sorted_rows(jnp.full((runs, 64), -1, jnp.int32)), jnp.bool_(False))
+    guidance = (sorted_rows(jnp.full((runs, 64), -1, jnp.int32)), jnp.bool_(False))
     hyper = method.hyper.traced()
     cum, pair_nodes = jnp.asarray(cum.astype(np.int32)), jnp.asarray(pair_nodes)
 
@@ -130,13 +131,13 @@ def block_costs(method, reps: int, loops: int = 64) -> dict:
         return pos, pair, triple
 
     def scorer(block):
-        e = tracer._edge_scorer(kg, hyper, False, cum, pair_nodes, runs_of_pair, used, (queries, None), relation,
+        e = tracer.edge_scorer(kg, hyper, False, cum, pair_nodes, runs_of_pair, used, (queries, None), relation,
                                 guidance)(block * window, window)
         return jnp.where(e.valid, e.t_score, 0.0).sum() + e.pair.sum()
 
     def without_dot(block):
         pos, pair, triple = edges(block)
-        barred = tracer._row_contains(used.rows, used.row_of_pair[pair], triple)
+        barred = row_contains(used.rows, used.row_of_pair[pair], triple)
         ends = kg.triples[triple]
         return jnp.where(barred, 0, ends[:, 1]).sum().astype(jnp.float32) + pair.sum()
 

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from kernels.candidates import rank_runs
 from kernels.flat import breadth_flat, flat_width, precision_flat
 from kernels.rows import project_queries
 from stem_jax.shard.partition import KG_AXIS, ShardedKG, replicate
@@ -66,7 +67,7 @@ def _merge_precision(ranked, start, n_pairs, frontier, n_runs):
     triple = jax.lax.pmin(jnp.where(found & (local_val == best), local_triple + start, BIG), KG_AXIS)
     found = triple < BIG
     triple = jnp.where(found, triple, -1)
-    merged = one._rank_runs(jnp.arange(n_pairs, dtype=jnp.int32), triple, best, best, jnp.zeros(n_pairs, jnp.int32),
+    merged = rank_runs(jnp.arange(n_pairs, dtype=jnp.int32), triple, best, best, jnp.zeros(n_pairs, jnp.int32),
                             found, frontier, 1, n_runs)
     return merged, found.astype(jnp.int32)
 
@@ -81,7 +82,7 @@ def _merge_breadth(ranked, qualified, start, pair_base, frontier, k, n_runs):
               jnp.full(size, -1, jnp.int32).at[slot].set(ranked.triple + start, mode="drop"))
     gathered = tuple(jax.lax.all_gather(a, KG_AXIS, tiled=True) for a in packed)
     # every gathered entry is live or carries the pair sentinel, which the ranking leaves unselected
-    _, _, merged, _ = one._compact(gathered, jnp.int32(gathered[0].shape[0]), pair_base, frontier, k, n_runs)
+    _, _, merged, _ = one.compact_buffer(gathered, jnp.int32(gathered[0].shape[0]), pair_base, frontier, k, n_runs)
     return merged, jax.lax.psum(qualified, KG_AXIS)
 
 
@@ -113,7 +114,7 @@ def _local_trace(kg: ShardedKG, batch: TraceBatch, hyper: Hyper, *, shapes: Trac
         args = (local_kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, masks, queries,
                 relation, guidance, shapes.window)
         if backend == "flat":  # the shard's edges in wide blocks (accelerators), as trace_batch's flat backend
-            score = one._edge_scorer(*args[:3], cum, pair_nodes, runs_of_pair, masks, queries, relation, guidance)
+            score = one.edge_scorer(*args[:3], cum, pair_nodes, runs_of_pair, masks, queries, relation, guidance)
             width = flat_width(n_runs * f, shapes.window)
             if precision:
                 ranked, qualified = precision_flat(score, cum[-1], width, pair_base, f)
@@ -121,9 +122,9 @@ def _local_trace(kg: ShardedKG, batch: TraceBatch, hyper: Hyper, *, shapes: Trac
                 ranked, qualified = breadth_flat(score, cum[-1], width, pair_base, f, shapes.node_matches,
                                                  hyper.theta, relation_bonus, tau_admits)
         elif precision:
-            ranked, qualified = one._precision_candidates(*args, f)
+            ranked, qualified = one.precision_candidates(*args, f)
         else:
-            ranked, qualified = one._breadth_candidates(*args, f, shapes.node_matches, tau_admits)
+            ranked, qualified = one.breadth_candidates(*args, f, shapes.node_matches, tau_admits)
         if precision:
             return _merge_precision(ranked, start, pair_nodes.shape[0], f, n_runs)
         return _merge_breadth(ranked, qualified, start, pair_base, f, shapes.node_matches, n_runs)

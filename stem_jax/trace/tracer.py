@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels.blocks import breadth_blocks, precision_blocks
-from kernels.candidates import Edges, EdgeScorer, Ranked, compact, rank_runs
+from kernels.candidates import Edges, EdgeScorer, Ranked, compact
 from kernels.csr import frontier_edge_offsets, gather_edges
 from kernels.flat import breadth_flat, flat_width, precision_flat
 from kernels.membership import BIG, row_contains, sorted_rows
@@ -160,18 +160,14 @@ def _in_guidance(entities: jax.Array, guidance: jax.Array) -> jax.Array:
     return jnp.any((entities[..., None] == guidance) & (guidance >= 0), axis=-1)
 
 
-# Names the sharded tracer (stem_jax/shard/trace.py) and the tests read; the kernels live in kernels/.
-_sorted_rows, _row_contains, _rank_runs = sorted_rows, row_contains, rank_runs
-
-
-def _sorted_used(via: jax.Array) -> jax.Array:
+def sorted_used(via: jax.Array) -> jax.Array:
     """Each run's used triples, sorted: int32 [B, C >= S·F] from ``via`` [B, S+1, F] (slot 0 binds no triple).
 
     A triple bound twice in a step is listed twice."""
     return sorted_rows(via[:, 1:].reshape(via.shape[0], -1))
 
 
-class _Masks(NamedTuple):
+class UsedMasks(NamedTuple):
     """What bars an edge: used-triple rows (sorted, one per run or per pair), whether any is non-empty, each
     pair's row, and per run the step's orientation (None: undirected)."""
 
@@ -181,27 +177,27 @@ class _Masks(NamedTuple):
     forward: jax.Array | None
 
 
-def _compact(buffer, count, pair_base, frontier, k, n_runs) -> tuple[tuple, jax.Array, Ranked, tuple]:
+def compact_buffer(buffer, count, pair_base, frontier, k, n_runs) -> tuple[tuple, jax.Array, Ranked, tuple]:
     """:func:`kernels.candidates.compact` of a buffer whose ``count`` live entries are packed at its front."""
     return compact(buffer, jnp.arange(buffer[0].shape[0]) < count, pair_base, frontier, k, n_runs)
 
 
-def _precision_candidates(kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, used, queries, relation,
+def precision_candidates(kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, used, queries, relation,
                           guidance, window, frontier) -> tuple[Ranked, jax.Array]:
     """The ``blocks`` backend's Precision pass over the step's edge list (what the sharded tracer runs per shard)."""
-    score = _edge_scorer(kg, hyper, relation_bonus, cum, pair_nodes, runs_of_pair, used, queries, relation, guidance)
+    score = edge_scorer(kg, hyper, relation_bonus, cum, pair_nodes, runs_of_pair, used, queries, relation, guidance)
     return precision_blocks(score, cum[-1], window, pair_base, frontier)
 
 
-def _breadth_candidates(kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, used, queries, relation,
+def breadth_candidates(kg, hyper, relation_bonus, cum, pair_nodes, pair_base, runs_of_pair, used, queries, relation,
                         guidance, window, frontier, node_matches, tau_admits=True) -> tuple[Ranked, jax.Array]:
     """The ``blocks`` backend's Breadth pass over the step's edge list (what the sharded tracer runs per shard)."""
-    score = _edge_scorer(kg, hyper, relation_bonus, cum, pair_nodes, runs_of_pair, used, queries, relation, guidance)
+    score = edge_scorer(kg, hyper, relation_bonus, cum, pair_nodes, runs_of_pair, used, queries, relation, guidance)
     return breadth_blocks(score, cum[-1], window, pair_base, frontier, node_matches, hyper.theta, relation_bonus,
                           tau_admits)
 
 
-def _edge_scorer(kg, hyper, relation_bonus, cum, pair_nodes, runs_of_pair, used, queries, relation, guidance
+def edge_scorer(kg, hyper, relation_bonus, cum, pair_nodes, runs_of_pair, used, queries, relation, guidance
                  ) -> EdgeScorer:
     """``score(start, width)``: edges [start, start + width) of the step's global edge list, scored (eq. 12-13)."""
 
@@ -281,7 +277,7 @@ def trace_batch(kg: KGArrays, batch: TraceBatch, hyper: Hyper, *, shapes: Tracer
 
     def candidates(pair_nodes, pair_base, runs_of_pair, masks, queries, relation, guidance):
         cum = frontier_edge_offsets(kg.degree, pair_nodes)
-        score = _edge_scorer(kg, hyper, relation_bonus, cum, pair_nodes, runs_of_pair, masks, queries, relation,
+        score = edge_scorer(kg, hyper, relation_bonus, cum, pair_nodes, runs_of_pair, masks, queries, relation,
                              guidance)
         if backend == "flat":
             width = shapes.flat_edges or flat_width(pair_nodes.shape[0], shapes.window)
@@ -343,12 +339,12 @@ def trace_steps(batch: TraceBatch, step_proj: jax.Array, step_bias: jax.Array | 
         parent_slot = jnp.clip(step[:, 0], 0, n_steps)
         forward = batch.forward[:, s] if direction == "directed" else None
         if used == "run":  # triples kept at earlier steps (level order), one row per run
-            masks = _Masks(shift(_sorted_used(via)), jnp.any(via[:, 1:] >= 0), runs_of_pair, forward)
+            masks = UsedMasks(shift(sorted_used(via)), jnp.any(via[:, 1:] >= 0), runs_of_pair, forward)
         elif used == "branch":  # the triples on each binding's own path, one row per pair
             rows = sorted_rows(_branch_rows(batch, via, parents, parent_slot))
-            masks = _Masks(shift(rows), jnp.any(rows < BIG), jnp.arange(n_runs * f, dtype=jnp.int32), forward)
+            masks = UsedMasks(shift(rows), jnp.any(rows < BIG), jnp.arange(n_runs * f, dtype=jnp.int32), forward)
         else:
-            masks = _Masks(jnp.full((1, 1), BIG, jnp.int32), jnp.bool_(False), jnp.zeros(n_runs * f, jnp.int32),
+            masks = UsedMasks(jnp.full((1, 1), BIG, jnp.int32), jnp.bool_(False), jnp.zeros(n_runs * f, jnp.int32),
                            forward)
         pair_nodes = jnp.where(active[:, None], nodes[runs, parent_slot], -1).reshape(-1)
         pair_base = scores[runs, parent_slot].reshape(-1)

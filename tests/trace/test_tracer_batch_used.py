@@ -9,6 +9,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kernels.membership import row_contains
 from stem_jax.config import TracerConfig
 from stem_jax.kg.index import build_index
 from stem_jax.plan.schema import GroundedPlan, SchemaGraph, SchemaTriple
@@ -18,8 +19,7 @@ from stem_jax.trace.tracer import (
     KGArrays,
     TraceBatch,
     TracerShapes,
-    _row_contains,
-    _sorted_used,
+    sorted_used,
     trace_batch,
 )
 from stem_jax.trace.types import TraceOptions
@@ -86,15 +86,15 @@ def test_batch_of_runs_equals_reference_per_run(seed, precision, theta):
 @settings(max_examples=50, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), steps=st.integers(1, 5), frontier=st.sampled_from([1, 2, 3, 4, 8]))
 def test_sorted_used_membership_matches_sets(seed, steps, frontier):
-    """``_sorted_used`` + ``_row_contains`` answer "was this triple bound in an earlier slot of this run"."""
+    """``sorted_used`` + ``row_contains`` answer "was this triple bound in an earlier slot of this run"."""
     rng = np.random.default_rng(seed)
     via = rng.integers(0, 30, (3, steps + 1, frontier)).astype(np.int32)
     via[rng.random(via.shape) < 0.4] = -1  # empty bindings
     via[:, 0] = -1  # the anchor slot binds no triple
-    rows = _sorted_used(jnp.asarray(via))
+    rows = sorted_used(jnp.asarray(via))
     assert rows.shape[1] >= steps * frontier and rows.shape[1] & (rows.shape[1] - 1) == 0  # a power of two
     row = rng.integers(0, 3, 64).astype(np.int32)
     value = rng.integers(0, 32, 64).astype(np.int32)
-    got = np.asarray(_row_contains(rows, jnp.asarray(row), jnp.asarray(value)))
+    got = np.asarray(row_contains(rows, jnp.asarray(row), jnp.asarray(value)))
     want = np.asarray([v in set(via[r].ravel().tolist()) for r, v in zip(row, value, strict=True)])
     np.testing.assert_array_equal(got, want)

@@ -701,30 +701,35 @@ class StemPipeline:
                 info["support"] = round(float(support[qi]), 6)
             results.append(Retrieval(question.qid, answers=ranked[qi], evidence=evidence[qi],
                                      stage_ms=dict(stage_ms or {}), info=info, overflow=int(chunk.overflow[qi])))
-        self._note_unmatched(questions, runs, outputs, results)
+        self._note_unmatched(runs, outputs, results, exclude)
         return results
 
-    def _note_unmatched(self, questions: Sequence[Question], runs: Sequence[Sequence[Run]],
-                        outputs: Sequence[Sequence[dict]], results: Sequence[Retrieval]) -> None:
+    def _note_unmatched(self, runs: Sequence[Sequence[Run]], outputs: Sequence[Sequence[dict]],
+                        results: Sequence[Retrieval], exclude: Sequence[tuple[int, int]]) -> None:
         """``info["unmatched_relations"]``: the plan steps whose bindings all came through other relations
         (:func:`~stem_jax.methods.stem.relation_check.unmatched_steps`), for questions that have answers; here, so
-        that an eval, a sweep point and ``ask`` write the same records."""
-        from stem_jax.methods.stem.relation_check import unmatched_steps
+        that an eval, a sweep point and ``ask`` write the same records. ``exclude``: :meth:`fold_chunk`'s
+        (question, entity) pairs never returned."""
+        from stem_jax.methods.stem.relation_check import runs_with_unmatched_steps, unmatched_steps
 
         index = self.index
-        for question, mine, outs, result in zip(questions, runs, outputs, results, strict=True):
-            if not result.answers:
+        answered = [qi for qi, result in enumerate(results) if result.answers]
+        excluded: dict[int, set[int]] = {qi: set() for qi in answered}
+        for qi, entity in exclude:
+            if qi in excluded:
+                excluded[qi].add(entity)
+        owners = [(qi, k) for qi in answered for k in range(len(runs[qi]))]
+        flagged = runs_with_unmatched_steps(
+            index, [runs[qi][k].plan.steps for qi, k in owners], [outputs[qi][k]["nodes"] for qi, k in owners],
+            [outputs[qi][k]["via"] for qi, k in owners], [excluded[qi] for qi, _ in owners])
+        for (qi, k), flag in zip(owners, flagged.tolist(), strict=True):
+            if not flag:
                 continue
-            excluded = ({index.entity_ids[t] for t in question.topic_entities if t in index.entity_ids}
-                        if self.engine.exclude_topic else set())
-            lines: list[str] = []
-            for run, out in zip(mine, outs, strict=True):
-                for line in unmatched_steps(index, run.plan.steps, np.asarray(out["nodes"]), np.asarray(out["via"]),
-                                            excluded, self.context.display):
-                    if line not in lines:
-                        lines.append(line)
-            if lines:
-                result.info["unmatched_relations"] = lines
+            out, lines = outputs[qi][k], results[qi].info.setdefault("unmatched_relations", [])
+            for line in unmatched_steps(index, runs[qi][k].plan.steps, np.asarray(out["nodes"]),
+                                        np.asarray(out["via"]), excluded[qi], self.context.display):
+                if line not in lines:
+                    lines.append(line)
 
     def record(self, question: Question, runs: Sequence[Run], outputs: Sequence[dict],
                stage_ms: dict[str, float] | None = None, hyper: StemHyper | None = None) -> dict[str, Any]:

@@ -10,12 +10,14 @@ relation matched nothing: no edge of it leaves the parent's bindings, or its onl
 a question entity the KG's convention excludes from answers (a self-loop on the topic).
 
 The tracer's scores are left as they are (its kernel and the reference tracer agree on them); this
-is read from the trace output afterwards, per run, in O(edges of the bound parents).
+is read from the trace output afterwards. :func:`runs_with_unmatched_steps` finds the runs that have such a
+step for a whole chunk in a few array passes; :func:`unmatched_steps` then explains each of those (in
+O(edges of the bound parents)), so a chunk where every plan's relation matched costs no per-run Python.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
@@ -55,3 +57,43 @@ def unmatched_steps(index: KGIndex, steps: np.ndarray, nodes: np.ndarray, via: n
         lines.append(f"relation {name} matched nothing ({why}); the step was bound through "
                      f"{', '.join(others)} instead, by similarity")
     return lines
+
+
+def runs_with_unmatched_steps(index: KGIndex, steps: Sequence[np.ndarray], nodes: Sequence[np.ndarray],
+                              via: Sequence[np.ndarray], excluded: Sequence[Collection[int]]) -> np.ndarray:
+    """Per run, whether :func:`unmatched_steps` names any step of it (bool [runs]), for many runs at once.
+
+    Runs are grouped by their bindings' shape and each group is checked in array passes over its steps: a
+    step is unmatched when it names a KG relation, some of its bindings are held (bound through a triple, not
+    an excluded entity) and no held binding came through that relation."""
+    flags = np.zeros(len(steps), bool)
+    if not len(steps):
+        return flags
+    relation_of = index.triples[:, 1]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, n in enumerate(nodes):
+        groups.setdefault(np.shape(n), []).append(i)
+    for shape, members in groups.items():
+        slots = shape[0]
+        rows = np.arange(len(members))
+        n = np.stack([np.asarray(nodes[i]) for i in members])  # [R, slots, F]
+        v = np.stack([np.asarray(via[i]) for i in members])
+        plans = [np.asarray(steps[i]).reshape(-1, 3) for i in members]
+        width = max((len(p) for p in plans), default=0)
+        plan = np.full((len(members), width, 3), -1, np.int64)
+        for r, p in enumerate(plans):
+            plan[r, : len(p)] = p
+        widest = max((len(excluded[i]) for i in members), default=0)
+        banned = np.full((len(members), max(widest, 1)), -1, np.int64)
+        for r, i in enumerate(members):
+            banned[r, : len(excluded[i])] = sorted(excluded[i])
+        for s in range(width):
+            child, relation = plan[:, s, 1], plan[:, s, 2]
+            checked = (relation >= 0) & (child >= 0) & (child < slots)
+            at = np.clip(child, 0, slots - 1)
+            bound_nodes, bound_via = n[rows, at], v[rows, at]  # [R, F]
+            held = (bound_nodes >= 0) & (bound_via >= 0)
+            held &= ~(bound_nodes[:, :, None] == np.where(banned >= 0, banned, -2)[:, None, :]).any(-1)
+            through = held & (relation_of[np.maximum(bound_via, 0)] == relation[:, None])
+            flags[members] |= checked & held.any(1) & ~through.any(1)
+    return flags
