@@ -95,6 +95,10 @@ class EncoderConfig:
     # pca128-int8: 132 B a row (5.8x fewer), Hit@1 and F1 within 0.1 point of float16 or better on MetaQA (each hop),
     # WorldCup2014 (P1/P2/C) and the demo KG (experiments/results/compact-rows.md)
     row_format: str = "pca128-int8"
+    # Schema-step texts naming an entity (``Kismet directed by [ENT1]``: every (entity, relation) pair of the KG,
+    # both orientations) encoded once per KG into a cache and read online instead of encoded, when the KG has at
+    # most this many (MetaQA: 219,678; 0: never). Questions are always encoded (stem_jax/encoder/step_table.py)
+    step_table_max: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -319,7 +323,7 @@ _ROW_FORMAT = re.compile(r"^(float16|int8|pca[1-9][0-9]*(-int8|-float16)?)$")  #
 _INT_MIN = {  # integer fields and their smallest allowed value
     "tracer.top_n": 1, "tracer.breadth_cap": 0, "guidance.k_prime": 1, "gnn.layers": 1, "gnn.d_gnn": 1,
     "planner.beam": 1, "planner.retries": 0, "planner.max_triples": 1, "subgraph.hops": 0, "subgraph.hub_cap": 1,
-    "encoder.batch_size": 1, "encoder.max_length": 1, "encoder.chunk_rows": 1,
+    "encoder.batch_size": 1, "encoder.max_length": 1, "encoder.chunk_rows": 1, "encoder.step_table_max": 0,
     "engine.frontier": 1, "engine.kg_shards": 1, "engine.node_matches": 1, "engine.window": 1, "engine.guidance": 1,
     "engine.batch_precision": 1, "engine.batch_breadth": 1, "engine.chunk_questions": 1, "engine.max_frontier": 1,
     "scr.layers": 1, "scr.dim": 1, "scr.head_layers": 0, "scr.beam": 1, "scr.max_steps": 1, "scr.neighbours": 1,

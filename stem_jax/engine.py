@@ -183,6 +183,17 @@ def open_embeddings(config: StemConfig, dataset: Dataset, index: KGIndex, cache_
         compact = embeddings.triple_rows
         rows.append([f"triples {compact.format} ({compact.bytes_per_row} B/row)", compact.n, compact.width, 0,
                      round(compact.build_seconds, 1), "built" if compact.build_seconds else "cached"])
+    if hasattr(encoder, "attach_step_table"):  # the KG's schema-step texts, read online instead of encoded
+        from stem_jax.encoder.step_table import open_step_table
+
+        steps = open_step_table(encoder, index, folder, chunk_rows=config.encoder.chunk_rows,
+                                max_texts=config.encoder.step_table_max, names=dataset.entity_names,
+                                rebuild=rebuild, progress=show_progress)
+        encoder.attach_step_table(steps)
+        if steps is not None:
+            table = steps.table
+            rows.append(["schema-step texts", table.n, table.dim, table.encoded_rows, round(table.build_seconds, 1),
+                         round(table.strings_per_second, 1) if table.encoded_rows else "cached"])
     return encoder, embeddings, rows
 
 

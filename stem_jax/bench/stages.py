@@ -8,8 +8,10 @@ what a call of that size can reach (:meth:`~stem_jax.engine.Engine.warm_up`), an
 calls on *other* questions of the split, each planned afresh, give p50/p95/p99 per stage and end
 to end, and throughput. GNN guidance is computed, not read from its disk cache (the timer turns
 that cache off on the engine's provider). The encoder's in-memory memo (repeated question wordings and schema
-triples) stays on unless turned off (``encoder.memo_size = 0``); its hits are reported. Compile counts of the jitted tracer/anchor functions, peak host RSS and (on a
-GPU) device memory are recorded with the jax/jaxlib versions, machine and commit.
+triples) stays on unless turned off (``encoder.memo_size = 0``); its hits are reported, and so are the schema-step
+texts read from the KG's step table (``encoder.step_table_max``), which the memo setting does not change.
+Compile counts of the jitted tracer/anchor functions, peak host RSS and (on a GPU) device memory are recorded with
+the jax/jaxlib versions, machine and commit.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ def _compiles(encoder: Any = None, guidance: Any = None) -> dict[str, int]:
 
 
 def _memo(encoder: Any) -> dict[str, int]:
-    return {"hits": getattr(encoder, "memo_hits", 0), "misses": getattr(encoder, "memo_misses", 0)}
+    # table_hits: schema-step texts read from the KG's step table (stem_jax/encoder/step_table.py), memo or not
+    return {"hits": getattr(encoder, "memo_hits", 0), "misses": getattr(encoder, "memo_misses", 0),
+            "table_hits": getattr(encoder, "table_hits", 0)}
 
 
 ENCODER_STAGES = ("question_encoding", "schema_encoding")

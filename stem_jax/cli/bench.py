@@ -46,7 +46,9 @@ def add_bench_stages_parser(bench_sub, add_dataset_flags, add_cache_flags, add_c
     p.add_argument("--no-precompile", dest="precompile", action="store_false",
                    help="skip Engine.warm_up after the first call (warm calls may then compile capacity-ladder shapes)")
     p.add_argument("--no-encoder-memo", dest="encoder_memo", action="store_false",
-                   help="turn off the encoder's in-memory memo of repeated strings (every text is encoded)")
+                   help="turn off the encoder's in-memory memo of repeated strings: every question is encoded; schema-step "
+                   "texts naming an entity are still read from the KG's step table (--encoder.step_table_max=0: "
+                   "encoded too)")
     p.add_argument("--out", type=Path, default=None,
                    help="where to write bench-stages-*.json/.md/.png (default runs/bench)")
     p.add_argument("--record", action="store_true",
