@@ -98,7 +98,7 @@ class EncoderConfig:
     # Schema-step texts naming an entity (``Kismet directed by [ENT1]``: every (entity, relation) pair of the KG,
     # both orientations) encoded once per KG into a cache and read online instead of encoded, when the KG has at
     # most this many (MetaQA: 219,678; 0: never). Questions are always encoded (stem_jax/encoder/step_table.py)
-    step_table_max: int = 0
+    step_table_max: int = 250_000
 
 
 @dataclasses.dataclass(frozen=True)
