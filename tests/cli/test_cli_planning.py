@@ -2,10 +2,15 @@
 
 import json
 
+import pytest
+
 from stem_jax.cli.main import main
 from stem_jax.plan.store import PlanStore
 
 
+# slow: ~45 s: train-planner (with its answer scorer), plan and eval through the CLI;
+# tests/plan/test_eval_from_plan_store.py stays quick
+@pytest.mark.slow
 def test_train_plan_eval_round_trip(tmp_path, capsys):
     common = ["--dataset", "demo", "--encoder.name=hashing", "--cache-dir", str(tmp_path / "cache"), "--no-progress",
               "--engine.batch_precision=32", "--engine.batch_breadth=8"]  # small batches compile faster

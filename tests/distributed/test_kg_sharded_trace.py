@@ -58,10 +58,14 @@ def test_one_device_mesh_equals_trace_batch():
 
 
 def _env(devices):
-    return {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu",
+    return {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')}"
+                                       f" --xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu",
             "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
+# slow: ~40 s: 12 cases on 2, 3 and 8 devices in a subprocess; test_one_device_mesh_equals_trace_batch stays
+# quick
+@pytest.mark.slow
 def test_sharded_tracer_equals_one_device_on_eight_local_devices():
     proc = subprocess.run([sys.executable, str(HERE / "kg_shard_cases.py"), "--cases", "12", "--devices", "2,3,8"],
                           env=_env(8), capture_output=True, text=True, timeout=900)
@@ -72,6 +76,7 @@ def test_sharded_tracer_equals_one_device_on_eight_local_devices():
     assert {r["backend"] for r in rows} == {"blocks", "flat"}
 
 
+@pytest.mark.slow  # ~20 s: two jax.distributed processes
 def test_two_processes_of_four_devices_equal_one_device(tmp_path):
     with socket.socket() as s:  # a free localhost port for the coordinator
         s.bind(("127.0.0.1", 0))

@@ -20,7 +20,8 @@ EVAL = ["eval", "--dataset", "demo", "--hops", "2,3", "--limit", "12", "--encode
 
 def _run(args, *, devices=1, cache, wait=True):
     """``stem-jax ARGS`` in a fresh interpreter with ``devices`` forced host devices (asserted)."""
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')}"
+                                       f" --xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
     check = "" if "--num-processes" in args else f"assert jax.local_device_count() == {devices}; "
     # (jax.distributed.initialize must run before anything touches the backend)
     code = f"import sys, jax; from stem_jax.cli.main import main; {check}sys.exit(main(sys.argv[1:]))"
@@ -61,6 +62,7 @@ def test_eight_local_devices_give_single_device_predictions(one_device, tmp_path
     assert _predictions(tmp_path / "run" / "predictions.jsonl") == single
 
 
+@pytest.mark.slow  # ~15 s: two jax.distributed processes; the 8-device test stays quick
 def test_two_processes_merge_to_single_process_predictions(one_device, tmp_path):
     with socket.socket() as s:  # a free localhost port for the coordinator
         s.bind(("127.0.0.1", 0))

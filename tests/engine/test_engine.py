@@ -75,11 +75,13 @@ def test_oracle_cannot_plan_a_free_question_clearly(engine):
     assert answer.answers == [] and answer.record["runs"] == 0 and "--planner pattern" in answer.reason
 
 
+@pytest.mark.slow  # ~50 s: train-planner, ask and bench stages through the CLI
 def test_ask_and_bench_stages_cli(tmp_path, capsys):
     common = ["--dataset", "demo", "--encoder.name=hashing", "--cache-dir", str(tmp_path / "cache"), "--no-progress",
               "--engine.batch_precision=32", "--engine.batch_breadth=8"]
     planner = tmp_path / "planner"
-    assert main(["train-planner", *common, "--limit", "80", "--epochs", "5", "--out", str(planner)]) == 0
+    assert main(["train-planner", *common, "--limit", "80", "--epochs", "5", "--no-answer-scorer",
+                 "--out", str(planner)]) == 0
     capsys.readouterr()
     assert main(["ask", "what is the birthplace of [nothing here]", *common, "--planner-path", str(planner)]) == 2
     assert "not in the KG" in capsys.readouterr().err

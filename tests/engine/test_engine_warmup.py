@@ -28,6 +28,7 @@ def _outputs(engine, questions):
     return runs, outputs
 
 
+@pytest.mark.slow  # ~25 s: compiles every shape a call reaches
 def test_warm_up_compiles_every_shape_a_call_reaches(engine):
     questions = engine.dataset.questions
     steps = sorted({max(q.hops or 1, 1) for q in questions})

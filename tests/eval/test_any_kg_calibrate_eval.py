@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from stem_jax.cli.main import main
 
 
@@ -44,6 +46,9 @@ def _write(folder: Path) -> None:
         (folder / f"{split}.jsonl").write_text("".join(json.dumps(q) + "\n" for i in ids for q in _questions(i, split)))
 
 
+# slow: ~50 s: data-stats, calibrate and three evals through the CLI; tests/eval/test_calibration.py stays
+# quick
+@pytest.mark.slow
 def test_calibrated_conventions_reach_the_data_bound(tmp_path: Path, capsys):
     data = tmp_path / "kg"
     _write(data)

@@ -114,7 +114,7 @@ def test_content_stamp_sees_same_sized_edits_and_ignores_locks_and_temporaries(t
 
 def test_retraining_the_default_planner_then_resuming_is_refused(tmp_path):
     common = ["--dataset", "demo", "--cache-dir", str(tmp_path / "cache"), *HASHING]
-    train = ["train-planner", *common, "--limit", "40"]
+    train = ["train-planner", *common, "--limit", "40", "--no-answer-scorer"]
     assert run(*train, "--epochs", "3")[0] == 0  # into the default folder <cache>/demo/planners/pattern-hashing
     evaluate = ["eval", *common, "--planner", "pattern", "--limit", "2", "--out", str(tmp_path / "run")]
     rc, _, err = run(*evaluate)

@@ -95,6 +95,8 @@ def _two_hop(demo, n):
     return [q for q in demo[0].questions if q.hops == 2][:n]
 
 
+# slow: ~25 s: a 2x2 grid and four evals; test_k_prime_axis_equals_evals_with_that_k_prime stays quick
+@pytest.mark.slow
 def test_two_by_two_grid_equals_four_separate_evals_and_resumes(demo, tmp_path):
     questions = _two_hop(demo, 40)  # one steps bucket: few compilations
     planner = OraclePlanner().plan
@@ -156,7 +158,8 @@ def calibrated(demo, tmp_path_factory):
     return dataset, index, encoder, embeddings
 
 
-@pytest.mark.parametrize("guided", [True, False], ids=["guided", "unguided"])
+# guided points train and run the GNN (~15-20 s each on 2 cores): slow, run by CI; unguided ones stay quick
+@pytest.mark.parametrize("guided", [pytest.param(True, marks=pytest.mark.slow), False], ids=["guided", "unguided"])
 @pytest.mark.parametrize("preset", ["default", "paper"])
 def test_sweep_points_equal_evals_with_their_flags(calibrated, tmp_path, guided, preset):
     """Each point equals eval with that point's flags, under the default preset (exact anchoring,

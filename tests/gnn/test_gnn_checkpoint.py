@@ -78,7 +78,8 @@ def test_checkpoint_written_on_another_device_restores_here(tmp_path, user):
         store.save(7, params, {"unused": jax.numpy.zeros(2)}, {"step": 7})
         store.close()
     """)
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')}"
+                                       f" --xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
     subprocess.run([sys.executable, "-c", writer], check=True, env=env, timeout=300)
     reader = head + "assert jax.local_device_count() == 1\n" + textwrap.dedent(READERS[user]) + textwrap.dedent("""
         expected = init_params(spec, jax.random.key(3))
@@ -86,7 +87,8 @@ def test_checkpoint_written_on_another_device_restores_here(tmp_path, user):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         print("restored", len(jax.tree.leaves(restored)))
     """)
-    one = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1", "JAX_PLATFORMS": "cpu"}
+    one = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')}"
+                                       f" --xla_force_host_platform_device_count=1", "JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, "-c", reader], env=one, timeout=300, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "restored" in done.stdout

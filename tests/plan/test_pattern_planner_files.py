@@ -149,7 +149,7 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_folder(trained, tm
         with pytest.raises(StemError, match=f"pid {holder.pid}"):
             trained[0].save(folder)
         argv = ["train-planner", "--dataset", "demo", "--encoder.name=hashing", "--cache-dir", str(tmp_path / "c"),
-                "--no-progress", "--limit", "20", "--epochs", "1", "--out", str(folder)]
+                "--no-progress", "--limit", "20", "--epochs", "1", "--no-answer-scorer", "--out", str(folder)]
         began = time.perf_counter()
         assert main(argv) == 2
         err = capsys.readouterr().err
@@ -186,7 +186,7 @@ def test_two_train_planner_processes_on_one_folder_give_one_planner_and_at_most_
     winner's pid, never a crash or a damaged file, and what is left in the folder loads."""
     folder = tmp_path / "p"
     argv = ["train-planner", "--dataset", "demo", "--encoder.name=hashing", "--no-progress", "--limit", "60",
-            "--epochs", "20", "--out", str(folder)]
+            "--epochs", "20", "--no-answer-scorer", "--out", str(folder)]
     code = "import sys; from stem_jax.cli.main import main; sys.exit(main(sys.argv[1:]))"
     procs = [subprocess.Popen([sys.executable, "-c", code, *argv, "--cache-dir", str(tmp_path / f"c{i}")],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (0, 1)]

@@ -15,6 +15,7 @@ import dataclasses
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -88,6 +89,9 @@ def _climb(outs) -> list[int]:
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(c=case())
+# slow: ~35 s: every ladder level compiled per switch set; tests/trace/test_capacity.py checks the
+# pipeline's climb quickly
+@pytest.mark.slow
 def test_need_names_the_level_the_climb_stops_at_from_any_level(c):
     outs = [trace_batch(c["kg"], c["batch"], c["hyper"], shapes=shapes, precision=False, **c["switches"])
             for shapes in LADDER]
@@ -128,6 +132,7 @@ def test_halting_overflowed_runs_changes_nothing_the_ladder_keeps(c, level):
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(c=case(), level=st.integers(0, len(LADDER) - 1), precision=st.booleans())
+@pytest.mark.slow  # ~20 s: two steps buckets per level and strategy
 def test_a_wider_steps_bucket_traces_the_same_runs(c, level, precision):
     """Retries high on the ladder share the widest steps bucket (``StemPipeline.SHARED_BUCKET_LEVEL``): a
     batch padded with masked steps gives the same arrays in the runs' own slots, and nothing beyond them."""
