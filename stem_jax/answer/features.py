@@ -35,12 +35,29 @@ TYPE_KEYS = 512  # most frequent type-bag keys of a KG
 QUESTION_WORDS = ("who", "when", "where", "what", "which", "how many", "how")
 NUMERIC = ("support", "support_share", "log_rank", "first", "fair", "cumulative", "beam_share", "best_beam",
            "log_plan_answers", "relation_cos", "name_overlap", "year", "number", "log_name_words", "log_degree",
-           "log_candidates")
+           "log_candidates",
+           # the best single plan that binds the entity (the summed support above mixes plans), how well its whole
+           # relation path reads like the question, whether the binding triple's relation is the one the plan asked
+           # for (the tracer also binds through similar relations), and the plan's length
+           "best_plan_prob", "path_cos", "exact_relation", "min_depth",
+           # a year the question names that the entity's name repeats ("the 2000 fa cup final")
+           "question_year", "name_has_question_year",
+           # the question's other words (not its topic's, not stop words) in the names of what the entity is tied
+           # to: through a join node the plan walked ("who played samantha stephens in bewitched": the performance
+           # that links the actor also names the character), and directly
+           "join_match", "neighbour_match")
+# the features of scorers trained before the ones above were added: such a scorer reads these columns only
+NUMERIC_V1 = NUMERIC[:16]
 N_NUMERIC = len(NUMERIC)
 N_QUESTION_WORDS = len(QUESTION_WORDS) + 1  # + other
 _YEAR = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
 _NUMBER = re.compile(r"^[\d.,\s%$-]+$")
 _WORD = re.compile(r"[a-z0-9]+")
+_YEAR_WORD = re.compile(r"\b(1[5-9]\d\d|20\d\d)\b")
+_STOP = frozenset("a an and are as at be by did do does for from has have he her his how in is it its of on or she "
+                  "that the their they to was were what when where which who whom whose why will with".split())
+JOIN_DEGREE = 64  # a node the plan walked through with more triples than this is a hub, not a join of one fact
+NEIGHBOURS = 256  # triples of a candidate read for its direct neighbours' names
 
 
 def question_word(text: str) -> int:
@@ -124,8 +141,10 @@ class CandidateFeaturizer:
         self.embed = embed
         self.max_candidates = max_candidates
         self.type_offsets, self.type_ids = vocabulary.table(index)
-        self.degree = np.log1p(np.asarray(index.degree, np.float64))
+        self.raw_degree = np.asarray(index.degree)
+        self.degree = np.log1p(self.raw_degree.astype(np.float64))
         self._relation_rows: dict[int, np.ndarray] = {}
+        self._name_words: dict[int, tuple[str, ...]] = {}
 
     def _relations(self, ids: set[int]) -> None:
         missing = sorted(i for i in ids if i not in self._relation_rows)
@@ -134,6 +153,34 @@ class CandidateFeaturizer:
             norms = np.linalg.norm(rows, axis=1, keepdims=True)
             for i, row in zip(missing, rows / np.maximum(norms, 1e-9), strict=True):
                 self._relation_rows[i] = row.astype(np.float32)
+
+    def _name_match(self, entity: int, cue_words: set[str]) -> float:
+        """Share of ``entity``'s name words (stop words aside) that are cue words of the question."""
+        words = self._name_words.get(entity)
+        if words is None:
+            key = self.index.entities[entity]
+            words = self._name_words[entity] = tuple(w for w in _WORD.findall(self.names.get(key, key).lower())
+                                                     if w not in _STOP)
+        return sum(w in cue_words for w in words) / len(words) if words else 0.0
+
+    def _ends(self, entity: int, limit: int) -> list[int]:
+        """The other ends of (at most ``limit`` of) ``entity``'s triples."""
+        rows = self.index.triples[self.index.incident(entity)[:limit]]
+        return np.where(rows[:, 0] == entity, rows[:, 2], rows[:, 0]).tolist()
+
+    def _cue_matches(self, entity: int, joins: set[int], topics: set[int], cue_words: set[str]) -> tuple[float, float]:
+        """(best cue match of a name tied to ``entity`` through a join node the plans walked, best cue match of a
+        direct neighbour's name); the question's topics and the entity itself never count."""
+        if not cue_words:
+            return 0.0, 0.0
+        direct = [n for n in self._ends(entity, NEIGHBOURS) if n != entity and n not in topics]
+        near = max((self._name_match(n, cue_words) for n in direct), default=0.0)
+        through = 0.0
+        for join in set(direct).intersection(joins):
+            for n in self._ends(join, JOIN_DEGREE):
+                if n != entity and n != join and n not in topics:
+                    through = max(through, self._name_match(n, cue_words))
+        return through, near
 
     def questions(self, questions: Sequence[Question]) -> np.ndarray:
         texts = [mask_topics(q.text, topic_names(q, self.names))[0] for q in questions]
@@ -156,7 +203,10 @@ class CandidateFeaturizer:
         per_question: list[dict[int, list]] = []
         relation_ids: set[int] = set()
         for mine, outs in zip(runs, outputs, strict=True):
-            seen: dict[int, list] = {}  # entity -> [fair, cumulative, beams, best beam, plan answers, relations]
+            # entity -> [fair, cumulative, beams, best beam, plan answers, relations, best plan prob, plan paths,
+            #            exact relation, min depth]
+            seen: dict[int, list] = {}
+            joins: set[int] = set()  # the nodes the plans walked through (neither anchor nor answer)
             n_beams = max((r.beam for r in mine), default=0) + 1
             for run, out in zip(mine, outs, strict=True):
                 plan = run.plan
@@ -167,14 +217,26 @@ class CandidateFeaturizer:
                 scores = np.asarray(out["scores"])
                 live = nodes[slot] >= 0
                 ents = nodes[slot][live].tolist()
+                for other in range(1, len(nodes)):
+                    if other != slot:
+                        joins.update(int(e) for e in nodes[other][nodes[other] >= 0].tolist())
                 depth = max(answer_depth(plan.steps, slot), 1)
                 anchor = float(scores[0, 0])
+                steps = np.asarray(plan.steps).reshape(-1, 3)
+                path = tuple(int(r) for r in steps[:, 2].tolist() if r >= 0)
+                relation_ids.update(path)
+                asked = int(steps[slot - 1, 2]) if 0 < slot <= len(steps) else -1
                 rels = self.index.triples[np.maximum(via[slot][live], 0), 1].tolist()
                 bound = [t >= 0 for t in via[slot][live].tolist()]
                 for entity, score, relation, has in zip(ents, scores[slot][live].tolist(), rels, bound, strict=True):
                     fair = (score - anchor) / depth
-                    entry = seen.setdefault(entity, [-np.inf, -np.inf, set(), n_beams, 0, set()])
+                    entry = seen.setdefault(entity, [-np.inf, -np.inf, set(), n_beams, 0, set(), 0.0, set(), False,
+                                                     depth])
                     entry[0] = max(entry[0], fair)
+                    entry[6] = max(entry[6], float(run.beam_prob))
+                    entry[7].add(path)
+                    entry[8] = entry[8] or (has and relation == asked)
+                    entry[9] = min(entry[9], depth)
                     entry[1] = max(entry[1], score)
                     entry[2].add(run.beam)
                     if run.beam < entry[3]:
@@ -182,30 +244,40 @@ class CandidateFeaturizer:
                     if has:
                         entry[5].add(relation)
                         relation_ids.add(relation)
-            per_question.append(seen)
+            per_question.append((seen, joins))
         self._relations(relation_ids)
         entities, base = [], []
-        for qi, (question, seen, ranking) in enumerate(zip(questions, per_question, ranked, strict=True)):
+        for qi, (question, (seen, joins), ranking) in enumerate(zip(questions, per_question, ranked, strict=True)):
             ents = np.asarray([e for e, _ in ranking], np.int64)
             vals = np.asarray([s for _, s in ranking], np.float64)
             entities.append(ents)
             base.append(vals)
             words = set(_WORD.findall(question.text.lower()))
+            years = set(_YEAR_WORD.findall(question.text))
+            topics = {self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids}
+            topic_words = {w for t in topic_names(question, self.names) for w in _WORD.findall(t.lower())}
+            cue_words = words - topic_words - _STOP
+            joins = {j for j in joins if self.raw_degree[j] <= JOIN_DEGREE}
             n_beams = max((r.beam for r in runs[qi]), default=0) + 1
             top = float(vals[0]) if len(vals) else 1.0
             for ci, (entity, support) in enumerate(zip(ents[:m].tolist(), vals[:m].tolist(), strict=False)):
-                fair, cumulative, beams, best_beam, plan_answers, rels = seen.get(
-                    entity, [0.0, 0.0, set(), n_beams, 0, set()])
+                fair, cumulative, beams, best_beam, plan_answers, rels, best_prob, paths, exact, min_depth = seen.get(
+                    entity, [0.0, 0.0, set(), n_beams, 0, set(), 0.0, set(), False, 0])
                 name = self.names.get(self.index.entities[entity], self.index.entities[entity])
                 name_words = _WORD.findall(name.lower())
                 cos = max((float(qvec[qi] @ self._relation_rows[r]) for r in rels), default=0.0)
+                path_cos = max((float(np.mean([qvec[qi] @ self._relation_rows[r] for r in p])) for p in paths if p),
+                               default=0.0)
                 numeric[qi, ci] = (
                     support, support / top if top > 0 else 0.0, np.log1p(ci), ci == 0,
                     fair if np.isfinite(fair) else 0.0, cumulative if np.isfinite(cumulative) else 0.0,
                     len(beams) / n_beams, best_beam / n_beams, np.log1p(plan_answers), cos,
                     sum(w in words for w in name_words) / max(len(name_words), 1),
                     bool(_YEAR.match(name.strip())), bool(_NUMBER.match(name.strip())),
-                    np.log1p(len(name_words)), self.degree[entity], np.log1p(len(ents)))
+                    np.log1p(len(name_words)), self.degree[entity], np.log1p(len(ents)),
+                    best_prob, path_cos, exact, min_depth, bool(years),
+                    bool(years.intersection(_YEAR_WORD.findall(name))),
+                    *self._cue_matches(entity, joins, topics, cue_words))
                 keys = self.type_ids[self.type_offsets[entity]:self.type_offsets[entity + 1]]
                 if len(keys):
                     types[qi, ci, keys] = 1.0 / np.sqrt(len(keys))

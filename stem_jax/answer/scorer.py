@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from stem_jax.answer.features import (
-    N_NUMERIC,
     N_QUESTION_WORDS,
+    NUMERIC,
+    NUMERIC_V1,
     CandidateFeaturizer,
     Candidates,
     TypeVocabulary,
@@ -54,9 +55,9 @@ class ScorerTraining:
     seed: int = 0
 
 
-def _init(d: int, v: int, config: ScorerTraining) -> dict[str, np.ndarray]:
+def _init(d: int, v: int, n_numeric: int, config: ScorerTraining) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(config.seed)
-    f = N_NUMERIC + N_QUESTION_WORDS
+    f = n_numeric + N_QUESTION_WORDS
 
     def dense(rows: int, cols: int) -> np.ndarray:
         return (rng.standard_normal((rows, cols)) * np.sqrt(1.0 / rows)).astype(np.float32)
@@ -64,7 +65,7 @@ def _init(d: int, v: int, config: ScorerTraining) -> dict[str, np.ndarray]:
     return {"w1": dense(f, config.hidden), "b1": np.zeros(config.hidden, np.float32),
             "w2": dense(config.hidden, 1)[:, 0] * 0.1, "lin": np.zeros(f, np.float32),
             "qa": dense(d, config.rank) * 0.1, "tb": dense(v, config.rank) * 0.1,
-            "scale": np.zeros((N_NUMERIC,), np.float32), "shift": np.zeros((N_NUMERIC,), np.float32)}
+            "scale": np.zeros((n_numeric,), np.float32), "shift": np.zeros((n_numeric,), np.float32)}
 
 
 def _logits(params, numeric, qword, types, question):
@@ -82,8 +83,8 @@ def _logits(params, numeric, qword, types, question):
 
 def _standardise(params: dict[str, np.ndarray], numeric: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
     live = numeric[mask]
-    mean = live.mean(0) if len(live) else np.zeros(N_NUMERIC, np.float32)
-    std = live.std(0) if len(live) else np.ones(N_NUMERIC, np.float32)
+    mean = live.mean(0) if len(live) else np.zeros(numeric.shape[-1], np.float32)
+    std = live.std(0) if len(live) else np.ones(numeric.shape[-1], np.float32)
     return {**params, "shift": mean.astype(np.float32), "scale": (-np.log(np.maximum(std, 1e-3))).astype(np.float32)}
 
 
@@ -98,9 +99,19 @@ class AnswerScorer:
     # questions, so that an answer's score reads like the tracer's beam support and engine.confident_at means the same
     calibration: tuple[float, float] = (1.0, 0.0)
     report: dict[str, Any] = dataclasses.field(default_factory=dict)
+    features: tuple[str, ...] = NUMERIC  # the numeric features it reads, by name (features.NUMERIC)
 
     def __post_init__(self) -> None:
         self._forward = None
+        unknown = [f for f in self.features if f not in NUMERIC]
+        if unknown:
+            raise StemError(f"answer scorer reads unknown features {unknown}\n  how to fix: retrain it with "
+                            "`stem-jax train-planner`")
+        self._columns = np.asarray([NUMERIC.index(f) for f in self.features], np.int64)
+
+    def numeric(self, candidates: Candidates) -> np.ndarray:
+        """The numeric feature columns this scorer reads."""
+        return candidates.numeric[..., self._columns]
 
     def probabilities(self, candidates: Candidates) -> np.ndarray:
         """float [Q, M]: each question's softmax over its candidates (0 where ``mask`` is False)."""
@@ -124,7 +135,7 @@ class AnswerScorer:
 
         mask = padded(candidates.mask)
         mask[q:, 0] = True  # padding rows: one dummy candidate, so their softmax is finite
-        probs = self._forward(self.params, padded(candidates.numeric), padded(candidates.qword),
+        probs = self._forward(self.params, padded(self.numeric(candidates)), padded(candidates.qword),
                               padded(candidates.types), padded(candidates.question), mask,
                               np.float32(self.temperature))
         return np.where(candidates.mask, np.asarray(probs, np.float64)[:q], 0.0)
@@ -161,7 +172,7 @@ class AnswerScorer:
         arrays = {f"params/{k}": np.asarray(v) for k, v in self.params.items()}
         meta = {"kind": "answer-scorer", "encoder": self.encoder_name, "temperature": self.temperature,
                 "cut": self.cut, "calibration": list(self.calibration), "type_keys": self.vocabulary.keys,
-                "report": self.report}
+                "features": list(self.features), "report": self.report}
         try:
             write_arrays_with_manifest(Path(folder), "scorer", arrays, SCORER_FILE, meta)
         except OSError as err:
@@ -182,7 +193,9 @@ class AnswerScorer:
         params = {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("params/")}
         return cls(params=params, vocabulary=TypeVocabulary(list(meta["type_keys"])), encoder_name=meta["encoder"],
                    temperature=float(meta["temperature"]), cut=float(meta["cut"]),
-                   calibration=tuple(float(x) for x in meta["calibration"]), report={**meta.get("report", {}), "arrays_sha256": digest})
+                   calibration=tuple(float(x) for x in meta["calibration"]),
+                   report={**meta.get("report", {}), "arrays_sha256": digest},
+                   features=tuple(meta.get("features", NUMERIC_V1)))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -255,7 +268,7 @@ def fit_chance(probs: np.ndarray, candidates: Candidates, gold: Sequence[set[int
 def train_answer_scorer(train: Candidates, train_gold: Sequence[set[int]], held: Candidates,
                         held_gold: Sequence[set[int]], vocabulary: TypeVocabulary, *, encoder_name: str,
                         config: ScorerTraining = ScorerTraining(), tracer_cut: float = 0.5,
-                        log: Any = print) -> AnswerScorer:
+                        features: Sequence[str] = NUMERIC, log: Any = print) -> AnswerScorer:
     """Fit on ``train`` (questions whose gold is among their candidates), choose temperature and cut on ``held``,
     and report held-out Hit@1 / Hit / F1 of the tracer's ranking (cut at ``tracer_cut``) and the scorer's."""
     import jax
@@ -267,12 +280,15 @@ def train_answer_scorer(train: Candidates, train_gold: Sequence[set[int]], held:
     data = _subset(train, rows)
     target = target[rows]
     target = target / target.sum(1, keepdims=True)
-    params = _standardise(_init(data.question.shape[1], len(vocabulary.keys), config), data.numeric, data.mask)
+    columns = np.asarray([NUMERIC.index(f) for f in features], np.int64)
+    numeric = data.numeric[..., columns]
+    params = _standardise(_init(data.question.shape[1], len(vocabulary.keys), len(columns), config), numeric,
+                          data.mask)
     fixed = {"shift": params["shift"], "scale": params["scale"]}
     trainable = {k: v for k, v in params.items() if k not in fixed}
     optimiser = optax.adamw(config.lr, weight_decay=config.weight_decay)
     state = optimiser.init(trainable)
-    arrays = tuple(jnp.asarray(a) for a in (data.numeric, data.qword, data.types, data.question, data.mask, target))
+    arrays = tuple(jnp.asarray(a) for a in (numeric, data.qword, data.types, data.question, data.mask, target))
 
     def loss_fn(p, numeric, qword, types, question, mask, goal):
         logits = jnp.where(mask, _logits({**p, **fixed}, numeric, qword, types, question), -1e9)
@@ -288,7 +304,7 @@ def train_answer_scorer(train: Candidates, train_gold: Sequence[set[int]], held:
     for _ in range(config.steps):
         trainable, state, loss = step(trainable, state)
     scorer = AnswerScorer(params={k: np.asarray(v) for k, v in {**trainable, **fixed}.items()},
-                          vocabulary=vocabulary, encoder_name=encoder_name)
+                          vocabulary=vocabulary, encoder_name=encoder_name, features=tuple(features))
     base = [[(int(e), float(s)) for e, s in zip(ents, vals, strict=True)
              if s >= tracer_cut * (vals[0] if len(vals) else 0) - 1e-9]
             for ents, vals in zip(held.entities, held.base, strict=True)]

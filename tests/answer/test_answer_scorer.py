@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from stem_jax.answer.features import Candidates, TypeVocabulary, question_word
+from stem_jax.answer.features import N_NUMERIC, Candidates, TypeVocabulary, question_word
 from stem_jax.answer.scorer import AnswerScorer, ScorerTraining, scorer_folder, set_metrics
 from stem_jax.answer.training import gold_entities, train_kg_scorer
 from stem_jax.config import EncoderConfig, StemConfig, apply_overrides
@@ -104,7 +104,7 @@ def test_a_saved_scorer_loads_to_the_same_probabilities(linked, tmp_path):
     rng = np.random.default_rng(0)
     q, m, v, d = 3, 5, len(scorer.vocabulary.keys), scorer.params["qa"].shape[0]
     candidates = Candidates(entities=[np.arange(m)] * q, base=[np.linspace(1, 0, m)] * q,
-                            numeric=rng.standard_normal((q, m, 16)).astype(np.float32),
+                            numeric=rng.standard_normal((q, m, N_NUMERIC)).astype(np.float32),
                             qword=np.array([0, 1, 7], np.int32), types=rng.random((q, m, v)).astype(np.float32),
                             question=rng.standard_normal((q, d)).astype(np.float32), mask=np.ones((q, m), bool))
     np.testing.assert_allclose(loaded.probabilities(candidates), scorer.probabilities(candidates), rtol=1e-6)
@@ -151,3 +151,35 @@ def test_the_chance_calibration_keeps_the_order_and_follows_the_hit_rate():
     chance = scorer.chance(grid)
     assert a > 0 and np.all(np.diff(chance) > 0)
     np.testing.assert_allclose(chance, 1 / (1 + np.exp(-(2.0 * np.log(grid) + 1.0))), atol=0.05)
+
+
+def test_a_scorer_reads_only_the_features_it_was_trained_on(linked, tmp_path):
+    """A scorer reads its own feature columns of the featurizer's arrays, by name: columns it was not trained on
+    (features added later) change nothing, and a stored scorer keeps its list."""
+    from stem_jax.answer.features import NUMERIC, NUMERIC_V1
+
+    _, scorer, _, _, _ = linked
+    assert scorer.features == NUMERIC_V1 and len(NUMERIC) > len(NUMERIC_V1)
+    scorer.save(tmp_path / "s")
+    loaded = AnswerScorer.load(tmp_path / "s")
+    assert loaded.features == NUMERIC_V1
+    rng = np.random.default_rng(1)
+    q, m, v, d = 2, 4, len(scorer.vocabulary.keys), scorer.params["qa"].shape[0]
+    numeric = rng.standard_normal((q, m, len(NUMERIC))).astype(np.float32)
+    candidates = Candidates(entities=[np.arange(m)] * q, base=[np.linspace(1, 0, m)] * q, numeric=numeric,
+                            qword=np.array([0, 1], np.int32), types=rng.random((q, m, v)).astype(np.float32),
+                            question=rng.standard_normal((q, d)).astype(np.float32), mask=np.ones((q, m), bool))
+    width = len(NUMERIC_V1)
+    changed = Candidates(**{**candidates.__dict__, "numeric": np.concatenate(
+        [numeric[..., :width], rng.standard_normal((q, m, len(NUMERIC) - width)).astype(np.float32)], -1)})
+    np.testing.assert_allclose(loaded.probabilities(changed), loaded.probabilities(candidates), rtol=1e-6)
+    with pytest.raises(StemError, match="unknown features"):
+        AnswerScorer(params=scorer.params, vocabulary=scorer.vocabulary, encoder_name="x", features=("no_such",))
+
+
+def test_folds_are_stable_and_cover_every_fold():
+    from stem_jax.answer.training import fold_of
+
+    folds = [fold_of(f"q{i}", 4) for i in range(400)]
+    assert set(folds) == {0, 1, 2, 3} and folds == [fold_of(f"q{i}", 4) for i in range(400)]
+    assert min(folds.count(f) for f in range(4)) > 60
