@@ -183,3 +183,20 @@ def test_folds_are_stable_and_cover_every_fold():
     folds = [fold_of(f"q{i}", 4) for i in range(400)]
     assert set(folds) == {0, 1, 2, 3} and folds == [fold_of(f"q{i}", 4) for i in range(400)]
     assert min(folds.count(f) for f in range(4)) > 60
+
+
+@pytest.mark.slow  # ~1-2 min: trains two fold planners on the demo KG
+def test_out_of_sample_candidates_plan_every_question_once_by_a_planner_that_never_saw_it(tmp_path):
+    from stem_jax.answer.training import fold_of, out_of_sample_candidates
+    from stem_jax.data.registry import DatasetSpec
+
+    config = apply_overrides(StemConfig(), {"encoder.name": "hashing", "engine.answer_scorer": "off"})
+    spec = DatasetSpec(name="demo", split="train", limit=20)
+    engine = Engine.open(spec, config=config, planner="pattern", cache_dir=tmp_path / "cache")
+    questions = engine.dataset.questions
+    candidates, planned = out_of_sample_candidates(engine, spec, config, questions, 2, tmp_path / "work",
+                                                   log=lambda _: None)
+    assert sorted(q.qid for q in planned) == sorted(q.qid for q in questions)
+    assert len(candidates.entities) == len(questions) and candidates.mask[:, 0].mean() > 0.5
+    assert [fold_of(q.qid, 2) for q in planned] == sorted(fold_of(q.qid, 2) for q in planned)  # fold by fold
+    assert not any((tmp_path / "work").iterdir())  # the fold planners are removed
