@@ -176,10 +176,9 @@ def train_scorer_for_planner(dataset_spec: Any, config: Any, planner_path: Path,
     planner just saved at ``planner_path``, on candidates for the planner's training questions (at most
     ``max_train``) from out-of-sample beams (:func:`out_of_sample_candidates`, ``folds`` planners; 0: the planner's
     own, in-sample beams), choosing on its held-out ones (at most ``max_held``, planned by the planner itself, which
-    never saw them). The scorer is stored only when it adds :data:`MIN_GAIN` held-out Hit@1 without losing F1.
-    On templated data (the template classifier plans at least ``TEMPLATES_SUFFICE`` of held-out questions right:
-    MetaQA, WorldCup2014, the demo KG) the tracer's ranking is at the data's bound and no scorer is trained.
-    Returns the scorer's report."""
+    never saw them). The scorer is stored only when it adds :data:`MIN_GAIN` held-out Hit@1 without losing F1
+    (MetaQA and WorldCup2014, where the tracer's ranking is at the data's bound, keep none; the demo KG keeps
+    one). Returns the scorer's report."""
     import dataclasses
     import json
     import shutil
@@ -189,18 +188,12 @@ def train_scorer_for_planner(dataset_spec: Any, config: Any, planner_path: Path,
     from stem_jax.data.splits import hash_split
     from stem_jax.engine import Engine
     from stem_jax.plan.factory import PlannerSpec
-    from stem_jax.plan.training import TEMPLATES_SUFFICE
 
     selection = json.loads((Path(planner_path) / "planner.json").read_text()).get("report", {}).get("selection", {})
     config = apply_overrides(config, {"engine.answer_scorer": "off"})
     engine = Engine.open(dataset_spec, config=config, planner=PlannerSpec("pattern", path=Path(planner_path)),
                          cache_dir=cache_root, log=log)
     folder = scorer_folder(engine.cache_root / engine.dataset.name, engine.encoder.name)
-    if selection.get("mode") == "templates" and float(selection.get("template_val_top1", 0.0)) >= TEMPLATES_SUFFICE:
-        shutil.rmtree(folder, ignore_errors=True)
-        log(f"answer scorer: none (templated data: template top-1 on held-out questions "
-            f"{selection['template_val_top1']:.3f} >= {TEMPLATES_SUFFICE}; the tracer ranks)")
-        return {"kept": False, "reason": "templated data", "folder": str(folder)}
     train, held = hash_split(engine.dataset.questions, val_fraction)
     train, held = every_kth(train, max_train), every_kth(held, max_held)
     candidates = None
