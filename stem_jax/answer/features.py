@@ -49,6 +49,11 @@ NUMERIC = ("support", "support_share", "log_rank", "first", "fair", "cumulative"
 # the features of scorers trained before the ones above were added: such a scorer reads these columns only
 NUMERIC_V1 = NUMERIC[:16]
 N_NUMERIC = len(NUMERIC)
+
+
+def feature_columns(features: Sequence[str]) -> np.ndarray:
+    """Positions in :data:`NUMERIC` of the named numeric features (what a scorer reads of ``Candidates.numeric``)."""
+    return np.asarray([NUMERIC.index(f) for f in features], np.int64)
 N_QUESTION_WORDS = len(QUESTION_WORDS) + 1  # + other
 _YEAR = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
 _NUMBER = re.compile(r"^[\d.,\s%$-]+$")

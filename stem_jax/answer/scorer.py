@@ -33,6 +33,7 @@ from stem_jax.answer.features import (
     CandidateFeaturizer,
     Candidates,
     TypeVocabulary,
+    feature_columns,
 )
 from stem_jax.errors import StemError
 
@@ -107,7 +108,7 @@ class AnswerScorer:
         if unknown:
             raise StemError(f"answer scorer reads unknown features {unknown}\n  how to fix: retrain it with "
                             "`stem-jax train-planner`")
-        self._columns = np.asarray([NUMERIC.index(f) for f in self.features], np.int64)
+        self._columns = feature_columns(self.features)
 
     def numeric(self, candidates: Candidates) -> np.ndarray:
         """The numeric feature columns this scorer reads."""
@@ -280,7 +281,7 @@ def train_answer_scorer(train: Candidates, train_gold: Sequence[set[int]], held:
     data = _subset(train, rows)
     target = target[rows]
     target = target / target.sum(1, keepdims=True)
-    columns = np.asarray([NUMERIC.index(f) for f in features], np.int64)
+    columns = feature_columns(features)
     numeric = data.numeric[..., columns]
     params = _standardise(_init(data.question.shape[1], len(vocabulary.keys), len(columns), config), numeric,
                           data.mask)

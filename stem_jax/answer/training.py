@@ -112,12 +112,11 @@ FOLDS = 0
 
 
 def fold_of(qid: str, folds: int) -> int:
-    """A question's fold in [0, folds): by sha256 of the id, salted so that folds do not follow the planner's
-    held-out split (:func:`stem_jax.data.splits.hash_split`, the same digest's first bytes)."""
-    import hashlib
+    """A question's fold in [0, folds): the bucket of its id (:func:`stem_jax.data.splits.qid_bucket`), salted so
+    that folds do not follow the planner's held-out split."""
+    from stem_jax.data.splits import qid_bucket
 
-    head = hashlib.sha256(f"fold:{qid}".encode()).digest()[:4]
-    return int.from_bytes(head, "little") * folds >> 32
+    return int(qid_bucket(f"fold:{qid}") * folds)  # exact: the bucket is a 32-bit integer over 2**32
 
 
 def out_of_sample_candidates(engine: Any, dataset_spec: Any, config: Any, questions: Sequence[Question], folds: int,
