@@ -8,7 +8,7 @@ scorer's temperature and cut, planned by the stored planner, which never saw the
 
 * ``in``: the stored pattern planner's beams for its own training questions (what train-planner used to do);
 * ``oof``: out-of-sample beams, each fold of the training questions planned by a planner trained on the other folds
-  (``stem_jax.answer.training.out_of_sample_candidates``, what train-planner does now);
+  (``stem_jax.answer.training.out_of_sample_candidates``'s folds; train-planner does this only with ``folds`` > 1);
 * ``oracle``: the gold paths; ``rog``: RoG's three LLM plans that the training file carries (``rog_plans``).
 
 Each scorer is measured in-process on dev candidates from the default planner (beam 4 and 8), gold plans and RoG's
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import pickle
 import sys
 import time
@@ -37,7 +36,7 @@ from stem_jax.answer.features import NUMERIC, NUMERIC_V1, CandidateFeaturizer, T
 from stem_jax.answer.scorer import _subset, concat_candidates, set_metrics, train_answer_scorer  # noqa: E402
 from stem_jax.answer.training import collect_candidates, fold_of, gold_entities  # noqa: E402
 from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
-from stem_jax.config import StemConfig, apply_overrides  # noqa: E402
+from stem_jax.config import StemConfig, apply_overrides, default_cache_dir, default_data_dir  # noqa: E402
 from stem_jax.data.registry import DatasetSpec  # noqa: E402
 from stem_jax.data.splits import qid_bucket  # noqa: E402
 from stem_jax.engine import Engine  # noqa: E402
@@ -108,8 +107,10 @@ def main() -> int:
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "webqsp-scorer")
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
     args = parser.parse_args()
-    data = Path(os.environ.get("STEM_DATA_DIR", ROOT.parent / "shared" / "data")) / "webqsp-r"
-    cache = Path(os.environ.get("STEM_CACHE_DIR", Path.home() / ".cache" / "stem_jax"))
+    if default_data_dir() is None:
+        raise SystemExit("webqsp-r needs STEM_DATA_DIR (the folder holding webqsp-r/)")
+    data = default_data_dir() / "webqsp-r"
+    cache = default_cache_dir()
     src = Sources(data, cache, args.runs)
     dev = {"pattern": src.collect("dev-pattern", "dev", PlannerSpec("pattern")),
            "pattern-b8": src.collect("dev-pattern-b8", "dev", PlannerSpec("pattern"), overrides={"planner.beam": 8}),
