@@ -44,6 +44,46 @@ def answer_depth(steps: np.ndarray, answer_slot: int) -> int:
     return depth if slot == 0 else 0
 
 
+def answer_depths(steps: Sequence[np.ndarray], answer_slots: Sequence[int]) -> np.ndarray:
+    """int64 [R]: :func:`answer_depth` of each (``steps[r]``, ``answer_slots[r]``), in array passes over all the plans.
+
+    The plans are padded into one [R, S] table (a child listed twice keeps its last parent, as the dict does) and every
+    run climbs one parent per pass, for as many passes as the longest plan has distinct children."""
+    n = len(steps)
+    slot = np.asarray(answer_slots, np.int64).reshape(n)
+    if not n:
+        return np.zeros(0, np.int64)
+    rows = [np.asarray(st).reshape(-1, 3) for st in steps]
+    counts = np.fromiter(map(len, rows), np.int64, n)
+    width = int(counts.max())
+    live = np.arange(width) < counts[:, None]  # [R, S]
+    table = np.full((n, width, 3), -1, np.int64)
+    if width:
+        table[live] = np.concatenate(rows)
+    parent, child = table[..., 0], table[..., 1]
+    # distinct children per plan (len of the reference's dict): a child counts at its last listing
+    later = (child[:, :, None] == child[:, None, :]) & live[:, None, :] & np.triu(np.ones((width, width), bool), 1)
+    n_parent = (live & ~later.any(2)).sum(1)
+    # parent of each slot that can be climbed from (positive, within the largest slot named); -1: not listed
+    size = int(max(child.max(initial=0), slot.max(initial=0))) + 1
+    up = np.full((n, size), -1, np.int64)
+    known = np.zeros((n, size), bool)
+    rows_at = np.arange(n)
+    for s in range(width):  # in listing order: a later listing of a child overwrites an earlier one
+        ok = live[:, s] & (child[:, s] > 0)
+        up[rows_at[ok], child[ok, s]] = parent[ok, s]
+        known[rows_at[ok], child[ok, s]] = True
+    depth = np.zeros(n, np.int64)
+    for _ in range(width + 1):  # the reference stops once depth exceeds the number of children
+        at = np.clip(slot, 0, size - 1)
+        step = (slot > 0) & (slot < size) & known[rows_at, at] & (depth <= n_parent)
+        if not step.any():
+            break
+        slot = np.where(step, up[rows_at, at], slot)
+        depth += step
+    return np.where(slot == 0, depth, 0)
+
+
 class ChunkAnswers:
     """The answers of many questions at once: runs are collected as arrays, then every question is ranked
     in a few numpy passes (no per-binding Python), bit for bit as the plain reference
@@ -74,6 +114,20 @@ class ChunkAnswers:
         self._nodes.append(nodes[answer_slot])
         self._scores.append(scores[answer_slot])
         self._run_meta.append((question, beam, float(beam_prob), float(scores[0, 0]), max(depth, 1)))
+
+    def add_runs(self, question: Sequence[int], nodes: Sequence[np.ndarray], scores: Sequence[np.ndarray],
+                 via: Sequence[np.ndarray], answer_slot: Sequence[int], overflow: Sequence[int], *,
+                 beam: Sequence[int], beam_prob: Sequence[float], depth: Sequence[int]) -> None:
+        """Many runs at once, as :meth:`add_run` of each in order: the run fields as sequences of equal length."""
+        question, slots = [int(q) for q in question], [int(a) for a in answer_slot]
+        np.add.at(self.overflow, np.asarray(question, np.int64), np.asarray(overflow, np.int64).reshape(len(question)))
+        self._via.extend([v.reshape(-1) for v in via])
+        self._via_question.extend(question)
+        kept = [r for r, a in enumerate(slots) if a >= 0]
+        self._nodes.extend([nodes[r][slots[r]] for r in kept])
+        self._scores.extend([scores[r][slots[r]] for r in kept])
+        self._run_meta.extend([(question[r], beam[r], float(beam_prob[r]), float(scores[r][0, 0]), max(depth[r], 1))
+                               for r in kept])
 
     def evidence(self) -> list[list[int]]:
         """Per question, its runs' bound triple ids, ascending and distinct."""

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from stem_jax.answer.rank import ChunkAnswers, answer_depth
+from stem_jax.answer.rank import ChunkAnswers, answer_depths
 from stem_jax.config import StemConfig
 from stem_jax.data.types import Dataset, Question
 from stem_jax.encoder.base import TextEncoder
@@ -139,6 +139,15 @@ def steps_bucket(n_steps: int) -> int:
         if n_steps <= bucket:
             return bucket
     raise ValueError(f"schema graph with {n_steps} steps exceeds the largest bucket {STEP_BUCKETS[-1]}")
+
+
+def run_buckets(runs: Sequence[Run]) -> np.ndarray:
+    """int64 [len(runs)]: each run's :attr:`Run.bucket`, in one pass (:func:`steps_bucket` per run, vectorised)."""
+    counts = np.fromiter((len(run.plan.steps) for run in runs), np.int64, len(runs))
+    at = np.searchsorted(STEP_BUCKETS, counts)
+    if len(at) and at.max() >= len(STEP_BUCKETS):
+        steps_bucket(int(counts.max()))  # raises with the per-run message
+    return np.asarray(STEP_BUCKETS, np.int64)[at]
 
 
 def fold_name(name: str) -> str:
@@ -283,8 +292,8 @@ class StemPipeline:
 
         Planning a split notes all its runs at once, so every call of an eval shares one bucket above
         :attr:`SHARED_BUCKET_LEVEL`, whatever the hops of the chunk."""
-        for run in runs:
-            self.shared_bucket = max(self.shared_bucket, run.bucket)
+        buckets = run_buckets(list(runs))
+        self.shared_bucket = max(self.shared_bucket, int(buckets.max(initial=1)))
         return self.shared_bucket
 
     def _named_entities(self, topic: str) -> tuple[int, tuple[tuple[int, int], ...]]:
@@ -337,12 +346,19 @@ class StemPipeline:
         """Whether ``run`` traces with Precision (the plan says so and ``engine.strategy=planner``)."""
         return run.plan.schema.strategy == "Precision" and self.engine.strategy == "planner"
 
-    def groups(self, runs: Sequence[Run]) -> list[tuple[tuple[bool, int], list[int]]]:
-        """Run indices grouped by (Precision?, steps bucket), in the order they are traced."""
-        groups: dict[tuple[bool, int], list[int]] = defaultdict(list)
-        for i, run in enumerate(runs):
-            groups[(self.is_precision(run), run.bucket)].append(i)
-        return sorted(groups.items())
+    def groups(self, runs: Sequence[Run], buckets: np.ndarray | None = None,
+               ) -> list[tuple[tuple[bool, int], list[int]]]:
+        """Run indices grouped by (Precision?, steps bucket), in the order they are traced (``buckets``: the
+        runs' :func:`run_buckets`, when the caller has them)."""
+        buckets = run_buckets(runs) if buckets is None else buckets
+        planner = self.engine.strategy == "planner"  # is_precision, for every run at once
+        precision = np.fromiter((planner and run.plan.schema.strategy == "Precision" for run in runs), bool, len(runs))
+        key = precision * (STEP_BUCKETS[-1] + 1) + buckets  # sorts as (precision, bucket) tuples do
+        order = np.argsort(key, kind="stable")
+        starts = np.flatnonzero(np.r_[True, key[order][1:] != key[order][:-1]]) if len(runs) else np.zeros(0, np.int64)
+        bounds = [*starts.tolist(), len(runs)]
+        return [((bool(precision[order[a]]), int(buckets[order[a]])), order[a:b].tolist())
+                for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
     def ladder_for(self, precision: bool) -> list[TracerShapes]:
         return [self.shapes[True]] if precision else self.ladder
@@ -387,8 +403,11 @@ class StemPipeline:
             anchors[p], anchor_scores[p] = self.anchor(runs, guidance[p], timings, lam=hyper.lam)
         traced = (hypers[0].traced() if n_points == 1 else
                   Hyper(jnp.asarray([h.tau for h in hypers], jnp.float32), jnp.asarray([h.theta for h in hypers], jnp.float32)))
-        groups = self.groups(runs)
-        widest = self.note_buckets(runs)
+        buckets = run_buckets(runs)
+        groups = self.groups(runs, buckets)
+        self.shared_bucket = max(self.shared_bucket, int(buckets.max()))  # note_buckets, with the buckets at hand
+        widest = self.shared_bucket
+        own_slots = (buckets + 1).tolist()  # slots of each run's own bucket: outputs are cut to them
         every_point = frozenset(range(n_points))
         for precision in sorted({precision for (precision, _), _ in groups}):
             ladder = self.ladder_for(precision)
@@ -399,7 +418,7 @@ class StemPipeline:
                 for bucket in sorted(b for lvl, b in list(waiting) if lvl == level):
                     members = waiting.pop((level, bucket))
                     self._trace_level(runs, members, level, bucket, ladder, precision, anchors, anchor_scores,
-                                      guidance, traced, timings, outputs, waiting, widest, grid_batch)
+                                      guidance, traced, timings, outputs, waiting, widest, grid_batch, own_slots)
         return outputs, timings  # type: ignore[return-value]
 
     # From this ladder level up, retried runs of every steps bucket share the widest bucket planned so far
@@ -412,10 +431,11 @@ class StemPipeline:
                      ladder: Sequence[TracerShapes], precision: bool, anchors: np.ndarray, anchor_scores: np.ndarray,
                      guidance: np.ndarray, traced: Hyper, timings: dict[str, float],
                      outputs: list[list[dict[str, np.ndarray] | None]],
-                     waiting: dict[tuple[int, int], dict[int, set[int]]], widest: int, grid_batch: int | None) -> None:
+                     waiting: dict[tuple[int, int], dict[int, set[int]]], widest: int, grid_batch: int | None,
+                     own_slots: Sequence[int]) -> None:
         """Trace ``members`` (run index -> the points that need it) at one ladder level in steps bucket
-        ``bucket``, for every point at once; fitting runs go to ``outputs[point]`` (cut to their own bucket's
-        slots), overflowing ones to ``waiting`` for a higher level."""
+        ``bucket``, for every point at once; fitting runs go to ``outputs[point]`` (cut to ``own_slots[run]``, the
+        slots of their own bucket), overflowing ones to ``waiting`` for a higher level."""
         shapes = ladder[level]
         n_points = len(outputs)
         # Padded to what the whole call needs, not this level's tail: a split-sized call then uses one batch
@@ -455,22 +475,29 @@ class StemPipeline:
             if n_points == 1:  # the plain kernel's [B, ...] arrays as a grid of one point (views)
                 host = jax.tree.map(lambda x: x[None], host)
             fits_by_point = fitting_levels(ladder, host.need[:, : len(chunk)].reshape(-1, 2)).reshape(n_points, -1)
-            for row, i in enumerate(chunk):
-                for p in sorted(members[i]):
-                    fits = int(fits_by_point[p, row])
-                    if host.overflow[p, row] > 0 and halt:
+            # Python lists and per-point arrays read once per batch: the loop below runs once per run and point
+            fits_rows, overflowed = fits_by_point.tolist(), (host.overflow[:, : len(chunk)] > 0).tolist()
+            for p in range(n_points):
+                nodes, scores, via, parents, overflow = (host.nodes[p], host.scores[p], host.via[p], host.parents[p],
+                                                         host.overflow[p])
+                fits_p, overflowed_p, outputs_p = fits_rows[p], overflowed[p], outputs[p]
+                for row, i in enumerate(chunk):
+                    if n_points > 1 and p not in members[i]:
+                        continue
+                    fits = fits_p[row]
+                    if overflowed_p[row] and halt:
                         # the levels between would overflow at the same step: straight to one that fits it
                         target = min(max(fits, level + 1), len(ladder) - 1)
                         shared = widest if target >= self.SHARED_BUCKET_LEVEL else bucket
                         waiting.setdefault((target, shared), {}).setdefault(i, set()).add(p)
                         continue
-                    own = runs[i].bucket + 1  # slots of the run's own bucket
-                    out = {k: getattr(host, k)[p, row][:own] if k != "overflow" else getattr(host, k)[p, row]
-                           for k in OUTPUT_FIELDS}
-                    if host.overflow[p, row] == 0 and fits < level:  # the ladder would have stopped lower
+                    own = own_slots[i]
+                    out = {"nodes": nodes[row, :own], "scores": scores[row, :own], "via": via[row, :own],
+                           "parents": parents[row, :own], "overflow": overflow[row]}
+                    if not overflowed_p[row] and fits < level:  # the ladder would have stopped lower
                         out = narrowed(out, ladder[fits].frontier)
                     out["capacity"] = ladder[min(fits, level)].frontier
-                    outputs[p][i] = out
+                    outputs_p[i] = out
 
     def warm_up(self, step_buckets: Sequence[int], max_runs: int) -> int:
         """Compile every tracer a call of at most ``max_runs`` runs can reach, so warm calls never compile.
@@ -538,13 +565,9 @@ class StemPipeline:
         # A run whose topic id the question names is anchored there whatever the cosine top-N holds
         # (anchor_batch: the highest level present wins, and top-N entries have the lowest), so it
         # needs no pass over the entity table; only the rest go to the device.
-        rest = []
-        for i, run in enumerate(runs):
-            exact = self.exact_anchor(run, guidance_rows[i], lam)
-            if exact is None:
-                rest.append(i)
-            else:
-                anchors[i], scores[i] = exact
+        found, exact, boosted = self.exact_anchors(runs, guidance_rows, lam)
+        anchors[found], scores[found] = exact[found], boosted[found]
+        rest = np.flatnonzero(~found).tolist()
         if rest:
             self._anchor_on_device([runs[i] for i in rest], guidance_rows[rest], anchors, scores, np.asarray(rest), lam)
         timings["anchor"] += time.perf_counter() - began
@@ -566,6 +589,37 @@ class StemPipeline:
         boosted = [np.float32(1.0) * (lam32 if entity in guided else np.float32(1.0)) for entity in exact]
         best = int(np.argmax(boosted))
         return exact[best], boosted[best]
+
+    def named_rows(self, runs: Sequence[Run]) -> tuple[np.ndarray, np.ndarray]:
+        """int32 [len(runs), NAMED_WIDTH] each: the runs' named anchor candidates (KG ids, -1 padded) and their
+        levels (0 padded), as :meth:`anchor_inputs` lays them out."""
+        width = self.NAMED_WIDTH
+        named = np.full((len(runs), width), -1, np.int32)
+        level = np.zeros((len(runs), width), np.int32)
+        rows = [run.named[:width] for run in runs]
+        pairs = [pair for row in rows for pair in row]
+        if pairs:  # the live cells in row-major order are the runs' candidates one after another
+            live = np.arange(width) < np.fromiter(map(len, rows), np.int64, len(rows))[:, None]
+            flat = np.asarray(pairs, np.int64).reshape(-1, 2)
+            named[live], level[live] = flat[:, 0], flat[:, 1]
+        return named, level
+
+    def exact_anchors(self, runs: Sequence[Run], guidance_rows: np.ndarray, lam: float | None = None,
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`exact_anchor` of every run at once: (bool [R] whether the run has one, int32 [R] anchor,
+        float32 [R] score; anchor and score meaningful where it has one)."""
+        named, level = self.named_rows(runs)
+        candidate = (level == EXACT) & (named >= 0)
+        lam32 = np.float32(self.hyper.lam if lam is None else lam)
+        guided = np.zeros(named.shape, bool)
+        if guidance_rows.size and (guidance_rows >= 0).any():
+            live = np.where(guidance_rows >= 0, guidance_rows, -2)  # -2 matches no candidate (padding is -1)
+            guided = (named[:, :, None] == live[:, None, :]).any(-1)
+        boosted = np.float32(1.0) * np.where(guided, lam32, np.float32(1.0)).astype(np.float32)
+        # np.argmax over the candidates alone is the first largest of them: the others sit below every score
+        best = np.argmax(np.where(candidate, boosted, -np.inf), axis=1)
+        rows = np.arange(len(runs))
+        return candidate.any(1), named[rows, best], boosted[rows, best]
 
     def mention_rows(self, runs: Sequence[Run]) -> dict[str, np.ndarray]:
         """Encoder embeddings of the mentions of runs whose topic is known only by name (eq. 8)."""
@@ -617,16 +671,20 @@ class StemPipeline:
         anchor = np.full(size, -1, np.int32)
         anchor_score = np.zeros(size, np.float32)
         forward = np.ones((size, bucket), bool)
-        text_rows = self.text_rows
-        texts = []  # the schema-text rows of every live (run, step), in row-major order of ``mask``
-        for row, run in enumerate(runs):
-            n = run.plan.num_steps
-            steps[row, :n] = run.plan.steps
-            forward[row, :n] = run.plan.orientation()
-            mask[row, :n] = True
-            texts.extend(text_rows[t] for t in run.plan.step_texts())
-        if texts:  # one gather for the batch, not a gather and copy per run
-            step_emb[mask] = self.text_emb[texts]
+        if runs:
+            # The live (run, step) cells of ``mask`` in row-major order are the runs' steps one after another, so
+            # each field is one concatenation and one masked store for the batch, not a store per run.
+            plans = [run.plan for run in runs]
+            counts = np.fromiter((len(p.steps) for p in plans), np.int64, len(plans))
+            if counts.max() > bucket:
+                raise ValueError(f"a plan of {int(counts.max())} steps does not fit steps bucket {bucket}")
+            mask[: len(runs)] = np.arange(bucket) < counts[:, None]
+            steps[mask] = np.concatenate([p.steps for p in plans]).reshape(-1, 3)
+            forward[mask] = np.concatenate([p.orientation() for p in plans])
+            text_rows = self.text_rows
+            texts = [text_rows[t] for p in plans for t in p.step_texts()]
+            if texts:  # one gather for the batch, not a gather and copy per run
+                step_emb[mask] = self.text_emb[texts]
         anchor[: len(runs)] = anchors[: len(runs)]
         anchor_score[: len(runs)] = anchor_scores[: len(runs)]
         guidance = np.full((size, self.shapes[True].guidance), -1, np.int32)
@@ -652,13 +710,25 @@ class StemPipeline:
         exclude: list[tuple[int, int]] = []
         entity_ids = self.index.entity_ids
         for qi, (question, mine, outs) in enumerate(zip(questions, runs, outputs, strict=True)):
+            if len(mine) != len(outs):
+                raise ValueError(f"question {qi} has {len(mine)} runs but {len(outs)} trace outputs")
             if self.engine.exclude_topic:
                 exclude.extend((qi, entity_ids[t]) for t in question.topic_entities if t in entity_ids)
-            for run, out in zip(mine, outs, strict=True):
-                plan = run.plan
-                nodes, via = prune_unreached(out["nodes"], out["via"], out["parents"], plan.steps, plan.constants)
-                chunk.add_run(qi, nodes, out["scores"], via, plan.answer_slot, int(out["overflow"]), beam=run.beam,
-                              beam_prob=run.beam_prob, depth=answer_depth(plan.steps, plan.answer_slot))
+        # every run of the chunk in one list, folded by ChunkAnswers.add_runs (add_run per run, in this order)
+        flat = [(qi, run, out) for qi, (mine, outs) in enumerate(zip(runs, outputs, strict=True))
+                for run, out in zip(mine, outs, strict=True)]
+        if not flat:
+            return chunk, exclude
+        plans = [run.plan for _, run, _ in flat]
+        outs = [out for _, _, out in flat]
+        # a plan without constants to check keeps its bindings as they are (prune_unreached returns them unchanged)
+        pruned = [prune_unreached(out["nodes"], out["via"], out["parents"], plan.steps, plan.constants)
+                  if plan.constants else (out["nodes"], out["via"]) for plan, out in zip(plans, outs, strict=True)]
+        slots = [plan.answer_slot for plan in plans]
+        chunk.add_runs([qi for qi, _, _ in flat], [nodes for nodes, _ in pruned], [out["scores"] for out in outs],
+                       [via for _, via in pruned], slots, [int(out["overflow"]) for out in outs],
+                       beam=[run.beam for _, run, _ in flat], beam_prob=[run.beam_prob for _, run, _ in flat],
+                       depth=answer_depths([plan.steps for plan in plans], slots).tolist())
         return chunk, exclude
 
     def retrieval(self, question: Question, runs: Sequence[Run], outputs: Sequence[dict],
