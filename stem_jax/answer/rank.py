@@ -44,6 +44,13 @@ def answer_depth(steps: np.ndarray, answer_slot: int) -> int:
     return depth if slot == 0 else 0
 
 
+def sorted_unique(keys: np.ndarray) -> np.ndarray:
+    """``np.unique`` of a 1-d array, by a sort: numpy 2's ``np.unique`` hashes first, several times slower on the
+    100,000-key arrays of a chunk."""
+    keys = np.sort(keys)
+    return keys[np.r_[True, keys[1:] != keys[:-1]]] if len(keys) else keys
+
+
 def answer_depths(steps: Sequence[np.ndarray], answer_slots: Sequence[int]) -> np.ndarray:
     """int64 [R]: :func:`answer_depth` of each (``steps[r]``, ``answer_slots[r]``), in array passes over all the plans.
 
@@ -126,19 +133,21 @@ class ChunkAnswers:
         kept = [r for r, a in enumerate(slots) if a >= 0]
         self._nodes.extend([nodes[r][slots[r]] for r in kept])
         self._scores.extend([scores[r][slots[r]] for r in kept])
-        self._run_meta.extend([(question[r], beam[r], float(beam_prob[r]), float(scores[r][0, 0]), max(depth[r], 1))
+        # .item(0) is element [0, 0] of a [slots, F] array, as a Python float (what float(scores[r][0, 0]) gives)
+        self._run_meta.extend([(question[r], beam[r], float(beam_prob[r]), scores[r].item(0), max(depth[r], 1))
                                for r in kept])
 
     def evidence(self) -> list[list[int]]:
         """Per question, its runs' bound triple ids, ascending and distinct."""
         if not self._via:
             return [[] for _ in range(self.n_questions)]
-        sizes = np.fromiter((len(v) for v in self._via), np.int64, len(self._via))
-        triple = np.concatenate(self._via).astype(np.int64)
-        question = np.repeat(np.asarray(self._via_question, np.int64), sizes)
+        sizes = np.fromiter(map(len, self._via), np.int64, len(self._via))
+        triple = np.concatenate(self._via)
         live = triple >= 0
+        question = np.repeat(np.asarray(self._via_question, np.int64), sizes)[live]
+        triple = triple[live].astype(np.int64)
         span = int(triple.max(initial=0)) + 1
-        keys = np.unique(question[live] * span + triple[live])
+        keys = sorted_unique(question * span + triple)
         bounds = np.searchsorted(keys // span, np.arange(self.n_questions + 1))
         triples = (keys % span).tolist()
         return [triples[bounds[q] : bounds[q + 1]] for q in range(self.n_questions)]
@@ -164,7 +173,7 @@ class ChunkAnswers:
         live = entity >= 0
         if never is not None:
             live &= ~never[np.maximum(entity, 0)]
-        excluded = np.unique(np.fromiter((q * span + e for q, e in exclude if 0 <= e < span), np.int64))
+        excluded = sorted_unique(np.fromiter((q * span + e for q, e in exclude if 0 <= e < span), np.int64))
         if excluded.size:  # a few per question: binary search beats np.isin's sort of every binding
             live &= excluded[np.minimum(np.searchsorted(excluded, pair), excluded.size - 1)] != pair
         run, entity, score, question, pair = run[live], entity[live], score[live], question[live], pair[live]

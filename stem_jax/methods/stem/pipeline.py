@@ -715,19 +715,19 @@ class StemPipeline:
             if self.engine.exclude_topic:
                 exclude.extend((qi, entity_ids[t]) for t in question.topic_entities if t in entity_ids)
         # every run of the chunk in one list, folded by ChunkAnswers.add_runs (add_run per run, in this order)
-        flat = [(qi, run, out) for qi, (mine, outs) in enumerate(zip(runs, outputs, strict=True))
-                for run, out in zip(mine, outs, strict=True)]
+        flat = [run for mine in runs for run in mine]
         if not flat:
             return chunk, exclude
-        plans = [run.plan for _, run, _ in flat]
-        outs = [out for _, _, out in flat]
+        plans = [run.plan for run in flat]
+        outs = [out for mine in outputs for out in mine]
         # a plan without constants to check keeps its bindings as they are (prune_unreached returns them unchanged)
         pruned = [prune_unreached(out["nodes"], out["via"], out["parents"], plan.steps, plan.constants)
                   if plan.constants else (out["nodes"], out["via"]) for plan, out in zip(plans, outs, strict=True)]
         slots = [plan.answer_slot for plan in plans]
-        chunk.add_runs([qi for qi, _, _ in flat], [nodes for nodes, _ in pruned], [out["scores"] for out in outs],
-                       [via for _, via in pruned], slots, [int(out["overflow"]) for out in outs],
-                       beam=[run.beam for _, run, _ in flat], beam_prob=[run.beam_prob for _, run, _ in flat],
+        chunk.add_runs([qi for qi, mine in enumerate(runs) for _ in mine], [nodes for nodes, _ in pruned],
+                       [out["scores"] for out in outs], [via for _, via in pruned], slots,
+                       [int(out["overflow"]) for out in outs], beam=[run.beam for run in flat],
+                       beam_prob=[run.beam_prob for run in flat],
                        depth=answer_depths([plan.steps for plan in plans], slots).tolist())
         return chunk, exclude
 
@@ -759,18 +759,21 @@ class StemPipeline:
         evidence = chunk.evidence()
         theta = round(float(hyper.theta), 6)  # effective θ (calibrated, --tracer.theta or a grid point's)
         results = []
+        overflow = chunk.overflow.tolist()
+        stage = stage_ms or {}
         for qi, (question, mine, outs) in enumerate(zip(questions, runs, outputs, strict=True)):
+            schemas = [r.plan.schema for r in mine]
             info = {
-                "strategies": sorted({r.plan.schema.strategy for r in mine}),
-                "plans": [r.plan.schema.describe() for r in mine],
-                "capacity": max((int(o.get("capacity", 0)) for o in outs), default=0),
+                "strategies": sorted({schema.strategy for schema in schemas}),
+                "plans": [schema.describe() for schema in schemas],
+                "capacity": max([int(o.get("capacity", 0)) for o in outs], default=0),
                 "theta": theta,
                 "runs": len(mine),
             }
             if support[qi] is not None:
                 info["support"] = round(float(support[qi]), 6)
             results.append(Retrieval(question.qid, answers=ranked[qi], evidence=evidence[qi],
-                                     stage_ms=dict(stage_ms or {}), info=info, overflow=int(chunk.overflow[qi])))
+                                     stage_ms=dict(stage), info=info, overflow=overflow[qi]))
         self._note_unmatched(runs, outputs, results, exclude)
         return results
 

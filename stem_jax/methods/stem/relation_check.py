@@ -76,17 +76,22 @@ def runs_with_unmatched_steps(index: KGIndex, steps: Sequence[np.ndarray], nodes
     for shape, members in groups.items():
         slots = shape[0]
         rows = np.arange(len(members))
-        n = np.stack([np.asarray(nodes[i]) for i in members])  # [R, slots, F]
-        v = np.stack([np.asarray(via[i]) for i in members])
+        n = np.stack([nodes[i] for i in members])  # [R, slots, F]
+        v = np.stack([via[i] for i in members])
+        # plans and excluded ids padded into [R, width] tables: the live cells in row-major order are the runs'
+        # entries one after another, so each table is one concatenation and one masked store
         plans = [np.asarray(steps[i]).reshape(-1, 3) for i in members]
-        width = max((len(p) for p in plans), default=0)
+        counts = np.fromiter(map(len, plans), np.int64, len(plans))
+        width = int(counts.max(initial=0))
         plan = np.full((len(members), width, 3), -1, np.int64)
-        for r, p in enumerate(plans):
-            plan[r, : len(p)] = p
-        widest = max((len(excluded[i]) for i in members), default=0)
-        banned = np.full((len(members), max(widest, 1)), -1, np.int64)
-        for r, i in enumerate(members):
-            banned[r, : len(excluded[i])] = sorted(excluded[i])
+        if width:
+            plan[np.arange(width) < counts[:, None]] = np.concatenate(plans)
+        banned_rows = [sorted(excluded[i]) for i in members]
+        sizes = np.fromiter(map(len, banned_rows), np.int64, len(members))
+        banned = np.full((len(members), max(int(sizes.max(initial=0)), 1)), -1, np.int64)
+        flat = [e for row in banned_rows for e in row]
+        if flat:
+            banned[np.arange(banned.shape[1]) < sizes[:, None]] = flat
         for s in range(width):
             child, relation = plan[:, s, 1], plan[:, s, 2]
             checked = (relation >= 0) & (child >= 0) & (child < slots)
