@@ -162,21 +162,23 @@ class ChunkAnswers:
         out: list[list[tuple[int, float]]] = [[] for _ in range(self.n_questions)]
         if not self._nodes:
             return out
-        sizes = np.fromiter((len(n) for n in self._nodes), np.int64, len(self._nodes))
+        sizes = np.fromiter(map(len, self._nodes), np.int64, len(self._nodes))
         meta = np.asarray(self._run_meta, np.float64)  # question, beam, prob, anchor score, depth per run
-        run = np.repeat(np.arange(len(sizes)), sizes)
-        entity = np.concatenate(self._nodes).astype(np.int64)
-        score = np.concatenate(self._scores).astype(np.float64)
-        question = meta[run, 0].astype(np.int64)
-        span = int(entity.max(initial=0)) + 1
-        pair = question * span + entity  # (question, entity) key
+        # empty slots (most of a Breadth run's width) are dropped before any other pass over the bindings
+        entity = np.concatenate(self._nodes)
         live = entity >= 0
         if never is not None:
             live &= ~never[np.maximum(entity, 0)]
+        run = np.repeat(np.arange(len(sizes)), sizes)[live]
+        entity = entity[live].astype(np.int64)
+        score = np.concatenate(self._scores)[live].astype(np.float64)
+        question = meta[run, 0].astype(np.int64)
+        span = int(entity.max(initial=0)) + 1  # above every live entity: the pair keys below stay distinct
+        pair = question * span + entity  # (question, entity) key
         excluded = sorted_unique(np.fromiter((q * span + e for q, e in exclude if 0 <= e < span), np.int64))
         if excluded.size:  # a few per question: binary search beats np.isin's sort of every binding
-            live &= excluded[np.minimum(np.searchsorted(excluded, pair), excluded.size - 1)] != pair
-        run, entity, score, question, pair = run[live], entity[live], score[live], question[live], pair[live]
+            keep = excluded[np.minimum(np.searchsorted(excluded, pair), excluded.size - 1)] != pair
+            run, entity, score, question, pair = run[keep], entity[keep], score[keep], question[keep], pair[keep]
         if not len(pair):
             return out
         # One stable sort groups the bindings by (question, entity[, beam]); a stable sort keeps each group in

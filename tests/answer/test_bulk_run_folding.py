@@ -63,3 +63,21 @@ def test_add_runs_equals_add_run_in_order(seed):
         assert bulk.ranked(rule, cut_at, gap) == one.ranked(rule, cut_at, gap)
     assert bulk.evidence() == one.evidence()
     assert bulk.overflow.tolist() == one.overflow.tolist()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_never_mask_ranks_as_excluding_those_entities_everywhere(seed):
+    """``never`` (mediators) drops an entity for every question, as listing it in ``exclude`` for each does."""
+    rng = np.random.default_rng(100 + seed)
+    n_questions = int(rng.integers(1, 5))
+    chunk = ChunkAnswers(n_questions)
+    for _ in range(int(rng.integers(1, 15))):
+        r = _random_run(rng)
+        chunk.add_run(int(rng.integers(0, n_questions)), r["nodes"], r["scores"], r["via"], r["answer_slot"],
+                      r["overflow"], beam=r["beam"], beam_prob=r["prob"], depth=r["depth"])
+    never = rng.random(14) < 0.3
+    own = [(q, int(e)) for q in range(n_questions) for e in rng.integers(0, 12, 2)]
+    everywhere = own + [(q, int(e)) for q in range(n_questions) for e in np.flatnonzero(never)]
+    for rule, cut_at, gap in [("max", 0.0, math.inf), ("beam", 0.5, 0.25)]:
+        assert chunk.ranked(rule, cut_at, gap, exclude=own, never=never) == chunk.ranked(rule, cut_at, gap,
+                                                                                          exclude=everywhere)

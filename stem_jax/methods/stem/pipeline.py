@@ -707,13 +707,14 @@ class StemPipeline:
         :class:`~stem_jax.answer.rank.ChunkAnswers`, and the (question, entity) pairs never to return (the
         topic entities, when ``engine.exclude_topic``): what :meth:`retrievals` ranks."""
         chunk = ChunkAnswers(len(questions))
-        exclude: list[tuple[int, int]] = []
-        entity_ids = self.index.entity_ids
-        for qi, (question, mine, outs) in enumerate(zip(questions, runs, outputs, strict=True)):
+        if not len(questions) == len(runs) == len(outputs):
+            raise ValueError(f"{len(questions)} questions, {len(runs)} run lists and {len(outputs)} output lists")
+        for qi, (mine, outs) in enumerate(zip(runs, outputs, strict=True)):
             if len(mine) != len(outs):
                 raise ValueError(f"question {qi} has {len(mine)} runs but {len(outs)} trace outputs")
-            if self.engine.exclude_topic:
-                exclude.extend((qi, entity_ids[t]) for t in question.topic_entities if t in entity_ids)
+        entity_ids = self.index.entity_ids
+        exclude = [(qi, entity_ids[t]) for qi, question in enumerate(questions) for t in question.topic_entities
+                   if t in entity_ids] if self.engine.exclude_topic else []
         # every run of the chunk in one list, folded by ChunkAnswers.add_runs (add_run per run, in this order)
         flat = [run for mine in runs for run in mine]
         if not flat:
