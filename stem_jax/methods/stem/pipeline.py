@@ -680,7 +680,11 @@ class StemPipeline:
                 raise ValueError(f"a plan of {int(counts.max())} steps does not fit steps bucket {bucket}")
             mask[: len(runs)] = np.arange(bucket) < counts[:, None]
             steps[mask] = np.concatenate([p.steps for p in plans]).reshape(-1, 3)
-            forward[mask] = np.concatenate([p.orientation() for p in plans])
+            # each plan's orientation() (its forward flags, all True when unknown), read off the tuples in one pass
+            rows = [p.forward if p.forward is not None else (True,) * len(p.steps) for p in plans]
+            if not np.array_equal(np.fromiter(map(len, rows), np.int64, len(rows)), counts):
+                rows = [p.orientation() for p in plans]  # raises on the plan whose flags do not fit its steps
+            forward[mask] = [f for row in rows for f in row]
             text_rows = self.text_rows
             texts = [text_rows[t] for p in plans for t in p.step_texts()]
             if texts:  # one gather for the batch, not a gather and copy per run
