@@ -227,6 +227,7 @@ def stem_query_all(state, runs) -> list[set[int]]:
         method.prepare(questions)
         method.retrieve(questions[:2048])
         state["warm"] = True
+        gc.freeze()  # eval settles the heap after planning too (eval.loop.settled_heap): the plans made just now
     chunk = method.context.config.engine.chunk_questions
     answers: list[set[int]] = []
     for start in range(0, len(questions), chunk):
@@ -335,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
           + ("\n\nSkipped: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()) if skipped else "")
           + ("\n\nstem_jax rows: the whole split per round in 2,048-question chunks (`StemMethod.retrieve`: anchor, "
              "trace scoring every incident triple semantically, answer ranking), planning and schema-text encoding done "
-             "before the rounds; the peers answer one question per call. Agreement for stem_jax = its answer set "
+             "before the rounds and the heap settled after them (`gc.freeze`, as `stem-jax eval` does); the peers answer one question per call. Agreement for stem_jax = its answer set "
              "equals the exact walk's (STEM's own accuracy, not a correctness check)."
              if any(n in BATCH_ENGINES for n in names) else ""))
     name = f"peers-graphdb-metaqa-{args.label}" if args.label else "peers-graphdb-metaqa"
