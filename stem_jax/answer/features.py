@@ -195,9 +195,12 @@ class CandidateFeaturizer:
         return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-9)
 
     def __call__(self, questions: Sequence[Question], runs: Sequence[Sequence], outputs: Sequence[Sequence[dict]],
-                 ranked: Sequence[Sequence[tuple[int, float]]]) -> Candidates:
+                 ranked: Sequence[Sequence[tuple[int, float]]],
+                 pruned: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]] | None = None) -> Candidates:
         """``runs[i]``/``outputs[i]``: question i's traced runs (``pipeline.Run`` and its output arrays);
-        ``ranked[i]``: the tracer's ranking of its entities, uncut."""
+        ``ranked[i]``: the tracer's ranking of its entities, uncut; ``pruned[i][k]``: run k's (nodes, via) with
+        unreached bindings pruned, when the caller has them (:meth:`StemPipeline.fold_chunk` made them), else
+        pruned here."""
         from stem_jax.answer.rank import answer_depth
 
         n, m, v = len(questions), self.max_candidates, len(self.vocabulary.keys)
@@ -207,18 +210,19 @@ class CandidateFeaturizer:
         qvec = self.questions(questions)
         per_question: list[dict[int, list]] = []
         relation_ids: set[int] = set()
-        for mine, outs in zip(runs, outputs, strict=True):
+        for qi, (mine, outs) in enumerate(zip(runs, outputs, strict=True)):
             # entity -> [fair, cumulative, beams, best beam, plan answers, relations, best plan prob, plan paths,
             #            exact relation, min depth]
             seen: dict[int, list] = {}
             joins: set[int] = set()  # the nodes the plans walked through (neither anchor nor answer)
             n_beams = max((r.beam for r in mine), default=0) + 1
-            for run, out in zip(mine, outs, strict=True):
+            for k, (run, out) in enumerate(zip(mine, outs, strict=True)):
                 plan = run.plan
                 slot = plan.answer_slot
                 if slot < 0:
                     continue
-                nodes, via = prune_unreached(out["nodes"], out["via"], out["parents"], plan.steps, plan.constants)
+                nodes, via = (pruned[qi][k] if pruned is not None else
+                              prune_unreached(out["nodes"], out["via"], out["parents"], plan.steps, plan.constants))
                 scores = np.asarray(out["scores"])
                 live = nodes[slot] >= 0
                 ents = nodes[slot][live].tolist()

@@ -353,5 +353,7 @@ class ScoredAnswers:
                 "temperature": self.scorer.temperature}
 
     def __call__(self, questions: Sequence, runs: Sequence, outputs: Sequence,
-                 ranked: Sequence[Sequence[tuple[int, float]]]) -> list[list[tuple[int, float]]]:
-        return self.scorer.rerank(self.featurizer(questions, runs, outputs, ranked))
+                 ranked: Sequence[Sequence[tuple[int, float]]], pruned: Sequence | None = None,
+                 ) -> list[list[tuple[int, float]]]:
+        """``pruned``: the runs' pruned (nodes, via) per question, as :class:`CandidateFeaturizer` takes them."""
+        return self.scorer.rerank(self.featurizer(questions, runs, outputs, ranked, pruned))

@@ -33,8 +33,9 @@ class CandidateCollector:
         self.qids: list[str] = []
 
     def __call__(self, questions: Sequence[Question], runs: Sequence, outputs: Sequence,
-                 ranked: Sequence[Sequence[tuple[int, float]]]) -> list[list[tuple[int, float]]]:
-        self.parts.append(self.featurizer(questions, runs, outputs, ranked))
+                 ranked: Sequence[Sequence[tuple[int, float]]], pruned: Sequence | None = None,
+                 ) -> list[list[tuple[int, float]]]:
+        self.parts.append(self.featurizer(questions, runs, outputs, ranked, pruned))
         self.qids.extend(q.qid for q in questions)
         return [list(r) for r in ranked]
 

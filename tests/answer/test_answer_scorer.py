@@ -200,3 +200,39 @@ def test_out_of_sample_candidates_plan_every_question_once_by_a_planner_that_nev
     assert len(candidates.entities) == len(questions) and candidates.mask[:, 0].mean() > 0.5
     assert [fold_of(q.qid, 2) for q in planned] == sorted(fold_of(q.qid, 2) for q in planned)  # fold by fold
     assert not any((tmp_path / "work").iterdir())  # the fold planners are removed
+
+
+def test_the_featurizer_reads_the_pruned_bindings_it_is_given(linked):
+    """The pipeline hands the scorer the bindings fold_chunk pruned; the featurizer reads those instead of pruning
+    again, and with none given prunes the outputs itself to the same candidates."""
+    import dataclasses
+
+    from stem_jax.answer.features import CandidateFeaturizer
+
+    engine, scorer, held, _, _ = linked
+    method = engine.method("stem")
+    method.prepare(held)
+    pipeline = method.pipeline
+    runs = [method.runs[q.qid] for q in held]
+    flat, _ = pipeline.trace([r for mine in runs for r in mine], method.hyper)
+    starts = np.cumsum([0, *map(len, runs)]).tolist()
+    outputs = [flat[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    chunk, _, pruned = pipeline._fold_chunk(held, runs, outputs)
+    ranked = chunk.ranked("beam")
+    featurizer = CandidateFeaturizer(engine.index, engine.dataset.entity_names, scorer.vocabulary, engine.encoder.encode)
+    per_question = [pruned[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True)]
+
+    def same(one: Candidates, other: Candidates) -> bool:
+        ragged = ("entities", "base")  # a list of arrays per question
+        return all(np.array_equal(x, y) for name in ragged
+                   for x, y in zip(getattr(one, name), getattr(other, name), strict=True)) and \
+            all(np.array_equal(getattr(one, f.name), getattr(other, f.name))
+                for f in dataclasses.fields(Candidates) if f.name not in ragged)
+
+    assert same(featurizer(held, runs, outputs, ranked, per_question), featurizer(held, runs, outputs, ranked))
+    # bindings dropped from what it is given are gone from its candidates, as from outputs that never had them
+    cut = [[(np.where(np.arange(n.shape[1]) == 0, n, -1), np.where(np.arange(n.shape[1]) == 0, v, -1))
+            for n, v in mine] for mine in per_question]
+    cut_outputs = [[{**out, "nodes": n, "via": v} for out, (n, v) in zip(outs, mine, strict=True)]
+                   for outs, mine in zip(outputs, cut, strict=True)]
+    assert same(featurizer(held, runs, outputs, ranked, cut), featurizer(held, runs, cut_outputs, ranked))

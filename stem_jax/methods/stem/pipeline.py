@@ -710,6 +710,12 @@ class StemPipeline:
         """The questions' traced runs (``runs[i]``, ``outputs[i]``, unreached bindings pruned) folded into one
         :class:`~stem_jax.answer.rank.ChunkAnswers`, and the (question, entity) pairs never to return (the
         topic entities, when ``engine.exclude_topic``): what :meth:`retrievals` ranks."""
+        chunk, exclude, _ = self._fold_chunk(questions, runs, outputs)
+        return chunk, exclude
+
+    def _fold_chunk(self, questions: Sequence[Question], runs: Sequence[Sequence[Run]], outputs: Sequence[Sequence[dict]],
+                    ) -> tuple[ChunkAnswers, list[tuple[int, int]], list[tuple[np.ndarray, np.ndarray]]]:
+        """:meth:`fold_chunk`, and every run's pruned (nodes, via) in chunk order (the answer scorer reads them)."""
         chunk = ChunkAnswers(len(questions))
         if not len(questions) == len(runs) == len(outputs):
             raise ValueError(f"{len(questions)} questions, {len(runs)} run lists and {len(outputs)} output lists")
@@ -722,7 +728,7 @@ class StemPipeline:
         # every run of the chunk in one list, folded by ChunkAnswers.add_runs (add_run per run, in this order)
         flat = [run for mine in runs for run in mine]
         if not flat:
-            return chunk, exclude
+            return chunk, exclude, []
         plans = [run.plan for run in flat]
         outs = [out for mine in outputs for out in mine]
         # a plan without constants to check keeps its bindings as they are (prune_unreached returns them unchanged)
@@ -734,7 +740,7 @@ class StemPipeline:
                        [int(out["overflow"]) for out in outs], beam=[run.beam for run in flat],
                        beam_prob=[run.beam_prob for run in flat],
                        depth=answer_depths([plan.steps for plan in plans], slots).tolist())
-        return chunk, exclude
+        return chunk, exclude, pruned
 
     def retrieval(self, question: Question, runs: Sequence[Run], outputs: Sequence[dict],
                   stage_ms: dict[str, float] | None = None, hyper: StemHyper | None = None) -> Retrieval:
@@ -749,7 +755,7 @@ class StemPipeline:
         ``info``. The questions are ranked together (:meth:`fold_chunk`)."""
         hyper = self.resolve(hyper)
         engine = self.engine
-        chunk, exclude = self.fold_chunk(questions, runs, outputs)
+        chunk, exclude, pruned = self._fold_chunk(questions, runs, outputs)
         # the gap depends on each question's runs (guided or not)
         # a learned answer scorer (stem_jax/answer/scorer.py) re-ranks the uncut ranking and cuts the set itself
         scorer = self.answer_scorer
@@ -758,7 +764,9 @@ class StemPipeline:
         support: list[float | None] = [None] * len(questions)
         if scorer is not None:
             tracer = [dict(r) for r in ranked]
-            ranked = scorer(questions, runs, outputs, ranked)
+            starts = np.cumsum([0, *map(len, runs)]).tolist()  # each question's runs in the chunk order of ``pruned``
+            ranked = scorer(questions, runs, outputs, ranked,
+                            pruned=[pruned[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True)])
             # confidence stays the plans' agreement: the beam support of the answer the scorer puts first
             support = [tracer[qi].get(r[0][0], 0.0) if r else 0.0 for qi, r in enumerate(ranked)]
         evidence = chunk.evidence()
