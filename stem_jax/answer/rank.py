@@ -32,6 +32,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from stem_jax.kg.subgraph import sorted_unique
+
 RANKINGS = ("beam", "max")
 
 
@@ -42,13 +44,6 @@ def answer_depth(steps: np.ndarray, answer_slot: int) -> int:
     while slot > 0 and slot in parent and depth <= len(parent):
         slot, depth = parent[slot], depth + 1
     return depth if slot == 0 else 0
-
-
-def sorted_unique(keys: np.ndarray) -> np.ndarray:
-    """``np.unique`` of a 1-d array, by a sort: numpy 2's ``np.unique`` hashes first, several times slower on the
-    100,000-key arrays of a chunk."""
-    keys = np.sort(keys)
-    return keys[np.r_[True, keys[1:] != keys[:-1]]] if len(keys) else keys
 
 
 def answer_depths(steps: Sequence[np.ndarray], answer_slots: Sequence[int]) -> np.ndarray:
