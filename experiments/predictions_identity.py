@@ -12,8 +12,10 @@ test; ``--flags`` adds any eval flags, e.g. ``'--hops 2 --limit 500'``) with tha
 compares the two ``predictions.jsonl`` question by question: answers in order, answer scores, evidence
 triples, evidence count, coverage, overflow and θ. Cases ``sweep-*`` run ``stem-jax sweep`` and compare
 every grid point's predictions; ``demo-command`` runs ``stem-jax demo`` and compares both of its engines'.
-Writes ``experiments/results/predictions-identity-<dataset>[-<label>].{json,md}`` and exits 1 when any
-question differs.
+Writes ``experiments/results/predictions-identity-<dataset>[-<label>].{json,md}`` (eval cases with Hit@1 and
+F1 per hop at both sides, what a difference cost) and exits 1 when any question differs. GNN guidance tables
+are cached under the cache folder by checkpoint and inputs, not by code: the second side of a ``*-gnn`` case
+reads the first side's table unless it is moved aside between the two.
 """
 
 from __future__ import annotations
@@ -125,6 +127,7 @@ def compare(before: Path, after: Path) -> dict:
         b.update({name + qid: r for qid, r in read(files_b[name]).items()})
     per_hop: Counter = Counter()
     differ: Counter = Counter()
+    answers: Counter = Counter()  # questions whose answer list itself differs (not only scores or evidence)
     fields: Counter = Counter()
     examples = []
     for qid in sorted(set(a) | set(b)):
@@ -134,11 +137,21 @@ def compare(before: Path, after: Path) -> dict:
         changed = ["missing"] if x is None or y is None else [k for k in COMPARED if x.get(k) != y.get(k)]
         if changed:
             differ[hop] += 1
+            answers[hop] += "missing" in changed or "prediction" in changed
             fields.update(changed)
             if len(examples) < 10:
                 examples.append({"id": qid, "fields": changed})
-    return {"questions": dict(per_hop), "differ": dict(differ), "fields": dict(fields), "examples": examples,
-            "identical": not differ}
+    return {"questions": dict(per_hop), "differ": dict(differ), "answers_differ": dict(answers), "fields": dict(fields),
+            "examples": examples, "identical": not differ}
+
+
+def hop_scores(folder: Path) -> dict[str, dict[str, float]]:
+    """Hit@1 and F1 per hop from an eval run's metrics.json ({} for sweeps and the demo): what a difference cost."""
+    path = folder / "metrics.json"
+    if not path.is_file():
+        return {}
+    groups = json.loads(path.read_text()).get("groups", {})
+    return {hop: {k: group["mean"][k] for k in ("hit_at_1", "f1")} for hop, group in groups.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="", help="results go to predictions-identity-DATASET[-LABEL].*")
     parser.add_argument("--flags", default="", help="more eval flags, e.g. '--hops 2 --limit 500' (the run folders "
                         "are named with --label then, so a sample never reuses a full run)")
+    parser.add_argument("--after-flags", default="", help="eval flags for the after side only, e.g. a setting the "
+                        "before commit lacks set to its old behaviour ('--encoder.dot_dtype float32'); its folder is "
+                        "named with --label")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "identity")
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
     args = parser.parse_args(argv)
@@ -167,19 +183,27 @@ def main(argv: list[str] | None = None) -> int:
             flags += ["--gnn-checkpoint", str(args.gnn_checkpoint)]
         folders, seconds = {}, {}
         for side, (sha, tree) in trees.items():
+            extra = shlex.split(args.after_flags) if side == "after" else []
             # MetaQA's folders keep their earlier names, so runs made before --dataset are reused
             name = f"{sha}-{case}" if args.dataset == "metaqa" else f"{sha}-{args.dataset}-{case}"
-            folders[side] = args.runs / (name + (f"-{args.label}" if args.flags and args.label else ""))
-            seconds[side] = run_eval(tree, folders[side], flags, log, args.dataset, args.split)
+            folders[side] = args.runs / (name + (f"-{args.label}" if (args.flags or extra) and args.label else ""))
+            seconds[side] = run_eval(tree, folders[side], flags + extra, log, args.dataset, args.split)
         result = compare(folders["before"], folders["after"])
-        result.update(flags=flags, seconds=seconds, folders={k: shown(v) for k, v in folders.items()})
+        result.update(flags=flags, seconds=seconds, folders={k: shown(v) for k, v in folders.items()},
+                      scores={side: hop_scores(folder) for side, folder in folders.items()})
         results[case] = result
         for hop in sorted(result["questions"]):
-            rows.append([case, hop, result["questions"][hop], result["differ"].get(hop, 0)])
+            row = [case, hop, result["questions"][hop], result["differ"].get(hop, 0), result["answers_differ"].get(hop, 0)]
+            for key in ("hit_at_1", "f1"):  # in percent, as eval's tables
+                row += [f"{100 * result['scores'][side][hop][key]:.3f}" if hop in result["scores"][side] else ""
+                        for side in ("before", "after")]
+            rows.append(row)
     names = {side: sha for side, (sha, _) in trees.items()}
-    table = markdown_table(["case", "hops", "questions", "differ"], rows)
+    table = markdown_table(["case", "hops", "questions", "differ", "answers differ", "Hit@1 before", "Hit@1 after",
+                            "F1 before", "F1 after"], rows)
+    after_flags = f" with `{args.after_flags}`" if args.after_flags else ""
     text = (f"`stem-jax eval --dataset {args.dataset} --split {args.split} {args.flags}` at {names['before']} (before) and {names['after']} "
-            f"(after), compared per question on {', '.join(COMPARED)}.\n\nCommand: `python "
+            f"(after{after_flags}), compared per question on {', '.join(COMPARED)}.\n\nCommand: `python "
             f"experiments/predictions_identity.py {shlex.join(argv if argv is not None else sys.argv[1:])}`\n\n{table}\n")
     for case, result in results.items():
         text += f"\n{case}: {'identical' if result['identical'] else 'DIFFERENT: ' + json.dumps(result['fields'])}\n"
