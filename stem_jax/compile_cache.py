@@ -9,6 +9,8 @@ The results are the same executables, so outputs do not change.
 
 ``STEM_COMPILE_CACHE`` turns it off (``0``, ``off``, ``false``) or names another folder. A folder
 that cannot be written (a read-only cache) leaves the cache off: compiling is only slower.
+``JAX_COMPILATION_CACHE_MAX_SIZE`` (bytes; ``-1``: no limit) replaces the 1 GiB limit; with a limit, JAX
+reads every entry's size and access time on each write, which adds up in a folder of thousands of programs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 ENV = "STEM_COMPILE_CACHE"
 FOLDER = "xla-compiled"
 MAX_BYTES = 1 << 30  # least recently used executables are dropped past 1 GiB
+MAX_BYTES_ENV = "JAX_COMPILATION_CACHE_MAX_SIZE"  # JAX's own variable for that limit
 
 _enabled: Path | None = None
 
@@ -56,6 +59,7 @@ def enable_compile_cache(cache_root: Path) -> Path | None:
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # small tracers add up to seconds
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+    # a caller's own limit wins (-1: no limit, so no scan of the whole folder on each write)
+    jax.config.update("jax_compilation_cache_max_size", int(os.environ.get(MAX_BYTES_ENV, MAX_BYTES)))
     _enabled = folder
     return folder

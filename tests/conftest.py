@@ -4,9 +4,9 @@ test file's basename is unique across tests/; the helper modules here (fuzz_inpu
 import as top-level modules because this file puts its folder on sys.path (also where the folders are
 packages, as in Bazel's runfiles)."""
 
+import hashlib
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,11 +15,38 @@ if str(Path(__file__).parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).parent))
 
 
+TEST_COMPILE_CACHE_PREFIX = "xla-compiled-tests-"
+TEST_COMPILE_CACHE_BYTES = 1 << 30  # past this, a session starts by dropping the oldest half of the programs
+
+
+def _test_compile_cache_folder() -> Path:
+    """Where the suite keeps compiled XLA programs between runs: beside the users' own cache (``$STEM_CACHE_DIR``,
+    else ``~/.cache/stem_jax``), in a folder of its own named after the XLA_FLAGS in effect, so the programs
+    compiled under the flags below never mix with the tuned ones the CLI keeps in ``xla-compiled``."""
+    from stem_jax.config import default_cache_dir
+
+    flags = " ".join(sorted(os.environ.get("XLA_FLAGS", "").split()))
+    return default_cache_dir() / (TEST_COMPILE_CACHE_PREFIX + hashlib.sha256(flags.encode()).hexdigest()[:8])
+
+
+def _prune_compile_cache(folder: Path, max_bytes: int) -> None:
+    """Keep the folder under ``max_bytes`` with one scan per session: JAX's own limit would scan the whole
+    folder on every write (thousands of writes in a first run), so the test processes run without one."""
+    try:
+        entries = sorted((p.stat().st_mtime_ns, p.stat().st_size, p) for p in folder.glob("*-cache"))
+    except OSError:  # no folder yet, or an entry another run removed meanwhile
+        return
+    total = sum(size for _, size, _ in entries)
+    if total <= max_bytes:
+        return
+    for _, size, path in entries:  # oldest first, down to half, so the next prune is many new programs away
+        if total <= max_bytes // 2:
+            break
+        path.unlink(missing_ok=True)
+        total -= size
+
+
 def pytest_configure(config):
-    """One XLA compilation cache for the whole session, subprocesses included: each CLI subprocess would
-    otherwise compile the same tracers again (or fill a cache per test's own STEM_CACHE_DIR)."""
-    if "STEM_COMPILE_CACHE" not in os.environ:
-        os.environ["STEM_COMPILE_CACHE"] = tempfile.mkdtemp(prefix="stem-jax-xla-")
     # Most of the suite's CPU time is XLA compiling small test shapes (thousands of distinct programs), and most
     # of a CPU compile is LLVM optimising code that then runs for microseconds. These flags skip that work: the
     # programs, and so every result the tests compare, are the same; only their machine code is less tuned
@@ -28,6 +55,23 @@ def pytest_configure(config):
     # XLA_FLAGS is left alone.
     if "XLA_FLAGS" not in os.environ:
         os.environ["XLA_FLAGS"] = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+    # One persistent XLA compilation cache for the test processes and the CLI subprocesses they start, kept
+    # between runs: a repeated run loads the executables of unchanged programs instead of compiling them again.
+    # JAX keys each entry by the program, compile options, XLA flags, jaxlib version and device, so a changed
+    # program compiles afresh and results are those of the same executables. $STEM_COMPILE_CACHE names another
+    # folder or turns it off (0, off, false, no); a folder that cannot be written leaves compiling uncached.
+    if "STEM_COMPILE_CACHE" not in os.environ:
+        folder = _test_compile_cache_folder()
+        os.environ["STEM_COMPILE_CACHE"] = str(folder)
+        # no size limit in the test processes and the CLI subprocesses (JAX's variable, read by compile_cache too);
+        # the controller (or the only process) prunes once instead, before any worker starts
+        os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", "-1")
+        if not hasattr(config, "workerinput"):
+            _prune_compile_cache(folder, TEST_COMPILE_CACHE_BYTES)
+    from stem_jax.compile_cache import enable_compile_cache
+    from stem_jax.config import default_cache_dir
+
+    enable_compile_cache(default_cache_dir())  # in the folder $STEM_COMPILE_CACHE names (programs of ~20 KB each)
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
-"""XLA's persistent compilation cache (stem_jax.compile_cache): where it lives, how it is turned off, that an
-unwritable folder leaves it off, and that a second process reads it with unchanged predictions."""
+"""XLA's persistent compilation cache (stem_jax.compile_cache): where it lives, how it is turned off, its size
+limit, that an unwritable folder leaves it off, and that a second process reads it with unchanged predictions."""
 
 from __future__ import annotations
 
@@ -33,8 +33,28 @@ def test_an_unwritable_folder_leaves_the_cache_off(tmp_path, monkeypatch):
     assert compile_cache._enabled is None
 
 
+_PRINT_LIMIT = """import sys, jax
+from pathlib import Path
+from stem_jax.compile_cache import enable_compile_cache
+enable_compile_cache(Path(sys.argv[1]))
+print(jax.config.jax_compilation_cache_max_size)"""
+
+
+def test_the_size_limit_is_a_gibibyte_unless_jax_variable_sets_it(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in (compile_cache.ENV, compile_cache.MAX_BYTES_ENV)}
+    limits = []
+    for value in (None, "-1"):
+        run_env = env if value is None else {**env, compile_cache.MAX_BYTES_ENV: value}
+        done = subprocess.run([sys.executable, "-c", _PRINT_LIMIT, str(tmp_path)], env=run_env, capture_output=True,
+                              text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        limits.append(int(done.stdout.split()[-1]))
+    assert limits == [compile_cache.MAX_BYTES, -1]
+
+
 def _eval(out: Path, cache: Path, compile_dir: Path) -> list[dict]:
     env = {**os.environ, "STEM_CACHE_DIR": str(cache), compile_cache.ENV: str(compile_dir)}
+    env.pop(compile_cache.MAX_BYTES_ENV, None)  # the CLI's own 1 GiB limit (tests/conftest.py sets none)
     done = subprocess.run([sys.executable, "-m", "stem_jax.cli.main", "eval", "--dataset", "demo", "--planner", "oracle",
                            "--limit", "12", "--out", str(out), "--no-progress"], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
