@@ -46,7 +46,19 @@ def _prune_compile_cache(folder: Path, max_bytes: int) -> None:
         total -= size
 
 
+def _hypothesis_profiles() -> None:
+    """Property tests draw the same examples on every run (``derandomize``: a failure reproduces, and a repeated run
+    reuses the compiled shapes of the last one). ``HYPOTHESIS_PROFILE=explore`` draws fresh examples instead, for a
+    deliberate search; a test's own ``@settings`` still sets its example count."""
+    from hypothesis import settings
+
+    settings.register_profile("deterministic", derandomize=True, database=None)
+    settings.register_profile("explore", derandomize=False)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
+
+
 def pytest_configure(config):
+    _hypothesis_profiles()
     # Most of the suite's CPU time is XLA compiling small test shapes (thousands of distinct programs), and most
     # of a CPU compile is LLVM optimising code that then runs for microseconds. These flags skip that work: the
     # programs, and so every result the tests compare, are the same; only their machine code is less tuned
