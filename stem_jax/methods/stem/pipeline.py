@@ -287,12 +287,13 @@ class StemPipeline:
         self.note_buckets(run for mine in runs for run in mine)
         return runs, dict(skipped)
 
-    def note_buckets(self, runs: Iterable[Run]) -> int:
-        """Widen :attr:`shared_bucket` to the steps bucket of ``runs``' longest plan; returns it.
+    def note_buckets(self, runs: Iterable[Run], buckets: np.ndarray | None = None) -> int:
+        """Widen :attr:`shared_bucket` to the steps bucket of ``runs``' longest plan; returns it (``buckets``: the
+        runs' :func:`run_buckets`, when the caller has them).
 
         Planning a split notes all its runs at once, so every call of an eval shares one bucket above
         :attr:`SHARED_BUCKET_LEVEL`, whatever the hops of the chunk."""
-        buckets = run_buckets(list(runs))
+        buckets = run_buckets(list(runs)) if buckets is None else buckets
         self.shared_bucket = max(self.shared_bucket, int(buckets.max(initial=1)))
         return self.shared_bucket
 
@@ -351,8 +352,7 @@ class StemPipeline:
         """Run indices grouped by (Precision?, steps bucket), in the order they are traced (``buckets``: the
         runs' :func:`run_buckets`, when the caller has them)."""
         buckets = run_buckets(runs) if buckets is None else buckets
-        planner = self.engine.strategy == "planner"  # is_precision, for every run at once
-        precision = np.fromiter((planner and run.plan.schema.strategy == "Precision" for run in runs), bool, len(runs))
+        precision = np.fromiter(map(self.is_precision, runs), bool, len(runs))
         key = precision * (STEP_BUCKETS[-1] + 1) + buckets  # sorts as (precision, bucket) tuples do
         order = np.argsort(key, kind="stable")
         starts = np.flatnonzero(np.r_[True, key[order][1:] != key[order][:-1]]) if len(runs) else np.zeros(0, np.int64)
@@ -405,8 +405,7 @@ class StemPipeline:
                   Hyper(jnp.asarray([h.tau for h in hypers], jnp.float32), jnp.asarray([h.theta for h in hypers], jnp.float32)))
         buckets = run_buckets(runs)
         groups = self.groups(runs, buckets)
-        self.shared_bucket = max(self.shared_bucket, int(buckets.max()))  # note_buckets, with the buckets at hand
-        widest = self.shared_bucket
+        widest = self.note_buckets(runs, buckets)
         own_slots = (buckets + 1).tolist()  # slots of each run's own bucket: outputs are cut to them
         every_point = frozenset(range(n_points))
         for precision in sorted({precision for (precision, _), _ in groups}):
@@ -636,11 +635,10 @@ class StemPipeline:
         mentions = np.array(self.entity_emb[jnp.asarray(ids)], dtype=np.float32)  # writable copy
         named = np.full((size, self.NAMED_WIDTH), -1, np.int32)
         level = np.zeros((size, self.NAMED_WIDTH), np.int32)
+        named[: len(part)], level[: len(part)] = self.named_rows(part)
         for row, run in enumerate(part):
             if run.anchor_entity < 0:
                 mentions[row] = mention_rows[run.mention]
-            for col, (entity, lvl) in enumerate(run.named[: self.NAMED_WIDTH]):
-                named[row, col], level[row, col] = entity, lvl
         return mentions, named, level
 
     def _anchor_on_device(self, runs: Sequence[Run], guidance_rows: np.ndarray, anchors: np.ndarray,
