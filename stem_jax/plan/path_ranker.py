@@ -66,6 +66,10 @@ class PathRankerConfig:
     extra_pairs_weight: float = 0.5
     extra_negatives: int = 63
     seed: int = 0
+    # fine-tune the sentence encoder's top ``tune_layers`` layers as the question side (0: the frozen encoder);
+    # relation texts keep their frozen embeddings (stem_jax/plan/question_tower.py)
+    tune_layers: int = 0
+    tune_learning_rate: float = 3e-5
 
 
 def _logits(params: dict[str, Any], table, q, rel_idx, steps, extra):
@@ -129,6 +133,7 @@ class PathRanker:
     _forward: Any = dataclasses.field(default=None, repr=False)
     _table: Any = dataclasses.field(default=None, repr=False)
     _property_words: dict[str, set[str]] = dataclasses.field(default_factory=dict, repr=False)
+    tower: Any = None  # a QuestionTower with fine-tuned top layers: the question side (None: the frozen encoder)
 
     # ----- inputs -------------------------------------------------------------------------------
     @property
@@ -170,10 +175,15 @@ class PathRanker:
                 self.relation_bank[text] = row.astype(np.float32)
         return {r: self.relation_bank[t] for r, t in texts.items()}
 
+    def masked_texts(self, questions: Sequence[Question]) -> list[str]:
+        """The questions' texts with their topic mentions masked: what the question side reads."""
+        return [mask_topics(q.text, topic_names(q, self.names))[0] for q in questions]
+
     def question_vectors(self, questions: Sequence[Question]) -> np.ndarray:
-        texts = [mask_topics(q.text, topic_names(q, self.names))[0] for q in questions]
+        texts = self.masked_texts(questions)
         distinct = sorted(set(texts))
-        rows = dict(zip(distinct, self._embed(distinct), strict=True))
+        embed = self.tower.encode if self.tower is not None else self._embed
+        rows = dict(zip(distinct, embed(distinct), strict=True))
         return np.stack([rows[t] for t in texts]).astype(np.float32) if texts else np.zeros((0, self.dim), np.float32)
 
     def relation_table(self) -> np.ndarray:
@@ -269,6 +279,9 @@ class PathRanker:
                                    else np.zeros((0, self.dim), np.float32))
         meta = {"kind": "path-ranker", "encoder": self.encoder_name, "config": dataclasses.asdict(self.config),
                 "temperature": self.temperature, "relation_texts": texts, "report": self.report}
+        if self.tower is not None:  # the fine-tuned question layers (the layers below are the shipped encoder's)
+            arrays.update({f"tower/{k}": v for k, v in self.tower.arrays().items()})
+            meta["tower"] = {"split": self.tower.split, "layers": self.tower.layers}
         try:
             write_arrays_with_manifest(Path(folder), "ranker", arrays, RANKER_FILE, meta)
         except OSError as err:
@@ -276,7 +289,9 @@ class PathRanker:
                             "  how to fix: make the folder writable, or pass --out a writable folder") from None
 
     @classmethod
-    def load(cls, folder: Path, **overrides: Any) -> PathRanker:
+    def load(cls, folder: Path, *, tower_factory: Callable[[int], Any] | None = None, **overrides: Any) -> PathRanker:
+        """The ranker saved in ``folder``; ``tower_factory(split)`` builds the encoder its fine-tuned question
+        layers sit on (default: the shipped MiniLM, :func:`~stem_jax.plan.question_tower.minilm_tower`)."""
         folder = Path(folder)
 
         def damaged(why: str) -> StemError:
@@ -291,6 +306,11 @@ class PathRanker:
         ranker = cls(params=params, config=PathRankerConfig(**meta["config"]), encoder_name=meta["encoder"],
                      temperature=float(meta["temperature"]),
                      relation_bank=dict(zip(meta["relation_texts"], bank, strict=True)), report=meta.get("report", {}))
+        if meta.get("tower"):
+            if tower_factory is None:
+                from stem_jax.plan.question_tower import minilm_tower as tower_factory
+            ranker.tower = tower_factory(int(meta["tower"]["split"]))
+            ranker.tower.load_arrays({k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("tower/")})
         for key, value in overrides.items():
             setattr(ranker, key, value)
         return ranker
@@ -333,6 +353,7 @@ class _Examples:
     target: np.ndarray  # [N, C]
     breadth: np.ndarray  # [N]
     weight: np.ndarray  # [N]
+    qrow: np.ndarray  # [N] int32: the question's row of the tower's hidden states (when the question side is tuned)
 
 
 def _examples(ranker: PathRanker, questions: Sequence[Question], qvec: np.ndarray, width: int,
@@ -356,25 +377,40 @@ def _examples(ranker: PathRanker, questions: Sequence[Question], qvec: np.ndarra
         rel, fwd, extra, mask = ranker.path_arrays(candidates, width, words_of(question.text))
         padded = np.zeros(width, np.float32)
         padded[: len(target)] = target
-        rows.append((qvec[i], rel, fwd, extra, mask, padded, float(len(set(question.answers)) > 1), 1.0))
+        rows.append((qvec[i], rel, fwd, extra, mask, padded, float(len(set(question.answers)) > 1), 1.0, i))
         kept.append(i)
     if not rows:
         raise StemError("no training question has a candidate path reaching its answers; check topic entities "
                         "and answers in the training split")
     cols = list(zip(*rows, strict=True))
-    return _Examples(*(np.stack(c) if k in (1, 4) else np.stack(c).astype(np.float32) for k, c in enumerate(cols))), kept
+    return _Examples(*(_column(k, c) for k, c in enumerate(cols))), kept
+
+
+def _column(k: int, column: Sequence[Any]) -> np.ndarray:
+    """One stacked :class:`_Examples` field: relation ids, masks and tower rows keep their dtypes."""
+    return np.stack(column) if k in (1, 4) else np.asarray(column, np.int32) if k == 8 else \
+        np.stack(column).astype(np.float32)
+
+
+def pair_texts(ranker: PathRanker, pairs: Sequence[tuple[str, tuple[PathStep, ...]]]) -> list[str]:
+    """The distinct question texts of the usable pairs (every relation known, at most ``max_hops`` steps), sorted."""
+    known = set(ranker.index.relation_ids)
+    return sorted({text for text, path in pairs if path and len(path) <= ranker.config.max_hops
+                   and all(s.relation in known for s in path)})
 
 
 def _pair_examples(ranker: PathRanker, pairs: Sequence[tuple[str, tuple[PathStep, ...]]], vocabulary: list[tuple],
-                   width: int, rng: np.random.Generator) -> _Examples | None:
-    """Question -> path pairs without a topic: the path against ``width - 1`` paths drawn from ``vocabulary``."""
+                   width: int, rng: np.random.Generator, row_offset: int = 0) -> _Examples | None:
+    """Question -> path pairs without a topic: the path against ``width - 1`` paths drawn from ``vocabulary``;
+    a pair's tower row is ``row_offset`` + its text's place in :func:`pair_texts`."""
     known = set(ranker.index.relation_ids)
     usable = [(text, path) for text, path in pairs if path and len(path) <= ranker.config.max_hops
               and all(s.relation in known for s in path)]
     if not usable or len(vocabulary) < 2:
         return None
-    qvec = ranker._embed(sorted({t for t, _ in usable}))
-    row_of = {t: i for i, t in enumerate(sorted({t for t, _ in usable}))}
+    texts = pair_texts(ranker, pairs)
+    qvec = ranker._embed(texts) if ranker.tower is None else np.zeros((len(texts), ranker.dim), np.float32)
+    row_of = {t: i for i, t in enumerate(texts)}
     rows = []
     for text, path in usable:
         key = path_key(path)
@@ -386,9 +422,10 @@ def _pair_examples(ranker: PathRanker, pairs: Sequence[tuple[str, tuple[PathStep
         extra[:, 1] = 0.0  # end-set sizes are unknown without a topic
         target = np.zeros(width, np.float32)
         target[0] = 1.0
-        rows.append((qvec[row_of[text]], rel, fwd, extra, mask, target, 0.5, ranker.config.extra_pairs_weight))
+        rows.append((qvec[row_of[text]], rel, fwd, extra, mask, target, 0.5, ranker.config.extra_pairs_weight,
+                     row_offset + row_of[text]))
     cols = list(zip(*rows, strict=True))
-    return _Examples(*(np.stack(c) if k in (1, 4) else np.stack(c).astype(np.float32) for k, c in enumerate(cols)))
+    return _Examples(*(_column(k, c) for k, c in enumerate(cols)))
 
 
 def _concat(a: _Examples, b: _Examples | None) -> _Examples:
@@ -399,22 +436,38 @@ def _concat(a: _Examples, b: _Examples | None) -> _Examples:
 
 
 def _fit(params: dict[str, np.ndarray], table: np.ndarray, data: _Examples, config: PathRankerConfig,
-         log: Callable[[str], None]) -> tuple[dict[str, np.ndarray], list[float]]:
+         log: Callable[[str], None], tower: Any = None, hidden: tuple[np.ndarray, np.ndarray] | None = None,
+         ) -> tuple[dict[str, np.ndarray], list[float]]:
+    """Train the MLP's ``params`` (and, with ``tower``, its tuned layers on the frozen layers' states ``hidden``:
+    (states [M, T, h], token mask [M, T]), read at each example's ``qrow``); returns the trained parameters
+    (``params["tower"]``: the tuned layers, when there is a tower) and the mean loss of each epoch."""
     import jax
     import jax.numpy as jnp
     import optax
+
+    from stem_jax.plan.question_tower import tower_vectors
 
     n = len(data.qvec)
     size = min(config.batch_size, n)
     steps = -(-n // size)
     schedule = optax.cosine_decay_schedule(config.learning_rate, steps * config.epochs)
     optimizer = optax.adamw(schedule, weight_decay=config.weight_decay)
+    if tower is not None:
+        params = {**params, "tower": tower.tuned}
+        tuned = optax.adamw(optax.cosine_decay_schedule(config.tune_learning_rate, steps * config.epochs),
+                            weight_decay=config.weight_decay)
+        optimizer = optax.multi_transform(
+            {"head": optimizer, "tower": tuned},
+            lambda p: {k: jax.tree.map(lambda _, k=k: "tower" if k == "tower" else "head", v) for k, v in p.items()})
     opt_state = optimizer.init(params)
     arrays = jax.device_put(dataclasses.astuple(data))
+    states = jax.device_put(hidden) if tower is not None else None
     table = jax.device_put(table)
 
     def loss_fn(params, idx, live):
-        q, rel, fwd, extra, mask, target, breadth, weight = (a[idx] for a in arrays)
+        q, rel, fwd, extra, mask, target, breadth, weight, qrow = (a[idx] for a in arrays)
+        if tower is not None:
+            q = tower_vectors(params["tower"], tower.cfg, states[0][qrow], states[1][qrow])
         logits = jnp.where(mask, _logits(params, table, q, rel, fwd, extra), -1e9)
         ce = -(target * jax.nn.log_softmax(logits, axis=-1)).sum(-1)
         blogit = q @ params["wb"] + params["bb"][0]
@@ -461,23 +514,46 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
                       embed: Callable[[list[str]], np.ndarray], names: dict[str, str] | None = None,
                       extra_pairs: Sequence[tuple[str, tuple[PathStep, ...]]] = (),
                       config: PathRankerConfig = PathRankerConfig(),
-                      log: Callable[[str], None] = print) -> PathRanker:
-    """Train the path scorer on ``train`` (see the module docstring); fit its temperature and report on ``val``."""
+                      log: Callable[[str], None] = print, tower: Any = None,
+                      catalog: PathCatalog | None = None) -> PathRanker:
+    """Train the path scorer on ``train`` (see the module docstring); fit its temperature and report on ``val``.
+
+    ``config.tune_layers`` > 0 also fine-tunes the encoder's top layers as the question side (``tower``: a
+    :class:`~stem_jax.plan.question_tower.QuestionTower` to tune; default the shipped MiniLM's, which needs
+    ``embed`` to be that encoder's). ``catalog``: a path enumeration of ``index`` to share (its per-topic cache)
+    with another ranker trained with the same bounds."""
     began = time.perf_counter()
     d = int(np.asarray(embed(["x"])).shape[1])
+    if config.tune_layers and tower is None:
+        if not encoder_name.startswith("all-MiniLM-L6-v2"):
+            raise StemError(f"fine-tuning the path planner's question side needs the MiniLM encoder, not {encoder_name}"
+                            "\n  how to fix: pass --encoder.name=minilm, or leave the question side frozen")
+        from stem_jax.plan.question_tower import minilm_tower
+
+        tower = minilm_tower(layers=config.tune_layers)
     ranker = PathRanker(params=_init_params(d, config), config=config,
-                        encoder_name=encoder_name, names=names, index=index, embed_fn=embed)
+                        encoder_name=encoder_name, names=names, index=index, embed_fn=embed, _catalog=catalog)
     rng = np.random.default_rng(config.seed)
     ranker.relation_table()
     log(f"path planner: relation and question texts encoded [{time.perf_counter() - began:.1f}s]")
-    data, kept = _examples(ranker, train, ranker.question_vectors(train), config.max_candidates, rng)
+    qvec = ranker.question_vectors(train) if tower is None else np.zeros((len(train), d), np.float32)
+    data, kept = _examples(ranker, train, qvec, config.max_candidates, rng)
     vocabulary = sorted({c.path for q in (train[i] for i in kept)
                          for c in ranker.catalog.paths(index.entity_ids[q.topic_entities[0]])}, key=path_key)
-    extra = _pair_examples(ranker, extra_pairs, vocabulary, config.max_candidates, rng)
+    ranker.tower = tower  # from here on the pair examples and scoring read the question side through it
+    extra = _pair_examples(ranker, extra_pairs, vocabulary, config.max_candidates, rng, row_offset=len(train))
+    hidden = None
+    if tower is not None:
+        hidden = tower.hidden(ranker.masked_texts(train) + pair_texts(ranker, extra_pairs))
+        log(f"path planner: tuning the question side's top {tower.layers} encoder layers "
+            f"({hidden[0].shape[0]} texts, {hidden[0].shape[1]} tokens a row)")
     log(f"path planner: training arrays built [{time.perf_counter() - began:.1f}s]")
     log(f"path planner: {len(kept)} of {len(train)} training questions have a candidate path to their answers; "
         f"{0 if extra is None else len(extra.qvec)} extra question -> path pairs; {len(vocabulary)} distinct paths")
-    params, history = _fit(ranker.params, ranker.relation_table(), _concat(data, extra), config, log)
+    params, history = _fit(ranker.params, ranker.relation_table(), _concat(data, extra), config, log, tower, hidden)
+    if tower is not None:
+        tower.tuned = params.pop("tower")
+        tower._top = None
     ranker.params = {k: np.asarray(v) for k, v in params.items()}
     ranker._forward = None
     ranker.report = {"train_questions": len(train), "train_with_right_path": len(kept),
