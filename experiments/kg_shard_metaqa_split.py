@@ -255,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default=str(ROOT / "runs" / "kg-shard-metaqa-split"))
     parser.add_argument("--report-only", dest="report_only", action="store_true",
                         help="compare what the files hold; run nothing")
+    parser.add_argument("--note", action="append", default=[], help="a line for the report's Notes (repeatable)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--side", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--done", default=None, help=argparse.SUPPRESS)
@@ -340,6 +341,8 @@ def report(args, argv, sides, folder, sha, label, wall) -> int:
     differ = {name: r["differ"][:50] for name, r in results.items() if r["differ"]}
     if differ:
         md += "\n\nFirst differences: " + json.dumps(differ)[:3000]
+    if args.note:
+        md += "\n\nNotes:\n\n" + "\n".join(f"- {line}" for line in args.note)
     name = "kg-shard-metaqa-split-" + label
     paths = write_report(HERE / "results", name, {"meta": meta, "argv": argv, "results": results}, md)
     print(md)
