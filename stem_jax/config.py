@@ -65,6 +65,10 @@ class PlannerConfig:
     paths: str = "auto"  # pattern planner: "templates", "paths" (KG-constrained path ranker), "both", or "auto" (chosen on dev)
     mix_weight: float = 0.0  # planner.paths=both: the templates' share of a plan's probability (0: train-planner's choice)
     path_pairs: bool = False  # path ranker: also train on relation-paths.jsonl's topic-less pairs (webqsp-r dev: worse)
+    # path ranker's question side: "frozen" (the sentence encoder's vectors), "tuned" (its top path_tune_layers layers
+    # fine-tuned with the ranker, stored in the planner) or "auto" (both trained, chosen on held-out questions)
+    path_question: str = "frozen"
+    path_tune_layers: int = 1
     hybrid_consult_below: float = 0.5  # hybrid: ask the LLM only where the pattern's top probability is below this
     # (>1: always; always asking SmolLM2-135M made plans worse than the pattern planner's on MetaQA)
 

@@ -199,9 +199,12 @@ def train_scorer_for_planner(dataset_spec: Any, config: Any, planner_path: Path,
     candidates = None
     if folds > 1:
         # the fold planners plan as the chosen one does (same templates/paths mixture), without choosing again
-        pinned = {"planner.paths": selection.get("mode", "auto")}
+        pinned = {"planner.paths": selection.get("mode", "auto"),
+                  "planner.path_question": selection.get("question_side", "frozen")}
         if selection.get("mix_weight"):
             pinned["planner.mix_weight"] = float(selection["mix_weight"])
+        if selection.get("tune_layers"):
+            pinned["planner.path_tune_layers"] = int(selection["tune_layers"])
         log(f"answer scorer: {len(train)} training questions planned out of sample by {folds} fold planners")
         with tempfile.TemporaryDirectory(prefix="scorer-folds-", dir=Path(planner_path).parent) as work:
             candidates = out_of_sample_candidates(engine, dataset_spec, apply_overrides(config, pinned), train, folds,

@@ -141,6 +141,8 @@ def build_planner(spec: PlannerSpec, config: StemConfig, dataset: Dataset, index
                                  index=index, encoder=encoder)
         ranker.name = "pattern-paths"
         info.update(paths=ranker.report.get("val", {}), temperature=ranker.temperature)
+        if ranker.tower is not None:  # its question side is the encoder's top layers fine-tuned
+            info["question_side"] = f"tuned top {ranker.tower.layers} layers"
         if mode == "both":
             from stem_jax.plan.mixed import MixedPlanner
 

@@ -70,6 +70,10 @@ class PathRankerConfig:
     # relation texts keep their frozen embeddings (stem_jax/plan/question_tower.py)
     tune_layers: int = 0
     tune_learning_rate: float = 3e-5
+    # also learn a correction of each KG relation's embedding (weight decay pulls it back to the encoder's); the
+    # corrected vectors replace the relation bank's, so relations no training question reaches keep their own
+    tune_relations: bool = False
+    relation_l2: float = 0.1  # the corrections' penalty: this times the sum of their squared norms
 
 
 def _logits(params: dict[str, Any], table, q, rel_idx, steps, extra):
@@ -452,6 +456,8 @@ def _fit(params: dict[str, np.ndarray], table: np.ndarray, data: _Examples, conf
     steps = -(-n // size)
     schedule = optax.cosine_decay_schedule(config.learning_rate, steps * config.epochs)
     optimizer = optax.adamw(schedule, weight_decay=config.weight_decay)
+    if config.tune_relations:
+        params = {**params, "delta": np.zeros_like(table)}
     if tower is not None:
         params = {**params, "tower": tower.tuned}
         tuned = optax.adamw(optax.cosine_decay_schedule(config.tune_learning_rate, steps * config.epochs),
@@ -468,12 +474,14 @@ def _fit(params: dict[str, np.ndarray], table: np.ndarray, data: _Examples, conf
         q, rel, fwd, extra, mask, target, breadth, weight, qrow = (a[idx] for a in arrays)
         if tower is not None:
             q = tower_vectors(params["tower"], tower.cfg, states[0][qrow], states[1][qrow])
-        logits = jnp.where(mask, _logits(params, table, q, rel, fwd, extra), -1e9)
+        used = table + params["delta"].at[-1].set(0.0) if "delta" in params else table  # the last row: no step
+        logits = jnp.where(mask, _logits(params, used, q, rel, fwd, extra), -1e9)
         ce = -(target * jax.nn.log_softmax(logits, axis=-1)).sum(-1)
         blogit = q @ params["wb"] + params["bb"][0]
         bce = optax.sigmoid_binary_cross_entropy(blogit, breadth) * (breadth != 0.5)
         w = weight * live
-        return ((ce + 0.2 * bce) * w).sum() / jnp.maximum(w.sum(), 1.0)
+        penalty = config.relation_l2 * (params["delta"] ** 2).sum() if "delta" in params else 0.0
+        return ((ce + 0.2 * bce) * w).sum() / jnp.maximum(w.sum(), 1.0) + penalty
 
     @jax.jit
     def epoch(params, opt_state, take, live):
@@ -554,6 +562,12 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
     if tower is not None:
         tower.tuned = params.pop("tower")
         tower._top = None
+    if "delta" in params:  # the corrected relation vectors become the bank's (what scoring and the saved ranker read)
+        delta = np.asarray(params.pop("delta"))
+        table = ranker.relation_table()
+        for i, relation in enumerate(index.relations):
+            ranker.relation_bank[relation_text(relation)] = (table[i] + delta[i]).astype(np.float32)
+        ranker._table = None
     ranker.params = {k: np.asarray(v) for k, v in params.items()}
     ranker._forward = None
     ranker.report = {"train_questions": len(train), "train_with_right_path": len(kept),

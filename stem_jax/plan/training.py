@@ -75,6 +75,9 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
                    log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train the KG-constrained path ranker beside the template classifier where it may help, and choose
     which of the two ``--planner pattern`` runs on this KG by the held-out questions (``val``).
+    ``config.planner.path_question``: the ranker's question side, ``frozen`` (the sentence encoder's vectors),
+    ``tuned`` (its top ``path_tune_layers`` layers fine-tuned with the ranker) or ``auto`` (both trained, the tuned
+    one's candidates paths+tuned and both+tuned@w compared with the rest); the chosen candidate's ranker is saved.
 
     ``config.planner.paths``: ``templates`` never trains the ranker, ``paths`` always uses it, ``auto``
     trains it when the templates' held-out top-1 accuracy is below :data:`TEMPLATES_SUFFICE` and then keeps
@@ -115,19 +118,42 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
         if mode == "paths":
             raise
         return templates(f"no path ranker: {str(err).splitlines()[0]}")
-    ranker.save(out / PATHS_FOLDER)
     planner.index = index
     from stem_jax.plan.mixed import MixedPlanner
 
-    ranker.beam = config.planner.beam
+    rankers = {"": ranker}
+    question_side = config.planner.path_question
+    if question_side not in ("frozen", "tuned", "auto"):
+        raise StemError(f"--planner.path_question must be frozen, tuned or auto, not {question_side!r}")
+    tune = config.planner.path_tune_layers
+    if question_side != "frozen":  # a ranker whose question side is the encoder's top layers fine-tuned
+        try:
+            tuned = train_path_ranker(train, val, index, encoder_name=encoder.name, embed=embed,
+                                      names=dataset.entity_names,
+                                      extra_pairs=extra_pairs(dataset) if config.planner.path_pairs else (),
+                                      config=dataclasses.replace(ranker.config, tune_layers=tune), log=log,
+                                      catalog=ranker.catalog)
+            rankers = {"+tuned": tuned} if question_side == "tuned" else {"": ranker, "+tuned": tuned}
+        except StemError as err:
+            if question_side == "tuned":
+                raise
+            log(f"planner choice: no tuned question side ({str(err).splitlines()[0]})")
     weights = [config.planner.mix_weight] if config.planner.mix_weight else list(MIX_WEIGHTS)
-    candidates: dict[str, Any] = {"templates": planner, "paths": ranker}
-    candidates.update({f"both@{w:g}": MixedPlanner(planner, ranker, weight=w, beam=config.planner.beam)
-                       for w in weights})
+    candidates: dict[str, Any] = {"templates": planner}
+    for side, r in rankers.items():
+        r.beam = config.planner.beam
+        candidates[f"paths{side}"] = r
+        candidates.update({f"both{side}@{w:g}": MixedPlanner(planner, r, weight=w, beam=config.planner.beam)
+                           for w in weights})
     scores = {name: beam_answer_hit(p, val, index) for name, p in candidates.items()}
-    allowed = [n for n in scores if mode == "auto" or n.split("@")[0] == mode]
+    allowed = [n for n in scores if mode == "auto" or n.split("@")[0].removesuffix("+tuned") == mode]
     best = max(allowed, key=lambda n: (scores[n], -list(scores).index(n)))  # ties: the simpler planner
-    chosen = best.split("@")[0]
+    chosen = best.split("@")[0].removesuffix("+tuned")
+    side = "+tuned" if "+tuned" in best or question_side == "tuned" else ""
+    rankers[side].save(out / PATHS_FOLDER)
+    selection["question_side"] = "tuned" if side else "frozen"
+    if side:
+        selection["tune_layers"] = tune
     selection.update(mode=chosen, val_questions=len(val), beam_answer_hit=scores,
                      reason=f"{mode} requested" if mode != "auto" else
                      "best answer of the beam, walked exactly, is right: " +

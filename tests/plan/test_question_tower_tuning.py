@@ -101,3 +101,50 @@ def test_tuning_trains_only_the_top_layers_and_the_saved_ranker_scores_the_same(
         assert [c.path for c in c1] == [c.path for c in c2]
         np.testing.assert_allclose(p1, p2, rtol=1e-5, atol=1e-7)
         assert b1 == pytest.approx(b2, abs=1e-6)
+
+
+def test_relation_corrections_move_reached_relations_and_leave_unreached_ones(weights):
+    index = build_index([*_kg(), ("Town", "located_in", "Country")])  # no training topic reaches located_in
+    frozen = _tower(weights, 2)
+    config = PathRankerConfig(epochs=10, hidden=16, projection=8, tune_relations=True)
+    ranker = train_path_ranker(_questions(index, range(12)), [], index, encoder_name="tiny", embed=frozen.encode,
+                               config=config, log=lambda _: None)
+    original = dict(zip(["directed by", "located in"], frozen.encode(["directed by", "located in"]), strict=True))
+    assert np.abs(ranker.relation_bank["directed by"] - original["directed by"]).max() > 1e-4
+    np.testing.assert_allclose(ranker.relation_bank["located in"], original["located in"], atol=1e-6)
+
+
+class _NoTemplates:
+    """A template classifier that plans nothing (held-out top-1 0: the path ranker is trained)."""
+
+    report = {"mlp": {"template": {"top1": 0.0}}}
+    index = None
+
+    def plan_batch(self, questions):
+        return [[] for _ in questions]
+
+
+@pytest.mark.parametrize("side", ["frozen", "tuned", "auto"])
+def test_train_planner_trains_and_stores_the_asked_question_side(weights, tmp_path, monkeypatch, side):
+    import json
+    import types
+
+    from stem_jax.config import StemConfig, apply_overrides
+    from stem_jax.data.types import Dataset
+    from stem_jax.plan import question_tower
+    from stem_jax.plan.path_ranker import PATHS_FOLDER
+    from stem_jax.plan.training import select_planner
+
+    monkeypatch.setattr(question_tower, "minilm_tower", lambda split=None, layers=1: _tower(weights, 3 - layers))
+    index = build_index(_kg())
+    train, val = _questions(index, range(8)), _questions(index, range(8, 16))
+    config = apply_overrides(StemConfig(), {"planner.path_question": side})
+    frozen = _tower(weights, 2)
+    selection = select_planner(Dataset("tiny", train + val, _kg()), train, val, _NoTemplates(), config, tmp_path,
+                               encoder=types.SimpleNamespace(name="all-MiniLM-L6-v2:tiny"), embed=frozen.encode,
+                               log=lambda _: None)
+    assert selection["question_side"] in ({side} if side != "auto" else {"frozen", "tuned"})
+    tuned = [k.split("@")[0].endswith("+tuned") for k in selection["beam_answer_hit"] if k != "templates"]
+    assert any(tuned) == (side != "frozen") and all(tuned) == (side == "tuned")
+    stored = json.loads((tmp_path / PATHS_FOLDER / "ranker.json").read_text())
+    assert ("tower" in stored) == (selection["question_side"] == "tuned")
