@@ -29,23 +29,6 @@ def _test_compile_cache_folder() -> Path:
     return default_cache_dir() / (TEST_COMPILE_CACHE_PREFIX + hashlib.sha256(flags.encode()).hexdigest()[:8])
 
 
-def _prune_compile_cache(folder: Path, max_bytes: int) -> None:
-    """Keep the folder under ``max_bytes`` with one scan per session: JAX's own limit would scan the whole
-    folder on every write (thousands of writes in a first run), so the test processes run without one."""
-    try:
-        entries = sorted((p.stat().st_mtime_ns, p.stat().st_size, p) for p in folder.glob("*-cache"))
-    except OSError:  # no folder yet, or an entry another run removed meanwhile
-        return
-    total = sum(size for _, size, _ in entries)
-    if total <= max_bytes:
-        return
-    for _, size, path in entries:  # oldest first, down to half, so the next prune is many new programs away
-        if total <= max_bytes // 2:
-            break
-        path.unlink(missing_ok=True)
-        total -= size
-
-
 def _hypothesis_profiles() -> None:
     """Property tests draw the same examples on every run (``derandomize``: a failure reproduces, and a repeated run
     reuses the compiled shapes of the last one). ``HYPOTHESIS_PROFILE=explore`` draws fresh examples instead, for a
@@ -72,6 +55,9 @@ def pytest_configure(config):
     # JAX keys each entry by the program, compile options, XLA flags, jaxlib version and device, so a changed
     # program compiles afresh and results are those of the same executables. $STEM_COMPILE_CACHE names another
     # folder or turns it off (0, off, false, no); a folder that cannot be written leaves compiling uncached.
+    from stem_jax.compile_cache import enable_compile_cache, prune_compile_cache
+    from stem_jax.config import default_cache_dir
+
     if "STEM_COMPILE_CACHE" not in os.environ:
         folder = _test_compile_cache_folder()
         os.environ["STEM_COMPILE_CACHE"] = str(folder)
@@ -79,10 +65,7 @@ def pytest_configure(config):
         # the controller (or the only process) prunes once instead, before any worker starts
         os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", "-1")
         if not hasattr(config, "workerinput"):
-            _prune_compile_cache(folder, TEST_COMPILE_CACHE_BYTES)
-    from stem_jax.compile_cache import enable_compile_cache
-    from stem_jax.config import default_cache_dir
-
+            prune_compile_cache(folder, TEST_COMPILE_CACHE_BYTES)
     enable_compile_cache(default_cache_dir())  # in the folder $STEM_COMPILE_CACHE names (programs of ~20 KB each)
 
 
