@@ -33,6 +33,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from stem_jax.kg.subgraph import sorted_unique
+from stem_jax.ragged import pad_ragged
 
 RANKINGS = ("beam", "max")
 
@@ -55,13 +56,8 @@ def answer_depths(steps: Sequence[np.ndarray], answer_slots: Sequence[int]) -> n
     slot = np.asarray(answer_slots, np.int64).reshape(n)
     if not n:
         return np.zeros(0, np.int64)
-    rows = [np.asarray(st).reshape(-1, 3) for st in steps]
-    counts = np.fromiter(map(len, rows), np.int64, n)
-    width = int(counts.max())
-    live = np.arange(width) < counts[:, None]  # [R, S]
-    table = np.full((n, width, 3), -1, np.int64)
-    if width:
-        table[live] = np.concatenate(rows)
+    table, live = pad_ragged([np.asarray(st).reshape(-1, 3) for st in steps], -1, np.int64, tail=(3,))  # [R, S, 3]
+    width = table.shape[1]
     parent, child = table[..., 0], table[..., 1]
     # distinct children per plan (len of the reference's dict): a child counts at its last listing
     later = (child[:, :, None] == child[:, None, :]) & live[:, None, :] & np.triu(np.ones((width, width), bool), 1)

@@ -43,6 +43,7 @@ from stem_jax.kg.index import KGIndex
 from stem_jax.methods.base import MethodContext, Retrieval
 from stem_jax.methods.stem.settings import EffectiveSettings, effective_settings
 from stem_jax.plan.schema import GroundedPlan, SchemaGraph, ground, match_anchor
+from stem_jax.ragged import pad_ragged
 from stem_jax.trace.tracer import (
     EXACT,
     FOLDED,
@@ -592,16 +593,9 @@ class StemPipeline:
     def named_rows(self, runs: Sequence[Run]) -> tuple[np.ndarray, np.ndarray]:
         """int32 [len(runs), NAMED_WIDTH] each: the runs' named anchor candidates (KG ids, -1 padded) and their
         levels (0 padded), as :meth:`anchor_inputs` lays them out."""
-        width = self.NAMED_WIDTH
-        named = np.full((len(runs), width), -1, np.int32)
-        level = np.zeros((len(runs), width), np.int32)
-        rows = [run.named[:width] for run in runs]
-        pairs = [pair for row in rows for pair in row]
-        if pairs:  # the live cells in row-major order are the runs' candidates one after another
-            live = np.arange(width) < np.fromiter(map(len, rows), np.int64, len(rows))[:, None]
-            flat = np.asarray(pairs, np.int64).reshape(-1, 2)
-            named[live], level[live] = flat[:, 0], flat[:, 1]
-        return named, level
+        pairs, live = pad_ragged([run.named[: self.NAMED_WIDTH] for run in runs], -1, np.int64,
+                                 width=self.NAMED_WIDTH, tail=(2,))
+        return pairs[..., 0].astype(np.int32), np.where(live, pairs[..., 1], 0).astype(np.int32)
 
     def exact_anchors(self, runs: Sequence[Run], guidance_rows: np.ndarray, lam: float | None = None,
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -676,8 +670,8 @@ class StemPipeline:
             counts = np.fromiter((len(p.steps) for p in plans), np.int64, len(plans))
             if counts.max() > bucket:
                 raise ValueError(f"a plan of {int(counts.max())} steps does not fit steps bucket {bucket}")
-            mask[: len(runs)] = np.arange(bucket) < counts[:, None]
-            steps[mask] = np.concatenate([p.steps for p in plans]).reshape(-1, 3)
+            steps[: len(runs)], mask[: len(runs)] = pad_ragged([p.steps for p in plans], -1, np.int32, width=bucket,
+                                                               tail=(3,))
             # each plan's orientation() (its forward flags, all True when unknown), read off the tuples in one pass
             rows = [p.forward if p.forward is not None else (True,) * len(p.steps) for p in plans]
             if not np.array_equal(np.fromiter(map(len, rows), np.int64, len(rows)), counts):

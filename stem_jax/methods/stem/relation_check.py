@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Sequence
 import numpy as np
 
 from stem_jax.kg.index import KGIndex
+from stem_jax.ragged import pad_ragged
 
 
 def unmatched_steps(index: KGIndex, steps: np.ndarray, nodes: np.ndarray, via: np.ndarray,
@@ -78,20 +79,11 @@ def runs_with_unmatched_steps(index: KGIndex, steps: Sequence[np.ndarray], nodes
         rows = np.arange(len(members))
         n = np.stack([nodes[i] for i in members])  # [R, slots, F]
         v = np.stack([via[i] for i in members])
-        # plans and excluded ids padded into [R, width] tables: the live cells in row-major order are the runs'
-        # entries one after another, so each table is one concatenation and one masked store
-        plans = [np.asarray(steps[i]).reshape(-1, 3) for i in members]
-        counts = np.fromiter(map(len, plans), np.int64, len(plans))
-        width = int(counts.max(initial=0))
-        plan = np.full((len(members), width, 3), -1, np.int64)
-        if width:
-            plan[np.arange(width) < counts[:, None]] = np.concatenate(plans)
+        # plans [R, width, 3] and excluded ids [R, >= 1], -1 padded
+        plan, _ = pad_ragged([np.asarray(steps[i]).reshape(-1, 3) for i in members], -1, np.int64, tail=(3,))
+        width = plan.shape[1]
         banned_rows = [sorted(excluded[i]) for i in members]
-        sizes = np.fromiter(map(len, banned_rows), np.int64, len(members))
-        banned = np.full((len(members), max(int(sizes.max(initial=0)), 1)), -1, np.int64)
-        flat = [e for row in banned_rows for e in row]
-        if flat:
-            banned[np.arange(banned.shape[1]) < sizes[:, None]] = flat
+        banned, _ = pad_ragged(banned_rows, -1, np.int64, width=max(max(map(len, banned_rows), default=0), 1))
         for s in range(width):
             child, relation = plan[:, s, 1], plan[:, s, 2]
             checked = (relation >= 0) & (child >= 0) & (child < slots)
