@@ -396,23 +396,27 @@ def _column(k: int, column: Sequence[Any]) -> np.ndarray:
         np.stack(column).astype(np.float32)
 
 
-def pair_texts(ranker: PathRanker, pairs: Sequence[tuple[str, tuple[PathStep, ...]]]) -> list[str]:
-    """The distinct question texts of the usable pairs (every relation known, at most ``max_hops`` steps), sorted."""
+def usable_pairs(ranker: PathRanker, pairs: Sequence[tuple[str, tuple[PathStep, ...]]],
+                 ) -> list[tuple[str, tuple[PathStep, ...]]]:
+    """The pairs the ranker can train on: a path of at most ``max_hops`` steps, every relation in the KG."""
     known = set(ranker.index.relation_ids)
-    return sorted({text for text, path in pairs if path and len(path) <= ranker.config.max_hops
-                   and all(s.relation in known for s in path)})
+    return [(text, path) for text, path in pairs if path and len(path) <= ranker.config.max_hops
+            and all(s.relation in known for s in path)]
+
+
+def pair_texts(ranker: PathRanker, pairs: Sequence[tuple[str, tuple[PathStep, ...]]]) -> list[str]:
+    """The distinct question texts of the :func:`usable_pairs`, sorted."""
+    return sorted({text for text, _ in usable_pairs(ranker, pairs)})
 
 
 def _pair_examples(ranker: PathRanker, pairs: Sequence[tuple[str, tuple[PathStep, ...]]], vocabulary: list[tuple],
                    width: int, rng: np.random.Generator, row_offset: int = 0) -> _Examples | None:
     """Question -> path pairs without a topic: the path against ``width - 1`` paths drawn from ``vocabulary``;
     a pair's tower row is ``row_offset`` + its text's place in :func:`pair_texts`."""
-    known = set(ranker.index.relation_ids)
-    usable = [(text, path) for text, path in pairs if path and len(path) <= ranker.config.max_hops
-              and all(s.relation in known for s in path)]
+    usable = usable_pairs(ranker, pairs)
     if not usable or len(vocabulary) < 2:
         return None
-    texts = pair_texts(ranker, pairs)
+    texts = sorted({text for text, _ in usable})
     qvec = ranker._embed(texts) if ranker.tower is None else np.zeros((len(texts), ranker.dim), np.float32)
     row_of = {t: i for i, t in enumerate(texts)}
     rows = []
@@ -552,7 +556,7 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
     extra = _pair_examples(ranker, extra_pairs, vocabulary, config.max_candidates, rng, row_offset=len(train))
     hidden = None
     if tower is not None:
-        hidden = tower.hidden(ranker.masked_texts(train) + pair_texts(ranker, extra_pairs))
+        hidden = tower.hidden(ranker.masked_texts(train) + (pair_texts(ranker, extra_pairs) if extra is not None else []))
         log(f"path planner: tuning the question side's top {tower.layers} encoder layers "
             f"({hidden[0].shape[0]} texts, {hidden[0].shape[1]} tokens a row)")
     log(f"path planner: training arrays built [{time.perf_counter() - began:.1f}s]")

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from stem_jax.encoder.minilm import BertConfig
+from stem_jax.ragged import pad_ragged
 
 
 def _embed(frozen: dict[str, Any], cfg: BertConfig, tokens, mask):
@@ -84,12 +85,8 @@ class QuestionTower:
         """(token ids [N, T], mask [N, T]) padded to a multiple of 8 tokens (few compiled shapes)."""
         ids = self.tokenize(list(texts))
         width = max(8, -(-max((len(r) for r in ids), default=1) // 8) * 8)
-        tokens = np.zeros((len(ids), width), np.int32)
-        mask = np.zeros((len(ids), width), np.float32)
-        for i, row in enumerate(ids):
-            tokens[i, : len(row)] = row
-            mask[i, : len(row)] = 1.0
-        return tokens, mask
+        tokens, live = pad_ragged(ids, 0, np.int32, width=width)
+        return tokens, live.astype(np.float32)
 
     def hidden(self, texts: Sequence[str], batch: int = 256) -> tuple[np.ndarray, np.ndarray]:
         """The frozen layers' states [N, T, h] of ``texts`` and their token mask [N, T]."""
