@@ -29,8 +29,6 @@ sys.path.insert(0, str(ROOT))
 
 from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 
-MIX_WEIGHTS = (0.3, 0.5, 0.7)
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -47,33 +45,30 @@ def main() -> int:
 
     import dataclasses
 
-    import numpy as np
-
     from stem_jax.config import StemConfig
     from stem_jax.data.registry import DatasetSpec, load_dataset
     from stem_jax.data.splits import hash_split
     from stem_jax.encoder import get_encoder
-    from stem_jax.encoder.cache import open_or_build, texts_fingerprint
     from stem_jax.kg.index import build_index
     from stem_jax.plan.factory import default_planner_path
-    from stem_jax.plan.mixed import MixedPlanner
     from stem_jax.plan.path_ranker import PATHS_FOLDER, PathRankerConfig, train_path_ranker
     from stem_jax.plan.pattern import PatternPlanner
-    from stem_jax.plan.training import beam_answer_hit
+    from stem_jax.plan.training import (
+        MIX_WEIGHTS,
+        VAL_FRACTION,
+        beam_answer_hit,
+        masked_question_embedder,
+        planner_candidates,
+    )
 
     data = Path(os.environ.get("STEM_DATA_DIR", ROOT.parent / "shared" / "data")) / "webqsp-r"
     cache = Path(os.environ.get("STEM_CACHE_DIR", ROOT / ".cache" / "stem_jax"))
     config = StemConfig()
     dataset = load_dataset(DatasetSpec(name="files", data_dir=data, split="train"))
     dev = load_dataset(DatasetSpec(name="files", data_dir=data, split="dev")).questions
-    train, val = hash_split(dataset.questions, 0.1)
+    train, val = hash_split(dataset.questions, VAL_FRACTION)  # train-planner's held-out questions
     encoder = get_encoder(config.encoder)
-    folder = cache / dataset.name / "question-texts"
-
-    def embed(texts: list[str]) -> np.ndarray:
-        table = open_or_build(folder / f"masked-{texts_fingerprint(texts)[:16]}.zarr", texts, encoder,
-                              config.encoder.chunk_rows, progress=False, desc="encode questions")
-        return table.array.astype(np.float32)
+    embed = masked_question_embedder(cache, dataset.name, encoder, config)
 
     shipped = default_planner_path(cache, config, dataset.name)
     templates = PatternPlanner.load(shipped, encoder=encoder, names=dataset.entity_names)
@@ -98,9 +93,7 @@ def main() -> int:
                                    names=dataset.entity_names, config=ranker_config, catalog=catalog)
         seconds = time.perf_counter() - began
         catalog = ranker.catalog
-        ranker.beam = config.planner.beam
-        planners = {"paths": ranker, **{f"both@{w:g}": MixedPlanner(templates, ranker, weight=w,
-                                                                      beam=config.planner.beam) for w in MIX_WEIGHTS}}
+        planners = planner_candidates(templates, ranker, MIX_WEIGHTS, config.planner.beam)
         held = {k: beam_answer_hit(p, val, index) for k, p in planners.items()}
         dev_proxy = {k: beam_answer_hit(p, dev, index) for k, p in planners.items()}
         row = {"tune_layers": layers, "tune_learning_rate": ranker_config.tune_learning_rate,

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from stem_jax.config import StemConfig
+from stem_jax.config import StemConfig, field_problem
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.data.types import Dataset
 from stem_jax.errors import StemError
@@ -26,8 +26,38 @@ from stem_jax.errors import StemError
 AUTO_TRAIN_DATASETS = frozenset({"demo"})
 
 
+VAL_FRACTION = 0.1  # of the training split, held out (by question id) to choose and calibrate planners on
+
+
+def masked_question_embedder(cache_root: Path, dataset_name: str, encoder: Any, config: StemConfig, *,
+                             progress: bool = False) -> Callable[[list[str]], np.ndarray]:
+    """The planners' text embedder: float32 [N, d] vectors of ``texts`` (masked questions), kept in the cache
+    under ``<cache_root>/<dataset>/question-texts`` keyed by the texts, so training again reads them back."""
+    from stem_jax.encoder.cache import open_or_build, texts_fingerprint
+
+    folder = Path(cache_root) / dataset_name / "question-texts"
+
+    def embed(texts: list[str]) -> np.ndarray:
+        table = open_or_build(folder / f"masked-{texts_fingerprint(texts)[:16]}.zarr", texts, encoder,
+                              config.encoder.chunk_rows, progress=progress, desc="encode questions")
+        return table.array.astype(np.float32)
+
+    return embed
+
+
+def planner_candidates(templates: Any, ranker: Any, weights: Sequence[float], beam: int, side: str = "",
+                       ) -> dict[str, Any]:
+    """The planners train-planner compares for one path ranker: ``paths<side>`` (the ranker alone) and
+    ``both<side>@<w>`` (mixed with the template classifier at each of ``weights``), each with a beam of ``beam``."""
+    from stem_jax.plan.mixed import MixedPlanner
+
+    ranker.beam = beam
+    return {f"paths{side}": ranker,
+            **{f"both{side}@{w:g}": MixedPlanner(templates, ranker, weight=w, beam=beam) for w in weights}}
+
+
 def train_and_save(dataset: Dataset, split: str, config: StemConfig, out: Path, *, cache_root: Path,
-                   encoder: Any = None, val_fraction: float = 0.1, epochs: int | None = None,
+                   encoder: Any = None, val_fraction: float = VAL_FRACTION, epochs: int | None = None,
                    show_progress: bool = False, log: Callable[[str], None] = print,
                    report: dict[str, Any] | None = None) -> Any:
     """Train the pattern planner on ``dataset``'s questions (``split`` names them in the report), holding
@@ -36,7 +66,6 @@ def train_and_save(dataset: Dataset, split: str, config: StemConfig, out: Path, 
     ``planner.report``. The one training path of ``stem-jax train-planner`` and of first use."""
     from stem_jax.data.splits import hash_split
     from stem_jax.encoder import get_encoder
-    from stem_jax.encoder.cache import open_or_build, texts_fingerprint
     from stem_jax.plan.pattern import TrainConfig, planner_lock, train_pattern_planner
 
     train, val = hash_split(dataset.questions, val_fraction)
@@ -44,13 +73,7 @@ def train_and_save(dataset: Dataset, split: str, config: StemConfig, out: Path, 
     train_config = TrainConfig(seed=config.seed)
     if epochs is not None:
         train_config = dataclasses.replace(train_config, epochs=epochs)
-    folder = Path(cache_root) / dataset.name / "question-texts"
-
-    def embed(texts: list[str]) -> np.ndarray:
-        table = open_or_build(folder / f"masked-{texts_fingerprint(texts)[:16]}.zarr", texts, encoder,
-                              config.encoder.chunk_rows, progress=show_progress, desc="encode questions")
-        return table.array.astype(np.float32)
-
+    embed = masked_question_embedder(cache_root, dataset.name, encoder, config, progress=show_progress)
     with planner_lock(Path(out)):
         began = time.perf_counter()
         planner = train_pattern_planner(train, val, encoder, names=dataset.entity_names, config=train_config,
@@ -119,12 +142,10 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
             raise
         return templates(f"no path ranker: {str(err).splitlines()[0]}")
     planner.index = index
-    from stem_jax.plan.mixed import MixedPlanner
-
     rankers = {"": ranker}
     question_side = config.planner.path_question
-    if question_side not in ("frozen", "tuned", "auto"):
-        raise StemError(f"--planner.path_question must be frozen, tuned or auto, not {question_side!r}")
+    if problem := field_problem("planner.path_question", question_side):
+        raise StemError(problem)
     tune = config.planner.path_tune_layers
     if question_side != "frozen":  # a ranker whose question side is the encoder's top layers fine-tuned
         try:
@@ -141,10 +162,7 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
     weights = [config.planner.mix_weight] if config.planner.mix_weight else list(MIX_WEIGHTS)
     candidates: dict[str, Any] = {"templates": planner}
     for side, r in rankers.items():
-        r.beam = config.planner.beam
-        candidates[f"paths{side}"] = r
-        candidates.update({f"both{side}@{w:g}": MixedPlanner(planner, r, weight=w, beam=config.planner.beam)
-                           for w in weights})
+        candidates.update(planner_candidates(planner, r, weights, config.planner.beam, side))
     scores = {name: beam_answer_hit(p, val, index) for name, p in candidates.items()}
     allowed = [n for n in scores if mode == "auto" or n.split("@")[0].removesuffix("+tuned") == mode]
     best = max(allowed, key=lambda n: (scores[n], -list(scores).index(n)))  # ties: the simpler planner
