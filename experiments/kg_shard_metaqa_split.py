@@ -156,19 +156,6 @@ def _rss_mib() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
-def git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def source_tree(rev: str, folder: Path) -> tuple[str, Path]:
-    """(short sha, a checkout of ``rev``): a worktree, so the shared tree's later edits never reach a run."""
-    sha = git("rev-parse", "--short=7", rev)
-    tree = folder / f"src-{sha}"
-    if not tree.exists():
-        git("worktree", "add", "--detach", str(tree), sha)
-    return sha, tree
-
-
 def side_files(folder: Path, side: str) -> list[Path]:
     return [folder / f"{side}-p{i}.jsonl" for i in range(2)] if side == "proc2" else [folder / f"{side}.jsonl"]
 
@@ -272,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     if "one" not in sides or any(s not in SIDES for s in sides):
         raise SystemExit(f"--sides: 'one' and any of {SIDES[1:]}")
     label = args.label or (f"per-hop{args.per_hop}" if args.per_hop else "full")
-    sha, tree = source_tree(args.rev, Path(args.runs))
+    from predictions_identity import source_tree  # the parent only: a child runs its checkout's own script
+
+    sha, tree = source_tree(args.rev, Path(args.runs), working_tree=False)
     folder = Path(args.runs) / f"{label}-{sha}"
     folder.mkdir(parents=True, exist_ok=True)
 

@@ -53,12 +53,13 @@ def git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def source_tree(rev: str, runs: Path) -> tuple[str, Path]:
-    """(short sha, a checkout of ``rev``); HEAD with uncommitted changes is the working tree itself."""
+def source_tree(rev: str, runs: Path, *, working_tree: bool = True) -> tuple[str, Path]:
+    """(short sha, a checkout of ``rev``): a worktree under ``runs``; with ``working_tree``, HEAD is the working
+    tree itself (``<sha>-dirty`` with uncommitted changes), else a worktree too, so later edits never reach a run."""
     sha = git("rev-parse", "--short=7", rev)
-    if rev == "HEAD" and not git("status", "--porcelain", "--untracked-files=no"):
+    if working_tree and rev == "HEAD" and not git("status", "--porcelain", "--untracked-files=no"):
         return sha, ROOT
-    if rev == "HEAD":
+    if working_tree and rev == "HEAD":
         return sha + "-dirty", ROOT
     tree = runs / f"src-{sha}"
     if not tree.exists():
