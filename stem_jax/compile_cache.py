@@ -39,8 +39,9 @@ def compile_cache_folder(cache_root: Path) -> Path | None:
 
 def prune_compile_cache(folder: Path, max_bytes: int = MAX_BYTES) -> int:
     """Keep ``folder`` under ``max_bytes`` in one scan: past it, the programs written longest ago go first (or
-    read longest ago, where JAX's own limit kept access times), down to half (so the next prune is many new programs away). Returns the bytes removed; a folder
-    that is missing, or entries another process removes meanwhile, are not an error."""
+    read longest ago, where JAX's own limit kept access times), down to half, so the next prune is many new
+    programs away. Returns the bytes removed; a missing folder, or entries another process removes meanwhile,
+    are not an error."""
     entries = []
     try:
         for program in folder.glob("*-cache"):

@@ -327,7 +327,8 @@ _CHOICES = {
 _ROW_FORMAT = re.compile(r"^(float16|int8|pca[1-9][0-9]*(-int8|-float16)?)$")  # encoder.row_format (encoder/compact.py)
 _INT_MIN = {  # integer fields and their smallest allowed value
     "tracer.top_n": 1, "tracer.breadth_cap": 0, "guidance.k_prime": 1, "gnn.layers": 1, "gnn.d_gnn": 1,
-    "planner.beam": 1, "planner.retries": 0, "planner.path_tune_layers": 1, "planner.max_triples": 1, "subgraph.hops": 0, "subgraph.hub_cap": 1,
+    "planner.beam": 1, "planner.retries": 0, "planner.path_tune_layers": 1, "planner.max_triples": 1,
+    "subgraph.hops": 0, "subgraph.hub_cap": 1,
     "encoder.batch_size": 1, "encoder.max_length": 1, "encoder.chunk_rows": 1, "encoder.step_table_max": 0,
     "engine.frontier": 1, "engine.kg_shards": 1, "engine.node_matches": 1, "engine.window": 1, "engine.guidance": 1,
     "engine.batch_precision": 1, "engine.batch_breadth": 1, "engine.chunk_questions": 1, "engine.max_frontier": 1,

@@ -556,7 +556,8 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
     extra = _pair_examples(ranker, extra_pairs, vocabulary, config.max_candidates, rng, row_offset=len(train))
     hidden = None
     if tower is not None:
-        hidden = tower.hidden(ranker.masked_texts(train) + (pair_texts(ranker, extra_pairs) if extra is not None else []))
+        pairs = pair_texts(ranker, extra_pairs) if extra is not None else []
+        hidden = tower.hidden(ranker.masked_texts(train) + pairs)
         log(f"path planner: tuning the question side's top {tower.layers} encoder layers "
             f"({hidden[0].shape[0]} texts, {hidden[0].shape[1]} tokens a row)")
     log(f"path planner: training arrays built [{time.perf_counter() - began:.1f}s]")
