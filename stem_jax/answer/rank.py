@@ -128,6 +128,12 @@ class ChunkAnswers:
         self._run_meta.extend([(question[r], beam[r], float(beam_prob[r]), scores[r].item(0), max(depth[r], 1))
                                for r in kept])
 
+    def answer_runs(self) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+        """What :meth:`ranked` ranks, for another ranker (``kernels/answers.py``): per run with an answer slot its
+        bindings there and their scores, in insertion order, and float64 [R, 5] (question, beam, probability,
+        anchor score, depth >= 1) per run."""
+        return self._nodes, self._scores, np.asarray(self._run_meta, np.float64).reshape(-1, 5)
+
     def evidence(self) -> list[list[int]]:
         """Per question, its runs' bound triple ids, ascending and distinct."""
         if not self._via:
