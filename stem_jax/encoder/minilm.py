@@ -101,6 +101,58 @@ class _Layer(nn.Module):
         return nn.LayerNorm(cfg.layer_norm_eps, name="out_ln")(x + _dense(h, "out", self.dot_dtype)(inner))
 
 
+def embed(params: dict[str, Any], cfg: BertConfig, tokens: jax.Array, positions: jax.Array) -> jax.Array:
+    """Word + position (+ type 0) embeddings, layer-normalised: [rows, T, h] from ``params`` (:class:`MiniLM`'s
+    tree, or any tree with its ``word``, ``position``, ``token_type`` and ``embed_ln``)."""
+    x = jnp.take(params["word"]["embedding"], tokens, axis=0)  # what nn.Embed does
+    # Single-sentence inputs always have token_type_ids == 0.
+    x = x + params["position"][positions] + params["token_type"][0]
+    return nn.LayerNorm(cfg.layer_norm_eps, parent=None).apply({"params": params["embed_ln"]}, x)
+
+
+def attention_bias(segments: jax.Array, dtype: Any = jnp.float32) -> jax.Array:
+    """Additive attention bias [rows, 1, T, T]: 0 where query and key tokens share a segment, else the dtype's
+    minimum, so each sequence of a packed row (and the padding, segment 0) attends only to itself."""
+    same = segments[:, None, :, None] == segments[:, None, None, :]
+    return jnp.where(same, 0.0, jnp.finfo(dtype).min).astype(dtype)
+
+
+def layer_params(params: dict[str, Any], start: int, stop: int) -> list[dict[str, Any]]:
+    """The parameter trees of layers ``start`` .. ``stop`` - 1 of :class:`MiniLM`'s tree, in order."""
+    return [params[f"layer_{i}"] for i in range(start, stop)]
+
+
+def run_layers(layers: Sequence[dict[str, Any]], cfg: BertConfig, x: jax.Array, bias: jax.Array,
+               dot_dtype: str = "float32") -> jax.Array:
+    """``x`` [rows, T, h] through the transformer layers whose parameter trees are ``layers`` (a slice of
+    :func:`layer_params`, or trained copies of some), with the additive attention ``bias``."""
+    layer = _Layer(cfg, dot_dtype, parent=None)
+    for p in layers:
+        x = layer.apply({"params": p}, x, bias)
+    return x
+
+
+def pool(x: jax.Array, segments: jax.Array, slots: int | None = None) -> jax.Array:
+    """Masked mean of each sequence's token states, L2-normalised (sentence-transformers' pooling):
+    [rows, slots, h] for segments 1 .. ``slots`` (default ``T // 2``, every sequence a packed row can hold);
+    a slot without a sequence is zero."""
+    ids = jnp.arange(1, (segments.shape[1] // 2 if slots is None else slots) + 1)
+    member = (segments[:, None, :] == ids[None, :, None]).astype(x.dtype)  # [rows, slots, tokens]
+    summed = jnp.einsum("rst,rth->rsh", member, x)
+    pooled = summed / jnp.maximum(member.sum(axis=2)[..., None], 1e-9)
+    return pooled / jnp.maximum(jnp.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
+
+
+def forward(params: dict[str, Any], cfg: BertConfig, tokens: jax.Array, segments: jax.Array,
+            positions: jax.Array, dot_dtype: str = "float32") -> jax.Array:
+    """:class:`MiniLM`'s forward over its parameter tree ``params``: :func:`embed`, every layer
+    (:func:`run_layers`), :func:`pool`."""
+    x = embed(params, cfg, tokens, positions)
+    x = run_layers(layer_params(params, 0, cfg.num_hidden_layers), cfg, x, attention_bias(segments, x.dtype),
+                   dot_dtype)
+    return pool(x, segments)
+
+
 class MiniLM(nn.Module):
     """BERT encoder + masked mean pooling + L2 normalisation (sentence-transformers semantics).
 
@@ -109,6 +161,9 @@ class MiniLM(nn.Module):
     sequence, so each packed sequence gets exactly the vector it would get alone. Returns
     [rows, capacity // 2, hidden]: one vector per possible sequence slot (a sequence has at
     least the two tokens [CLS] [SEP]); slots without a sequence are zero.
+
+    The computation is :func:`forward` (its pieces :func:`embed`, :func:`run_layers` and :func:`pool` are
+    what the path ranker's question tower runs on parts of the model); the module declares the parameter tree.
     """
 
     cfg: BertConfig
@@ -116,26 +171,20 @@ class MiniLM(nn.Module):
 
     @nn.compact
     def __call__(self, tokens: jax.Array, segments: jax.Array, positions: jax.Array) -> jax.Array:
+        if self.is_initializing():
+            self._declare(tokens)
+        return forward(self.variables["params"], self.cfg, tokens, segments, positions, self.dot_dtype)
+
+    def _declare(self, tokens: jax.Array) -> None:
+        """Create the parameters (init only), named as :func:`load_params` maps the Hugging Face tensors."""
         cfg = self.cfg
-        x = nn.Embed(cfg.vocab_size, cfg.hidden_size, name="word")(tokens)
-        pos = self.param(
-            "position", nn.initializers.normal(0.02), (cfg.max_position_embeddings, cfg.hidden_size)
-        )
-        token_type = self.param(
-            "token_type", nn.initializers.normal(0.02), (cfg.type_vocab_size, cfg.hidden_size)
-        )
-        # Single-sentence inputs always have token_type_ids == 0.
-        x = x + pos[positions] + token_type[0]
-        x = nn.LayerNorm(cfg.layer_norm_eps, name="embed_ln")(x)
-        same = segments[:, None, :, None] == segments[:, None, None, :]
-        bias = jnp.where(same, 0.0, jnp.finfo(x.dtype).min).astype(x.dtype)
+        nn.Embed(cfg.vocab_size, cfg.hidden_size, name="word")(tokens)
+        self.param("position", nn.initializers.normal(0.02), (cfg.max_position_embeddings, cfg.hidden_size))
+        self.param("token_type", nn.initializers.normal(0.02), (cfg.type_vocab_size, cfg.hidden_size))
+        x = jnp.zeros((*tokens.shape, cfg.hidden_size), jnp.float32)
+        nn.LayerNorm(cfg.layer_norm_eps, name="embed_ln")(x)
         for i in range(cfg.num_hidden_layers):
-            x = _Layer(cfg, self.dot_dtype, name=f"layer_{i}")(x, bias)
-        slots = jnp.arange(1, tokens.shape[1] // 2 + 1)
-        member = (segments[:, None, :] == slots[None, :, None]).astype(x.dtype)  # [rows, slots, tokens]
-        summed = jnp.einsum("rst,rth->rsh", member, x)
-        pooled = summed / jnp.maximum(member.sum(axis=2)[..., None], 1e-9)
-        return pooled / jnp.maximum(jnp.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
+            _Layer(cfg, self.dot_dtype, name=f"layer_{i}")(x, jnp.zeros((), jnp.float32))
 
 
 def load_params(safetensors_path: Path, cfg: BertConfig) -> dict[str, Any]:

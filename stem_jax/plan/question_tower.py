@@ -7,8 +7,9 @@ replaces the frozen question vector. Only the planner holds the tuned layers (th
 cache keep the shipped encoder), and relation texts keep their frozen embeddings, so one relation table
 serves any question.
 
-The forward is the encoder's own (:class:`stem_jax.encoder.minilm._Layer`, float32), on padded rows: each
-token attends to the real tokens of its row only, so a real token's state is the packed forward's.
+The forward is the encoder's own pieces (:func:`stem_jax.encoder.minilm.embed`, ``run_layers`` and ``pool``,
+float32) on padded rows, each row one sequence (segment 1) and its padding (segment 0): a real token attends to
+the real tokens of its row only, so its state is the packed forward's.
 """
 
 from __future__ import annotations
@@ -23,39 +24,30 @@ from stem_jax.encoder.minilm import BertConfig
 from stem_jax.ragged import pad_ragged
 
 
-def _embed(frozen: dict[str, Any], cfg: BertConfig, tokens, mask):
-    import flax.linen as nn
+def _segments(mask):
+    # A padded row holds one sequence: segment 1 for its tokens, 0 for the padding (the packed forward's numbering).
     import jax.numpy as jnp
 
-    x = frozen["word"]["embedding"][tokens] + frozen["position"][jnp.arange(tokens.shape[1])][None] \
-        + frozen["token_type"][0]
-    return nn.LayerNorm(cfg.layer_norm_eps).apply({"params": frozen["embed_ln"]}, x) * mask[..., None]
+    return jnp.asarray(mask).astype(jnp.int32)
 
 
-def _layers(layer_params: Sequence[dict[str, Any]], cfg: BertConfig, x, mask):
+def bottom_states(frozen: dict[str, Any], cfg: BertConfig, split: int, tokens, mask):
+    """The states [N, T, h] after the encoder's embeddings and its layers below ``split`` (the frozen part)."""
     import jax.numpy as jnp
 
-    from stem_jax.encoder.minilm import _Layer
+    from stem_jax.encoder.minilm import attention_bias, embed, layer_params, run_layers
 
-    bias = jnp.where(mask[:, None, None, :] > 0, 0.0, jnp.finfo(x.dtype).min).astype(x.dtype)
-    layer = _Layer(cfg, "float32")
-    for p in layer_params:
-        x = layer.apply({"params": p}, x, bias)
-    return x
-
-
-def pool(x, mask):
-    """Masked mean over tokens, L2-normalised (the encoder's pooling)."""
-    import jax.numpy as jnp
-
-    summed = (x * mask[..., None]).sum(1)
-    pooled = summed / jnp.maximum(mask.sum(1, keepdims=True), 1e-9)
-    return pooled / jnp.maximum(jnp.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
+    segments = _segments(mask)
+    x = embed(frozen, cfg, tokens, jnp.arange(tokens.shape[1])[None])
+    return run_layers(layer_params(frozen, 0, split), cfg, x, attention_bias(segments, x.dtype))
 
 
 def tower_vectors(tuned: Sequence[dict[str, Any]], cfg: BertConfig, hidden, mask):
     """Unit question vectors [N, h] from the frozen layers' states ``hidden`` [N, T, h] through the tuned layers."""
-    return pool(_layers(tuned, cfg, hidden, mask), mask)
+    from stem_jax.encoder.minilm import attention_bias, pool, run_layers
+
+    segments = _segments(mask)
+    return pool(run_layers(tuned, cfg, hidden, attention_bias(segments, hidden.dtype)), segments, slots=1)[:, 0]
 
 
 @dataclasses.dataclass
@@ -95,12 +87,7 @@ class QuestionTower:
         if self._bottom is None:
             cfg, split = self.cfg, self.split
 
-            @jax.jit
-            def bottom(frozen, tokens, mask):
-                x = _embed(frozen, cfg, tokens, mask)
-                return _layers([frozen[f"layer_{i}"] for i in range(split)], cfg, x, mask)
-
-            self._bottom = bottom
+            self._bottom = jax.jit(lambda frozen, tokens, mask: bottom_states(frozen, cfg, split, tokens, mask))
         tokens, mask = self.tokens(texts)
         out = np.zeros((*tokens.shape, self.cfg.hidden_size), np.float32)
         for start in range(0, len(tokens), batch):
