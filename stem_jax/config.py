@@ -125,6 +125,10 @@ class EngineConfig:
     # "auto": re-rank and cut answers with the KG's learned answer scorer when train-planner stored one
     # (stem_jax/answer/scorer.py; kept only where it beat the tracer's ranking on held-out questions); "off": never
     answer_scorer: str = "auto"
+    # where the runs of a batch are ranked into answers when no answer scorer is used: "host" (numpy,
+    # stem_jax/answer/rank.py), "device" (one jitted call, kernels/answers.py; identical answers), "auto": device
+    # on an accelerator, host on CPU (where the host measured faster: docs/performance.md)
+    answers_on: str = "host"
     max_frontier: int = 1024  # overflowing Breadth runs are re-traced with 2x, 4x, ... capacity up to this
     # >1: the KG's triples cut over this many devices (stem_jax/shard, docs/sharded-kg.md), each scoring the triples
     # it holds, candidates merged with collectives; answers identical to 1 (one replicated copy)
@@ -315,6 +319,7 @@ _CHOICES = {
     "engine.preset": ("default", "paper"),
     "engine.rank": ("beam", "max"),
     "engine.answer_scorer": ("auto", "off"),
+    "engine.answers_on": ("host", "device", "auto"),
     "engine.strategy": ("planner", "breadth"),
     "engine.direction": ("undirected", "directed"),
     "engine.used_triples": ("run", "branch", "step"),

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels.answers import pack_runs, rank_answers, ranked_lists
 from stem_jax.answer.rank import ChunkAnswers, answer_depths
 from stem_jax.config import StemConfig
 from stem_jax.data.types import Dataset, Question
@@ -191,6 +192,7 @@ class StemPipeline:
         self.cache_dir = cache_dir
         self.names = dataset.entity_names or {}
         self.mediators = self.context.mediators  # walked through, never returned
+        self._never_device: jax.Array | None = None  # the mediators on device (rank_on_device)
         self.answer_scorer: Any = None  # the KG's learned answer scorer; StemMethod sets it from its context
         self.kg = KGArrays.from_index(index, embeddings.trace_rows())  # float16, or compact (encoder.row_format)
         # float32 on device once: anchoring reads the whole table for every batch
@@ -697,6 +699,35 @@ class StemPipeline:
         guided = any(run.guidance is not None and len(run.guidance) for run in runs)
         return self.engine.beam_gap + (float(self.resolve(hyper).tau) if guided else 0.0)
 
+    # answers per question the device ranking returns in its first call; a question with more is asked again
+    DEVICE_ANSWERS = 64
+
+    def answers_on_device(self) -> bool:
+        """Whether :meth:`retrievals` ranks answers with the jitted kernel (``engine.answers_on``; "auto": on an
+        accelerator backend)."""
+        where = self.engine.answers_on
+        return where == "device" or (where == "auto" and jax.default_backend() != "cpu")
+
+    def rank_on_device(self, chunk: ChunkAnswers, gaps: Sequence[float], exclude: Sequence[tuple[int, int]],
+                       ) -> list[list[tuple[int, float]]]:
+        """``chunk.ranked(engine.rank, engine.answer_cut, gaps, exclude, never=mediators)`` in one compiled call
+        (:func:`kernels.answers.rank_answers`): the same answers, scores bit for bit. The first call returns
+        :attr:`DEVICE_ANSWERS` per question; when a question has more, the chunk is ranked again with room for all."""
+        if self.mediators is not None and self._never_device is None:
+            self._never_device = jnp.asarray(self.mediators)  # the mask crosses to the device once, not per call
+        never = self._never_device
+        n = chunk.n_questions
+        nodes, scores, meta = chunk.answer_runs()
+        packed = pack_runs(n, nodes, scores, meta, gaps, exclude)
+        engine = self.engine
+        k = self.DEVICE_ANSWERS
+        while True:
+            ranked = rank_answers(packed, never, n_questions=n, rule=engine.rank, cut=engine.answer_cut, k=k)
+            most = int(ranked.count.max(initial=0))
+            if most <= k:
+                return ranked_lists(ranked)
+            k = 1 << (most - 1).bit_length()
+
     def fold_chunk(self, questions: Sequence[Question], runs: Sequence[Sequence[Run]],
                    outputs: Sequence[Sequence[dict]]) -> tuple[ChunkAnswers, list[tuple[int, int]]]:
         """The questions' traced runs (``runs[i]``, ``outputs[i]``, unreached bindings pruned) folded into one
@@ -751,8 +782,12 @@ class StemPipeline:
         # the gap depends on each question's runs (guided or not)
         # a learned answer scorer (stem_jax/answer/scorer.py) re-ranks the uncut ranking and cuts the set itself
         scorer = self.answer_scorer
-        ranked = chunk.ranked(engine.rank, 0.0 if scorer is not None else engine.answer_cut,
-                              [self.ranking_gap(mine, hyper) for mine in runs], exclude, never=self.mediators)
+        gaps = [self.ranking_gap(mine, hyper) for mine in runs]
+        if scorer is None and self.answers_on_device():
+            ranked = self.rank_on_device(chunk, gaps, exclude)
+        else:
+            ranked = chunk.ranked(engine.rank, 0.0 if scorer is not None else engine.answer_cut, gaps, exclude,
+                                  never=self.mediators)
         support: list[float | None] = [None] * len(questions)
         if scorer is not None:
             tracer = [dict(r) for r in ranked]

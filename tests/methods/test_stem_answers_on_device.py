@@ -1,0 +1,70 @@
+"""STEM's answers ranked by the jitted kernel (``engine.answers_on=device``) equal the host ranking's."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from stem_jax.config import EncoderConfig, StemConfig
+from stem_jax.data.types import Dataset, Question
+from stem_jax.encoder import HashingEncoder
+from stem_jax.kg.embeddings import build_kg_embeddings
+from stem_jax.kg.index import build_index
+from stem_jax.methods.stem.pipeline import Run, StemPipeline
+from stem_jax.plan.schema import SchemaGraph, SchemaTriple, ground
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    rng = np.random.default_rng(3)
+    names = [f"entity {i}" for i in range(30)]
+    # few relations over few entities: Breadth runs bind many answers, shared across beams
+    triples = [(names[int(h)], f"rel_{int(r)}", names[int(t)])
+               for h, r, t in zip(rng.integers(0, 30, 200), rng.integers(0, 3, 200), rng.integers(0, 30, 200),
+                                  strict=True) if h != t]
+    index = build_index(triples)
+    encoder = HashingEncoder(dim=16)
+    embeddings = build_kg_embeddings(index, encoder, tmp_path_factory.mktemp("emb"), chunk_rows=64, progress=False)
+    config = StemConfig(encoder=EncoderConfig(name="hashing"))
+    config = dataclasses.replace(config, tracer=dataclasses.replace(config.tracer, theta=0.0))
+    return StemPipeline(Dataset("answers-on", [], triples), index, embeddings, encoder, config)
+
+
+def _runs(pipeline, rng, qi: int, topic: str) -> list[Run]:
+    """A beam of 1-4 chain plans of 1-2 steps from ``topic``, with probabilities."""
+    runs = []
+    for beam in range(int(rng.integers(1, 5))):
+        n = int(rng.integers(1, 3))
+        hops = [(topic if s == 0 else f"[ENT{s}]", f"rel_{int(rng.integers(0, 3))}", f"[ENT{s + 1}]") for s in range(n)]
+        schema = SchemaGraph(tuple(SchemaTriple(*h) for h in hops), f"[ENT{n}]", "Breadth")
+        prob = float(rng.choice([0.1, 0.2, 0.3, 0.4]))
+        runs.append(Run(qi, ground(schema, topic, pipeline.index), pipeline.index.entity_ids[topic], beam=beam,
+                        beam_prob=prob, mention=topic))
+    return runs
+
+
+@pytest.mark.parametrize(("rank", "gap"), [("beam", 0.5), ("beam", math.inf), ("max", 0.5)])
+def test_device_answers_equal_host_answers(pipeline, rank, gap):
+    rng = np.random.default_rng(7)
+    topics = [f"entity {int(i)}" for i in rng.integers(0, 30, 12)]
+    questions = [Question(f"q{i}", "?", [t], [t]) for i, t in enumerate(topics)]
+    per_question = [_runs(pipeline, rng, qi, t) for qi, t in enumerate(topics)]
+    texts = [t for rs in per_question for r in rs for t in r.plan.step_texts()]
+    pipeline.embed_texts(texts, show_progress=False)
+    flat = [r for rs in per_question for r in rs]
+    outputs, _ = pipeline.trace(flat)
+    starts = np.cumsum([0, *map(len, per_question)]).tolist()
+    outs = [outputs[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    answers = {}
+    for where in ("host", "device"):
+        other = pipeline.with_conventions(answers_on=where, rank=rank, beam_gap=gap)
+        answers[where] = [r.answers for r in other.retrievals(questions, per_question, outs)]
+    assert answers["device"] == answers["host"]
+    assert sum(map(len, answers["host"])) > len(questions)  # the case ranks something
+
+
+def test_many_answers_come_back_in_full(pipeline, monkeypatch):
+    """A question with more answers than the first device call returns is asked again with room for all."""
+    monkeypatch.setattr(StemPipeline, "DEVICE_ANSWERS", 1)
+    test_device_answers_equal_host_answers(pipeline, "max", 0.5)
