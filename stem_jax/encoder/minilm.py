@@ -294,6 +294,7 @@ class MiniLMEncoder:
     def __init__(self, model_dir: Path, batch_size: int = 128, max_length: int = 64, memo: int = 4096,
                  dot_dtype: str = "float32"):
         model_dir = Path(model_dir)
+        self.model_dir = model_dir  # config.json, tokenizer.json and model.safetensors
         self._forwards: dict[str, Any] = {}  # dot dtype -> its jitted forward, made on first use
         self.dot_dtype = dot_dtype
         self.cfg = BertConfig.from_json(model_dir / "config.json")

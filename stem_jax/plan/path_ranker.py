@@ -295,7 +295,8 @@ class PathRanker:
     @classmethod
     def load(cls, folder: Path, *, tower_factory: Callable[[int], Any] | None = None, **overrides: Any) -> PathRanker:
         """The ranker saved in ``folder``; ``tower_factory(split)`` builds the encoder its fine-tuned question
-        layers sit on (default: the shipped MiniLM, :func:`~stem_jax.plan.question_tower.minilm_tower`)."""
+        layers sit on (default: the shipped MiniLM, :func:`~stem_jax.plan.question_tower.minilm_tower`, sharing the
+        weights of ``overrides["encoder"]`` when that is a MiniLMEncoder)."""
         folder = Path(folder)
 
         def damaged(why: str) -> StemError:
@@ -311,8 +312,12 @@ class PathRanker:
                      temperature=float(meta["temperature"]),
                      relation_bank=dict(zip(meta["relation_texts"], bank, strict=True)), report=meta.get("report", {}))
         if meta.get("tower"):
-            if tower_factory is None:
-                from stem_jax.plan.question_tower import minilm_tower as tower_factory
+            if tower_factory is None:  # on the weights of the encoder it is given, when that is a MiniLMEncoder
+                import functools
+
+                from stem_jax.plan.question_tower import minilm_tower
+
+                tower_factory = functools.partial(minilm_tower, encoder=overrides.get("encoder"))
             ranker.tower = tower_factory(int(meta["tower"]["split"]))
             ranker.tower.load_arrays({k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("tower/")})
         for key, value in overrides.items():
@@ -527,13 +532,14 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
                       extra_pairs: Sequence[tuple[str, tuple[PathStep, ...]]] = (),
                       config: PathRankerConfig = PathRankerConfig(),
                       log: Callable[[str], None] = print, tower: Any = None,
-                      catalog: PathCatalog | None = None) -> PathRanker:
+                      catalog: PathCatalog | None = None, encoder: Any = None) -> PathRanker:
     """Train the path scorer on ``train`` (see the module docstring); fit its temperature and report on ``val``.
 
     ``config.tune_layers`` > 0 also fine-tunes the encoder's top layers as the question side (``tower``: a
     :class:`~stem_jax.plan.question_tower.QuestionTower` to tune; default the shipped MiniLM's, which needs
-    ``embed`` to be that encoder's). ``catalog``: a path enumeration of ``index`` to share (its per-topic cache)
-    with another ranker trained with the same bounds."""
+    ``embed`` to be that encoder's; ``encoder``: the MiniLMEncoder behind ``embed``, whose loaded weights that tower
+    shares instead of reading them again). ``catalog``: a path enumeration of ``index`` to share (its per-topic
+    cache) with another ranker trained with the same bounds."""
     began = time.perf_counter()
     d = int(np.asarray(embed(["x"])).shape[1])
     if config.tune_layers and tower is None:
@@ -542,7 +548,7 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
                             "\n  how to fix: pass --encoder.name=minilm, or leave the question side frozen")
         from stem_jax.plan.question_tower import minilm_tower
 
-        tower = minilm_tower(layers=config.tune_layers)
+        tower = minilm_tower(layers=config.tune_layers, encoder=encoder)
     ranker = PathRanker(params=_init_params(d, config), config=config,
                         encoder_name=encoder_name, names=names, index=index, embed_fn=embed, _catalog=catalog)
     rng = np.random.default_rng(config.seed)

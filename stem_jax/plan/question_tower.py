@@ -56,7 +56,7 @@ class QuestionTower:
     trees) replaces the layers from ``split`` up. ``tokenize`` gives [CLS] ... [SEP] ids per text."""
 
     cfg: BertConfig
-    frozen: dict[str, Any]  # the encoder's parameters (``load_params(...)["params"]``)
+    frozen: dict[str, Any]  # the encoder's parameters (``MiniLMEncoder.params["params"]``, numpy or on device)
     split: int
     tokenize: Callable[[list[str]], list[list[int]]]
     tuned: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -133,15 +133,23 @@ class QuestionTower:
         self.tuned = tuned
 
 
-def minilm_tower(split: int | None = None, *, layers: int = 1) -> QuestionTower:
+def minilm_tower(split: int | None = None, *, layers: int = 1, encoder: Any = None) -> QuestionTower:
     """The shipped all-MiniLM-L6-v2 as a :class:`QuestionTower` whose layers from ``split`` up (default: the top
-    ``layers``) are trainable."""
-    from stem_jax.encoder.base import minilm_model_dir
-    from stem_jax.encoder.minilm import load_params
+    ``layers``) are trainable. ``encoder``: a :class:`~stem_jax.encoder.minilm.MiniLMEncoder` whose weights (its
+    :attr:`~stem_jax.encoder.minilm.MiniLMEncoder.params`, read once and shared) and model folder the tower uses;
+    anything else (None, another encoder) reads the installed MiniLM's weights."""
+    from stem_jax.encoder.minilm import MiniLMEncoder
     from stem_jax.encoder.tokenizer import TruncatingTokenizer
 
-    folder = minilm_model_dir()
-    cfg = BertConfig.from_json(folder / "config.json")
+    if isinstance(encoder, MiniLMEncoder):
+        folder, cfg, frozen = encoder.model_dir, encoder.cfg, encoder.params["params"]
+    else:
+        from stem_jax.encoder.base import minilm_model_dir
+        from stem_jax.encoder.minilm import load_params
+
+        folder = minilm_model_dir()
+        cfg = BertConfig.from_json(folder / "config.json")
+        frozen = load_params(folder / "model.safetensors", cfg)["params"]
     tokenizer = TruncatingTokenizer(folder / "tokenizer.json", 64)
     split = cfg.num_hidden_layers - layers if split is None else split
-    return QuestionTower(cfg, load_params(folder / "model.safetensors", cfg)["params"], split, tokenizer.tokenize)
+    return QuestionTower(cfg, frozen, split, tokenizer.tokenize)

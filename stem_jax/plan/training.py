@@ -153,7 +153,7 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
                                       names=dataset.entity_names,
                                       extra_pairs=extra_pairs(dataset) if config.planner.path_pairs else (),
                                       config=dataclasses.replace(ranker.config, tune_layers=tune), log=log,
-                                      catalog=ranker.catalog)
+                                      catalog=ranker.catalog, encoder=encoder)
             rankers = {"+tuned": tuned} if question_side == "tuned" else {"": ranker, "+tuned": tuned}
         except StemError as err:
             if question_side == "tuned":

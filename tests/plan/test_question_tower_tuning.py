@@ -135,7 +135,8 @@ def test_train_planner_trains_and_stores_the_asked_question_side(weights, tmp_pa
     from stem_jax.plan.path_ranker import PATHS_FOLDER
     from stem_jax.plan.training import select_planner
 
-    monkeypatch.setattr(question_tower, "minilm_tower", lambda split=None, layers=1: _tower(weights, 3 - layers))
+    monkeypatch.setattr(question_tower, "minilm_tower",
+                        lambda split=None, layers=1, encoder=None: _tower(weights, 3 - layers))
     index = build_index(_kg())
     train, val = _questions(index, range(8)), _questions(index, range(8, 16))
     config = apply_overrides(StemConfig(), {"planner.path_question": side})
