@@ -41,8 +41,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 if "STEM_SPLIT_CHILD" not in os.environ:  # a child imports stem_jax from its checkout (PYTHONPATH), never this tree
     sys.path.insert(0, str(ROOT))
+sys.path.append(str(HERE))  # the sibling scripts (a child runs with -P, which leaves this folder off sys.path)
 
-COMPARED = ("prediction", "scores", "evidence", "evidence_count", "coverage", "overflow", "theta")
+from predictions_identity import COMPARED, source_tree  # noqa: E402
+
 SIDES = ("one", "mesh8", "proc2")
 
 
@@ -259,8 +261,6 @@ def main(argv: list[str] | None = None) -> int:
     if "one" not in sides or any(s not in SIDES for s in sides):
         raise SystemExit(f"--sides: 'one' and any of {SIDES[1:]}")
     label = args.label or (f"per-hop{args.per_hop}" if args.per_hop else "full")
-    from predictions_identity import source_tree  # the parent only: a child runs its checkout's own script
-
     sha, tree = source_tree(args.rev, Path(args.runs), working_tree=False)
     folder = Path(args.runs) / f"{label}-{sha}"
     folder.mkdir(parents=True, exist_ok=True)
