@@ -13,8 +13,10 @@ that answers nothing (+1.8 / +4.0 / +2.2 Hit on a 1000-per-hop MetaQA test sampl
 ±2; experiments/results/scr-metaqa-test-minhops*). Evidence is the union of the
 kept paths' triples; ``chains`` are the paths, readable. ``scr.answer_cut`` keeps answers with at least that share
 of the best answer's probability (0 = every path end, the paper; choose it on dev with
-experiments/scr_metaqa.py --split dev). A run trained with ``scr.relation_aware`` is the ``scr+rel`` variant
-(records and tables name it so). A run trained with ``scr.question_encoder=minilm`` tokenises the questions in
+experiments/scr_metaqa.py --split dev). On a KG with mediator nodes (Freebase CVTs; ``engine.skip_mediators``,
+on by default) SCR obeys the engine's rule: a beam may not stop on a mediator (it walks through it), and a
+mediator a beam was forced to end on is dropped from the answers (counted in ``scr_mediator_ends``). A run
+trained with ``scr.relation_aware`` is the ``scr+rel`` variant (records and tables name it so). A run trained with ``scr.question_encoder=minilm`` tokenises the questions in
 :meth:`ScrMethod.prepare` instead, and its search re-encodes every beam's grown context string with the
 fine-tuned MiniLM at every step (one MiniLM call per batch and step; :mod:`.text`).
 """
@@ -77,7 +79,9 @@ class ScrMethod:
                                 f"ones are {pretrained().name}\n  how to fix: install the weights it was trained with, or "
                                 "retrain")
             _, encoder = encoder_inputs(self.spec, index, context.dataset.entity_names, [])
-        self.tables = SearchTables(jax.block_until_ready(features), jnp.asarray(entity_text), relation_text, encoder)
+        self.mediators = context.mediators  # None on KGs without mediators (MetaQA, the demo): search unchanged
+        self.tables = SearchTables(jax.block_until_ready(features), jnp.asarray(entity_text), relation_text, encoder,
+                                   no_stop=None if self.mediators is None else jnp.asarray(self.mediators))
         self.gnn_seconds = time.perf_counter() - began
         self.vectors: dict[str, np.ndarray] = {}
         self.skipped: Counter = Counter()
@@ -143,16 +147,22 @@ class ScrMethod:
             self.skipped["topic entity not in the KG"] += 1
             return Retrieval(question.qid, [], stage_ms={"search": ms}, info={"scr_skip": "topic entity not in the KG"})
         answers = aggregate_answers(hypotheses)
+        mediator_ends = 0
+        if self.mediators is not None:  # only a beam forced to stop at max_steps can end on one
+            kept = [(e, p) for e, p in answers if not self.mediators[e]]
+            mediator_ends, answers = len(answers) - len(kept), kept
         if self.context.config.engine.exclude_topic:
             answers = [(e, p) for e, p in answers if e != topic]
         if answers and self.answer_cut > 0:
             answers = [(e, p) for e, p in answers if p >= self.answer_cut * answers[0][1]]
         evidence = sorted({t for h in hypotheses for t in h.triples})
+        extra = {} if self.mediators is None else {"scr_mediator_ends": mediator_ends}
         return Retrieval(question.qid, answers, evidence=evidence, chains=[self._chain(h) for h in hypotheses],
                          stage_ms={"search": ms},
                          info={"scr_paths": len(hypotheses), "scr_forced_stops": sum(not h.stopped for h in hypotheses),
                                "scr_steps": stats["steps"], "scr_width": stats["widths"],
-                               "scr_best_relations": self._relations(hypotheses[0]) if hypotheses else None})
+                               "scr_best_relations": self._relations(hypotheses[0]) if hypotheses else None,
+                               **extra})
 
     def _relations(self, hypothesis: Hypothesis) -> list[str]:
         """The path's directed relations, ``name`` forwards and ``name^-1`` backwards (for loss analysis)."""

@@ -19,6 +19,11 @@ The host loop (:func:`beam_search`) runs at most ``max_steps`` steps, gathering 
 neighbour lists of the current entities between steps (one [B, K] transfer per step); beams
 still moving after the last step stop where they are. Answers aggregate path probabilities per
 entity (eq. 13 with P(a | q, p) = 1 for the entity a path ends on).
+
+Mediator nodes (Freebase CVTs, :mod:`stem_jax.kg.mediators`) join the parts of one fact and are never an
+answer: with ``SearchTables.no_stop`` set, a beam on one may not stop (its slot 0 is masked like
+``min_hops``'s), so it walks through to the fact's other parts; one still moving after the last step ends
+there and the method drops that answer.
 """
 
 from __future__ import annotations
@@ -88,6 +93,9 @@ class SearchTables:
     entity_text: jax.Array  # [N, text] frozen MiniLM entity vectors
     relation_text: jax.Array  # [R, text] frozen MiniLM relation vectors
     encoder: Any = None  # question_encoder = "minilm": text.EncoderTables (token tables, frozen MiniLM bottom)
+    # bool [N]: entities a beam may not stop on (the KG's mediator nodes, Freebase CVTs: walked through, never an
+    # answer); None: a beam may stop anywhere (training, and KGs without mediators: no change there)
+    no_stop: Any = None
 
 
 def question_states(model: ScrModel, params: Any, tables: SearchTables, question: jax.Array, path_entities: jax.Array,
@@ -115,7 +123,7 @@ def candidate_log_probs(model: ScrModel, params: Any, tables: SearchTables, ques
 
     Shapes: question [..., text] (or [..., Lq] word pieces, minilm) per beam [..., K]; candidates [..., K, C].
     With ``min_hops`` > 0, a beam that has taken fewer hops may not stop (its slot 0 is masked before the
-    softmax)."""
+    softmax); nor may a beam on an entity of ``tables.no_stop`` (a mediator: it walks on or is dropped)."""
     h_q = question_states(model, params, tables, question, path_entities, path_relations, length)
     h_e = model.apply(params, tables.features, tables.relation_text, cand_entities, cand_relations,
                       method=ScrModel.candidates)
@@ -125,6 +133,8 @@ def candidate_log_probs(model: ScrModel, params: Any, tables: SearchTables, ques
     allowed = cand_valid & ~visited
     if min_hops > 0:
         allowed = allowed.at[..., 0].set(allowed[..., 0] & (length >= min_hops))
+    if tables.no_stop is not None:  # slot 0 holds the beam's own entity; -1 (an empty beam) is invalid anyway
+        allowed = allowed.at[..., 0].set(allowed[..., 0] & ~tables.no_stop[jnp.maximum(cand_entities[..., 0], 0)])
     logp = jax.nn.log_softmax(jnp.where(allowed, logits, NEG), axis=-1)
     return jnp.where(allowed, logp, -jnp.inf)
 
@@ -188,8 +198,12 @@ def beam_search(model: ScrModel, params: Any, tables: SearchTables, neighbours: 
     """Search a padded batch (questions [B, text], or [B, Lq] word pieces for minilm; topics [B], -1 = padding
     row); hypotheses per row.
 
-    Returns (per-row hypotheses, best first, each with probability >= threshold; stats)."""
-    state = {k: jnp.asarray(v) for k, v in initial_state(topics, beam, max_steps).items()}
+    Returns (per-row hypotheses, best first, each with probability >= threshold; stats). ``max_steps`` may be
+    below the model's own (``model.spec.max_steps``): paths keep the model's length, the search stops earlier."""
+    if max_steps > model.spec.max_steps:
+        raise ValueError(f"max_steps {max_steps} is above the {model.spec.max_steps} the model was trained for")
+    # The context's segment count (and the head's position table) is fixed by the trained spec.
+    state = {k: jnp.asarray(v) for k, v in initial_state(topics, beam, model.spec.max_steps).items()}
     question = jnp.asarray(questions, jnp.int32 if model.spec.minilm else jnp.float32)
     log_threshold = float(np.log(threshold)) if threshold > 0 else -np.inf
     host = {"length": np.zeros(state["length"].shape, np.int32), "done": np.zeros(state["done"].shape, bool),
@@ -259,9 +273,9 @@ def beam_search_reference(model: ScrModel, params: Any, tables: SearchTables, ne
             padded[: cand_e.size] = cand_e
             padded_r = np.full(width, -1, np.int32)
             padded_r[: cand_r.size] = cand_r
-            path_e = np.full(max_steps + 1, -1, np.int32)
+            path_e = np.full(model.spec.max_steps + 1, -1, np.int32)
             path_e[: len(h.entities)] = h.entities
-            path_r = np.full(max_steps, -1, np.int32)
+            path_r = np.full(model.spec.max_steps, -1, np.int32)
             path_r[: len(h.relations)] = h.relations
             logp = np.asarray(_reference_log_probs(model, params, tables, q, jnp.asarray(path_e), jnp.asarray(path_r),
                                                    jnp.asarray(len(h.relations)), jnp.asarray(padded),
