@@ -14,8 +14,9 @@ triples, evidence count, coverage, overflow and θ. Cases ``sweep-*`` run ``stem
 every grid point's predictions; ``demo-command`` runs ``stem-jax demo`` and compares both of its engines'.
 Writes ``experiments/results/predictions-identity-<dataset>[-<label>].{json,md}`` (eval cases with Hit@1 and
 F1 per hop at both sides, what a difference cost) and exits 1 when any question differs. GNN guidance tables
-are cached under the cache folder by checkpoint and inputs, not by code: the second side of a ``*-gnn`` case
-reads the first side's table unless it is moved aside between the two.
+are cached by checkpoint, inputs and the source of the code that computes them
+(``stem_jax.gnn.provider.GUIDANCE_MODULES``): each side of a ``*-gnn`` case computes its own table when that code
+differs between the two commits, and reads the same table when it does not.
 """
 
 from __future__ import annotations

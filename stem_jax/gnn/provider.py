@@ -3,14 +3,18 @@
 :class:`GNNGuidance` is what ``StemPipeline(..., guidance=...)`` takes. ``attach`` looks up (or
 computes, batched and jitted, then caches in TensorStore) the top ``width`` entities of every
 query, and gives each run the first K = |T|·K' of them as ``run.guidance``. Changing K', λ or τ
-reuses the cached rows; only a new checkpoint, KG, subgraph setting or question set recomputes.
+reuses the cached rows; only a new checkpoint, KG, subgraph setting, question set or a change to the code
+that computes guidance (:data:`GUIDANCE_MODULES`, fingerprinted by :func:`guidance_code_fingerprint`)
+recomputes.
 Calls of fewer than :data:`MIN_CACHED_ROWS` queries (``ask``, small ``retrieve`` batches) are
 computed in memory and not cached.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,6 +35,28 @@ from stem_jax.kg.embeddings import kg_fingerprint
 from stem_jax.plan.schema import SchemaGraph
 
 MIN_CACHED_ROWS = 64  # tables of fewer (question, plan) pairs are computed in memory, not cached
+
+# The modules whose code turns (question, schema graph, checkpoint) into guidance rows: subgraphs and their
+# packing, features, the model and its message passing, inference, top-K and this provider. Their source is part
+# of every cached table's key, so an edit to any of them computes new tables instead of reading rows an older
+# version wrote (a module that starts to take part in computing guidance belongs here).
+GUIDANCE_MODULES = (
+    "stem_jax.gnn.batching", "stem_jax.gnn.data", "stem_jax.gnn.expand", "stem_jax.gnn.features",
+    "stem_jax.gnn.guidance", "stem_jax.gnn.infer", "stem_jax.gnn.model", "stem_jax.gnn.multihop",
+    "stem_jax.gnn.packing", "stem_jax.gnn.provider", "stem_jax.jraph_compat", "stem_jax.kg.subgraph",
+    "kernels.message",
+)
+
+
+@functools.cache
+def guidance_code_fingerprint(modules: tuple[str, ...] = GUIDANCE_MODULES) -> str:
+    """sha256 (16 hex digits) of the source files of ``modules`` as this process imports them (a checkout on
+    ``PYTHONPATH`` fingerprints its own code)."""
+    digest = hashlib.sha256()
+    for name in modules:
+        source = Path(importlib.import_module(name).__file__).read_bytes()
+        digest.update(f"{name}\0{len(source)}\0".encode() + source)
+    return digest.hexdigest()[:16]
 
 
 def query_key(question: Question, schema: SchemaGraph) -> str:
@@ -96,7 +122,7 @@ class GNNGuidance:
         sub = self.factory.subgraph
         return {"params_sha": self.info.get("params_sha"), "spec": self.spec.as_dict(),
                 "kg": kg_fingerprint(self.factory.index), "encoder": self.factory.featurizer.encoder.name,
-                "hops": sub.hops, "hub_cap": sub.hub_cap}
+                "hops": sub.hops, "hub_cap": sub.hub_cap, "code": guidance_code_fingerprint()}
 
     def _plan(self, pairs: Sequence[tuple[Question, SchemaGraph]], rows: range) -> tuple[InferencePlan, np.ndarray]:
         """Host work of one chunk: its subgraphs and bins (and which rows have a graph)."""

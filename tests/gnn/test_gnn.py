@@ -212,3 +212,32 @@ def test_guidance_wider_than_engine_is_a_clear_error(demo):
     smaller = provider.with_k_prime(2)
     assert smaller.guidance_for(schema, np.asarray([5, 3, -1] + [-1] * 13)).tolist() == [5, 3]
     assert smaller.guidance_for(schema, np.arange(16)).tolist() == list(range(6)) and provider.k_prime == 8
+
+
+def test_guidance_cache_is_keyed_by_the_code_that_computes_guidance(demo, tmp_path, monkeypatch):
+    from stem_jax.gnn import provider as provider_module
+    from stem_jax.gnn.provider import GUIDANCE_MODULES, guidance_code_fingerprint
+
+    one_hop = [p for p in demo["pairs"] if p[0].hops == 1]
+    pairs = one_hop[:: len(one_hop) // 10][:10]
+    provider = GNNGuidance(demo["spec"], demo["params"], {"params_sha": "test"}, demo["factory"], k_prime=4,
+                           width=16, cache_dir=tmp_path, chunk_rows=4)
+    provider.min_cached_rows = 1
+    first = provider.table(pairs, show_progress=False)
+    assert first.computed_rows == len(pairs) and provider.table(pairs, show_progress=False).computed_rows == 0
+    # another version of the guidance code: same checkpoint, KG and questions, yet nothing is read from the cache
+    monkeypatch.setattr(provider_module, "guidance_code_fingerprint", lambda: "another-version")
+    other = provider.table(pairs, show_progress=False)
+    assert other.computed_rows == len(pairs) and other.path != first.path
+    np.testing.assert_array_equal(other.ids, first.ids)  # (the code did not really change)
+    # the fingerprint reads the listed modules' source: another module list is another version
+    assert guidance_code_fingerprint() == guidance_code_fingerprint(GUIDANCE_MODULES)
+    assert guidance_code_fingerprint(GUIDANCE_MODULES[:-1]) != guidance_code_fingerprint()
+    # ... and an edit to one of them is too
+    folder = tmp_path / "src"
+    folder.mkdir()
+    (folder / "guidance_code_probe.py").write_text("SCALE = 1\n")
+    monkeypatch.syspath_prepend(str(folder))
+    before = guidance_code_fingerprint.__wrapped__(("guidance_code_probe",))
+    (folder / "guidance_code_probe.py").write_text("SCALE = 2\n")
+    assert guidance_code_fingerprint.__wrapped__(("guidance_code_probe",)) != before
