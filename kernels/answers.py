@@ -28,14 +28,19 @@ import jax.numpy as jnp
 import numpy as np
 
 RULES = ("beam", "max")
+ENTITY_SPAN = 1 << 31  # above every int32 entity id: (question, entity[, beam]) packs into one int64 sort key
 CUT_SLACK = 1e-9  # what ChunkAnswers subtracts from the cut so float noise does not split a tie
 
 
 class AnswerRuns(NamedTuple):
-    """The runs of a chunk as padded host arrays (:func:`pack_runs`); R runs, F bindings per run, Q questions."""
+    """The runs of a chunk as padded host arrays (:func:`pack_runs`); N bindings, R runs, Q questions.
 
-    nodes: np.ndarray  # int32 [R, F] answer-slot bindings, -1 where empty (padding runs: all -1)
-    scores: np.ndarray  # float32 [R, F] their cumulative scores S
+    The bindings are a flat list in insertion order (run by run, each run's in slot order), each with its run: the
+    tracer's [R, F] answer-slot rows flattened, or (what :func:`pack_runs` gives) only their live entries."""
+
+    nodes: np.ndarray  # int32 [N] answer-slot bindings, -1 where empty (padding)
+    scores: np.ndarray  # float32 [N] their cumulative scores S
+    run: np.ndarray  # int32 [N] the run of each binding (0 for padding)
     question: np.ndarray  # int32 [R] question of each run (-1: padding)
     beam: np.ndarray  # int32 [R] the run's plan's position in the planner's beam
     beam_prob: np.ndarray  # float64 [R] that plan's probability
@@ -60,27 +65,31 @@ def _bucket(n: int, least: int = 1) -> int:
 
 def pack_runs(n_questions: int, nodes: Sequence[np.ndarray], scores: Sequence[np.ndarray],
               meta: np.ndarray, gap: float | Sequence[float] = math.inf,
-              exclude: Iterable[tuple[int, int]] = (), *, min_runs: int = 4, min_width: int = 1,
+              exclude: Iterable[tuple[int, int]] = (), *, min_runs: int = 4, min_bindings: int = 64,
               min_questions: int = 1) -> AnswerRuns:
     """Pad a chunk's answer-slot bindings for :func:`rank_answers`.
 
     ``nodes``/``scores``: per run with an answer slot, its bindings there ([F_r] each, in chunk order);
     ``meta``: float64 [R, 5] per run (question, beam, probability, anchor score, depth >= 1), as
     :meth:`stem_jax.answer.rank.ChunkAnswers.answer_runs` gives them; ``gap`` one for all questions or one per
-    question; ``exclude`` (question, entity) pairs never returned. Runs, bindings per run, questions and
-    exclusions per question are padded to powers of two (at least ``min_runs``, ``min_width``, ``min_questions``:
-    a caller that knows its largest sizes compiles one shape)."""
+    question; ``exclude`` (question, entity) pairs never returned. Only live bindings are kept (most of a
+    Breadth run's width is empty), in order. Bindings, runs, questions and exclusions per question are padded to
+    powers of two (at least ``min_bindings``, ``min_runs``, ``min_questions``: a caller that knows its largest sizes
+    compiles one shape)."""
     n_runs = len(nodes)
-    width = _bucket(max((len(x) for x in nodes), default=1), min_width)
     rows = _bucket(n_runs, min_runs)
     n_q = _bucket(n_questions, min_questions)
-    out_nodes = np.full((rows, width), -1, np.int32)
-    out_scores = np.full((rows, width), -np.inf, np.float32)
-    if n_runs:
-        sizes = np.fromiter(map(len, nodes), np.int64, n_runs)
-        live = np.arange(width)[None, :] < sizes[:, None]
-        out_nodes[:n_runs][live] = np.concatenate(nodes)
-        out_scores[:n_runs][live] = np.concatenate(scores)
+    flat_nodes = np.concatenate(nodes) if n_runs else np.zeros(0, np.int32)
+    live = flat_nodes >= 0
+    n_live = int(live.sum())
+    size = _bucket(n_live, min_bindings)
+    out_nodes = np.full(size, -1, np.int32)
+    out_scores = np.full(size, -np.inf, np.float32)
+    out_run = np.zeros(size, np.int32)
+    if n_live:
+        out_nodes[:n_live] = flat_nodes[live]
+        out_scores[:n_live] = np.concatenate(scores)[live]
+        out_run[:n_live] = np.repeat(np.arange(n_runs, dtype=np.int32), np.fromiter(map(len, nodes), np.int64, n_runs))[live]
     meta = np.asarray(meta, np.float64).reshape(n_runs, 5)
     question = np.full(rows, -1, np.int32)
     beam = np.zeros(rows, np.int32)
@@ -97,7 +106,7 @@ def pack_runs(n_questions: int, nodes: Sequence[np.ndarray], scores: Sequence[np
     excluded = np.full((n_q, _bucket(max(map(len, per_question), default=1))), -1, np.int32)
     for q, ents in enumerate(per_question):
         excluded[q, : len(ents)] = ents
-    return AnswerRuns(out_nodes, out_scores, question, beam, prob, anchor, depth, gaps, excluded)
+    return AnswerRuns(out_nodes, out_scores, out_run, question, beam, prob, anchor, depth, gaps, excluded)
 
 
 def _shift(x: jax.Array, by: int, fill) -> jax.Array:
@@ -122,29 +131,28 @@ def _starts(*keys: jax.Array) -> jax.Array:
 @functools.partial(jax.jit, static_argnames=("n_questions", "rule", "k", "n_beams"))
 def _rank(runs: AnswerRuns, never: jax.Array, cut: jax.Array, *, n_questions: int, rule: str, k: int,
           n_beams: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-    rows, width = runs.nodes.shape
-    n = rows * width
+    n = runs.nodes.shape[0]
     q_pad = runs.gap.shape[0]
     dead_q = q_pad  # the question key of dead entries: after every question
-    entity = runs.nodes.reshape(n)
-    run = jnp.repeat(jnp.arange(rows, dtype=jnp.int32), width, total_repeat_length=n)
+    entity, run = runs.nodes, runs.run
     question = runs.question[run]
     live = (entity >= 0) & (question >= 0) & (question < n_questions)
     safe_e = jnp.maximum(entity, 0)
     live &= ~never[jnp.minimum(safe_e, never.shape[0] - 1)] | (safe_e >= never.shape[0])
     safe_q = jnp.clip(question, 0, q_pad - 1)
     live &= ~(runs.exclude[safe_q] == entity[:, None]).any(1)
-    score = runs.scores.reshape(n).astype(jnp.float64)
+    score = runs.scores.astype(jnp.float64)
     fair = (score - runs.anchor_score[run].astype(jnp.float64)) / jnp.maximum(runs.depth[run], 1).astype(jnp.float64)
     beam = jnp.where(live, runs.beam[run], 0)
     prob = runs.beam_prob[run]
-    q_key = jnp.where(live, question, dead_q)
-    e_key = jnp.where(live, entity, 0)
+    # (question, entity) as one int64 key (entity ids are int32): one-key sorts are the cheap ones
+    pair_key = jnp.where(live, question, dead_q).astype(jnp.int64) * ENTITY_SPAN + jnp.where(live, entity, 0)
     slot = jnp.arange(n, dtype=jnp.int32)  # insertion order (run-major): what "first bound" means
     positions = jnp.arange(n, dtype=jnp.int32)
     if rule == "max":
-        q_s, e_s, s_s = jax.lax.sort((q_key, e_key, score), num_keys=2, is_stable=True)
-        start = _starts(q_s, e_s)
+        key_s, s_s = jax.lax.sort((pair_key, score), num_keys=1, is_stable=True)
+        q_s, e_s = (key_s // ENTITY_SPAN).astype(jnp.int32), (key_s % ENTITY_SPAN).astype(jnp.int32)
+        start = _starts(key_s)
         pair = jnp.cumsum(start) - 1
         value = jax.ops.segment_max(s_s, pair, num_segments=n)
         tie = jnp.zeros(n, jnp.float64)
@@ -152,9 +160,12 @@ def _rank(runs: AnswerRuns, never: jax.Array, cut: jax.Array, *, n_questions: in
         pair_q, pair_e = q_s[first_at], e_s[first_at]
         n_pairs = start.sum()
     else:
-        q_s, e_s, b_s, slot_s, fair_s, prob_s = jax.lax.sort((q_key, e_key, beam, slot, fair, prob), num_keys=3,
-                                                             is_stable=True)
-        start = _starts(q_s, e_s, b_s)  # one group per (question, entity, beam)
+        key_s, slot_s, fair_s, prob_s = jax.lax.sort((pair_key * n_beams + beam, slot, fair, prob), num_keys=1,
+                                                     is_stable=True)
+        b_s = (key_s % n_beams).astype(jnp.int32)
+        q_s = (key_s // (n_beams * ENTITY_SPAN)).astype(jnp.int32)
+        e_s = (key_s // n_beams % ENTITY_SPAN).astype(jnp.int32)
+        start = _starts(key_s)  # one group per (question, entity, beam)
         group = jnp.cumsum(start) - 1
         n_groups = start.sum()
         first = jax.ops.segment_min(slot_s, group, num_segments=n)  # where the group was first bound

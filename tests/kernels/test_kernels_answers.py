@@ -32,7 +32,7 @@ def _random_run(rng: np.random.Generator) -> dict:
 def _device(chunk: ChunkAnswers, n_questions: int, rule: str, cut: float, gap, pairs, never, k: int = 16):
     nodes, scores, meta = chunk.answer_runs()
     # one padded shape for every random case (up to 24 runs of 6 bindings, 8 questions): few compiles
-    runs = pack_runs(n_questions, nodes, scores, meta, gap, pairs, min_runs=32, min_width=8, min_questions=8)
+    runs = pack_runs(n_questions, nodes, scores, meta, gap, pairs, min_runs=32, min_bindings=256, min_questions=8)
     ranked = rank_answers(runs, never, n_questions=n_questions, rule=rule, cut=cut, k=k)
     return ranked, ranked_lists(ranked)
 

@@ -718,7 +718,8 @@ class StemPipeline:
         never = self._never_device
         n = chunk.n_questions
         nodes, scores, meta = chunk.answer_runs()
-        packed = pack_runs(n, nodes, scores, meta, gaps, exclude)
+        # one padded shape for every call of up to 64 runs and 256 live bindings (one question's beam): few compiles
+        packed = pack_runs(n, nodes, scores, meta, gaps, exclude, min_runs=64, min_bindings=256)
         engine = self.engine
         k = self.DEVICE_ANSWERS
         while True:
