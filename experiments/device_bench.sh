@@ -6,7 +6,7 @@
 #   bash experiments/device_bench.sh synthetic     # needs no STAGE: trace backends on a synthetic KG only
 #
 # `gpu` (the default) is one call of at most DEADLINE seconds (560) on an H100: setup, index, stages-batches,
-# trace-backends, serve, trace-synthetic, each writing -gpu files under experiments/results/. Each step runs
+# trace-backends, answers-device, serve, trace-synthetic, each writing -gpu files under experiments/results/. Each step runs
 # under its own time limit and within DEADLINE seconds of the start; a step that fails or runs
 # out of time is reported and the next one still runs.
 #
@@ -24,8 +24,9 @@
 #   stages-batches  bench stages at batch 1 / 64 / 1,024 only (2-hop, pattern planner, fresh questions)
 #   trace-backends  experiments/trace_backends.py: tracer.backend blocks vs flat on MetaQA batches 1 / 64 / 1,024
 #   trace-synthetic the same on a synthetic 1M-triple KG (no STAGE needed)
+#   answers-device  experiments/answers_on_device.py: engine.answers_on host vs device (the jitted answer ranking)
 #   serve     stem-jax serve on MetaQA (pattern planner) + bench serve against it -> bench-serve-metaqa-gpu.*
-#   gpu       setup index stages-batches trace-backends serve trace-synthetic (the default)
+#   gpu       setup index stages-batches trace-backends answers-device serve trace-synthetic (the default)
 #   synthetic trace-synthetic alone
 # Results go to experiments/results/ of this copy and, as one tarball refreshed after each step, to $OUT,
 # with the whole log as $OUT/device-bench.log.
@@ -44,7 +45,7 @@ stem() { "$PY" -m stem_jax.cli.main "$@"; }
 expanded=()
 for step in "${steps[@]}"; do
   case "$step" in
-    gpu) expanded+=(setup index stages-batches trace-backends serve trace-synthetic) ;;
+    gpu) expanded+=(setup index stages-batches trace-backends answers-device serve trace-synthetic) ;;
     synthetic) expanded+=(trace-synthetic) ;;
     all) expanded+=(setup index stages stages-gnn gnn paper) ;;
     *) expanded+=("$step") ;;
@@ -55,8 +56,8 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/device-bench.log") 2>&1
 DEADLINE=${DEADLINE:-560}
 started=$SECONDS
-declare -A LIMIT=([setup]=60 [index]=120 [stages-batches]=200 [trace-backends]=120 [serve]=240
-  [trace-synthetic]=120)
+declare -A LIMIT=([setup]=60 [index]=120 [stages-batches]=200 [trace-backends]=120 [answers-device]=75
+  [serve]=240 [trace-synthetic]=120)
 failed=()
 
 run_step() {
@@ -105,6 +106,9 @@ run_step() {
       ;;
     trace-synthetic)
       "$PY" experiments/trace_backends.py --synthetic 1000000 --batch-sizes 1,64,1024 --label gpu
+      ;;
+    answers-device)
+      "$PY" experiments/answers_on_device.py --calls 100,12 --label gpu
       ;;
     serve)
       port=8123
