@@ -6,8 +6,8 @@
 #   bash experiments/device_bench.sh synthetic     # needs no STAGE: trace backends on a synthetic KG only
 #
 # `gpu` (the default) is one call of at most DEADLINE seconds (560) on an H100: setup, index, stages-batches,
-# trace-backends, answers-device, serve, trace-synthetic, each writing -gpu files under experiments/results/. Each step runs
-# under its own time limit and within DEADLINE seconds of the start; a step that fails or runs
+# trace-backends, answers-device, serve, trace-synthetic, each writing -gpu files under experiments/results/.
+# Each step runs under its own time limit and within DEADLINE seconds of the start; a step that fails or runs
 # out of time is reported and the next one still runs.
 #
 # STAGE is what experiments/device_stage.sh builds (about 55 MB, under the device call's 64 MiB): data.tgz
@@ -56,7 +56,7 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/device-bench.log") 2>&1
 DEADLINE=${DEADLINE:-560}
 started=$SECONDS
-declare -A LIMIT=([setup]=60 [index]=120 [stages-batches]=200 [trace-backends]=120 [answers-device]=75
+declare -A LIMIT=([setup]=60 [index]=120 [stages-batches]=200 [trace-backends]=120 [answers-device]=120
   [serve]=240 [trace-synthetic]=120)
 failed=()
 
@@ -108,7 +108,7 @@ run_step() {
       "$PY" experiments/trace_backends.py --synthetic 1000000 --batch-sizes 1,64,1024 --label gpu
       ;;
     answers-device)
-      "$PY" experiments/answers_on_device.py --calls 100,12 --label gpu
+      "$PY" experiments/answers_on_device.py --calls 60,8 --label gpu
       ;;
     serve)
       port=8123
