@@ -8,7 +8,7 @@ scorer's temperature and cut, planned by the stored planner, which never saw the
 
 * ``in``: the stored pattern planner's beams for its own training questions (what train-planner used to do);
 * ``oof``: out-of-sample beams, each fold of the training questions planned by a planner trained on the other folds
-  (``stem_jax.answer.training.out_of_sample_candidates``'s folds; train-planner does this only with ``folds`` > 1);
+  (``stem_jax.answer.training.out_of_sample_candidates``, which train-planner calls only with ``folds`` > 1);
 * ``oracle``: the gold paths; ``rog``: RoG's three LLM plans that the training file carries (``rog_plans``).
 
 Each scorer is measured in-process on dev candidates from the default planner (beam 4 and 8), gold plans and RoG's
@@ -21,7 +21,6 @@ cached under ``runs/webqsp-scorer`` (delete it after changing the features). Nee
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import pickle
 import sys
 import time
@@ -34,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from stem_jax.answer.features import NUMERIC, NUMERIC_V1, CandidateFeaturizer, TypeVocabulary  # noqa: E402
 from stem_jax.answer.scorer import _subset, concat_candidates, set_metrics, train_answer_scorer  # noqa: E402
-from stem_jax.answer.training import collect_candidates, fold_of, gold_entities  # noqa: E402
+from stem_jax.answer.training import collect_candidates, gold_entities, out_of_sample_candidates  # noqa: E402
 from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.config import StemConfig, apply_overrides, default_cache_dir, default_data_dir  # noqa: E402
 from stem_jax.data.registry import DatasetSpec  # noqa: E402
@@ -56,38 +55,47 @@ class Sources:
         return Engine.open(DatasetSpec(name="files", data_dir=self.data, split=split), config=config, planner=planner,
                            cache_dir=self.cache)
 
-    def collect(self, name: str, split: str, planner: PlannerSpec, keep=None, overrides: dict | None = None) -> dict:
+    def cached(self, name: str, make) -> dict:
+        """The candidate source ``name`` pickled under ``runs``; else ``make()`` = (engine, candidates, planned
+        questions), stored there with the questions' gold entities."""
         path = self.runs / f"{name}.pkl"
         if path.exists():
             return pickle.loads(path.read_bytes())
         began = time.perf_counter()
-        engine = self.engine(split, planner, overrides)
-        context = engine.method("stem").context
-        featurizer = CandidateFeaturizer(context.index, context.dataset.entity_names, TypeVocabulary.of(context.index),
-                                         context.encoder.encode)
-        questions = [q for q in engine.dataset.questions if keep is None or keep(q.qid)]
-        candidates, planned = collect_candidates(engine.method("stem"), questions, featurizer)
+        engine, candidates, planned = make()
         result = {"cands": candidates, "qids": [q.qid for q in planned],
-                  "gold": gold_entities(planned, context.index.entities, context.dataset.entity_names),
+                  "gold": gold_entities(planned, engine.index.entities, engine.dataset.entity_names),
                   "n_all": len(engine.dataset.questions) + len(engine.dataset.dropped)}
         path.write_bytes(pickle.dumps(result))
         print(f"{name}: {len(planned)} questions [{time.perf_counter() - began:.0f}s]", flush=True)
         return result
 
-    def fold_planner(self, folds: int, fold: int) -> Path:
-        from stem_jax.data.registry import load_dataset
-        from stem_jax.plan.training import train_and_save
+    def collect(self, name: str, split: str, planner: PlannerSpec, keep=None, overrides: dict | None = None) -> dict:
+        def make() -> tuple:
+            engine = self.engine(split, planner, overrides)
+            featurizer = CandidateFeaturizer(engine.index, engine.dataset.entity_names, TypeVocabulary.of(engine.index),
+                                             engine.encoder.encode)
+            questions = [q for q in engine.dataset.questions if keep is None or keep(q.qid)]
+            return (engine, *collect_candidates(engine.method("stem"), questions, featurizer))
 
-        out = self.runs / "planners" / f"k{folds}-f{fold}"
-        if (out / "planner.json").exists():
-            return out
-        dataset = load_dataset(DatasetSpec(name="files", data_dir=self.data, split="train"))
-        rest = dataclasses.replace(dataset, questions=[q for q in dataset.questions if fold_of(q.qid, folds) != fold])
-        began = time.perf_counter()
-        train_and_save(rest, "train", StemConfig(), out, cache_root=self.cache, log=lambda _: None)
-        print(f"fold planner {fold + 1}/{folds}: {len(rest.questions)} questions [{time.perf_counter() - began:.0f}s]",
-              flush=True)
-        return out
+        return self.cached(name, make)
+
+    def out_of_sample(self, folds: int, keep) -> dict:
+        """Candidates for the training questions ``keep`` accepts from ``folds`` fold planners, each planning the
+        questions it did not train on (:func:`stem_jax.answer.training.out_of_sample_candidates`, as train-planner
+        does with ``folds`` > 1; planners trained with the default config in a scratch folder under ``runs``)."""
+        import tempfile
+
+        def make() -> tuple:
+            engine = self.engine("train", PlannerSpec("oracle"))  # its dataset, index and encoder; no planner
+            config = apply_overrides(StemConfig(), {"engine.answer_scorer": "off"})
+            spec = DatasetSpec(name="files", data_dir=self.data, split="train")
+            questions = [q for q in engine.dataset.questions if keep(q.qid)]
+            with tempfile.TemporaryDirectory(prefix="folds-", dir=self.runs) as work:
+                return (engine, *out_of_sample_candidates(engine, spec, config, questions, folds, Path(work),
+                                                          log=lambda line: print(line, flush=True)))
+
+        return self.cached(f"train-pattern-oof-k{folds}", make)
 
 
 def pick(source: dict, keep) -> tuple:
@@ -127,13 +135,7 @@ def main() -> int:
     wanted = {s for v in args.variants.split(",") for s in v.split("+")}
     train = {"in": pick(pattern_in, trained_on)}
     if "oof" in wanted:
-        parts = []
-        for fold in range(args.folds):
-            planner = src.fold_planner(args.folds, fold)
-            got = src.collect(f"train-pattern-k{args.folds}-f{fold}", "train", PlannerSpec("pattern", path=planner),
-                              keep=lambda q, f=fold: fold_of(q, args.folds) == f)
-            parts.append(pick(got, trained_on))
-        train["oof"] = merged(parts)
+        train["oof"] = pick(src.out_of_sample(args.folds, trained_on), trained_on)
     if "oracle" in wanted:
         train["oracle"] = pick(src.collect("train-oracle", "train", PlannerSpec("oracle")), trained_on)
     if "rog" in wanted:
