@@ -90,7 +90,8 @@ def main() -> int:
             ranker_config = dataclasses.replace(ranker_config, tune_learning_rate=args.tune_lr)
         began = time.perf_counter()
         ranker = train_path_ranker(train, val, index, encoder_name=encoder.name, embed=embed,
-                                   names=dataset.entity_names, config=ranker_config, catalog=catalog)
+                                   names=dataset.entity_names, config=ranker_config, catalog=catalog,
+                                   encoder=encoder)
         seconds = time.perf_counter() - began
         catalog = ranker.catalog
         planners = planner_candidates(templates, ranker, MIX_WEIGHTS, config.planner.beam)
