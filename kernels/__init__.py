@@ -9,6 +9,8 @@
   edges (small blocks with a compacted buffer for CPUs; one wide block per step, selected by one sort,
   for accelerators), equal in every output.
 * :mod:`kernels.message`: DistMult message passing, mean or sum aggregation (the Triple-GNN layers).
+* :mod:`kernels.answers`: a batch's runs merged into each question's ranked answers (the host ranking of
+  :mod:`stem_jax.answer.rank`, in one compiled call; ``engine.answers_on``).
 """
 
 from kernels.message import distmult_mean, distmult_mean_reference, distmult_sum, distmult_sum_reference
