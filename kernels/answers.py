@@ -211,16 +211,18 @@ def _rank(runs: AnswerRuns, never: jax.Array, cut: jax.Array, *, n_questions: in
 
 
 def rank_answers(runs: AnswerRuns, never: np.ndarray | None, *, n_questions: int, rule: str = "max",
-                 cut: float = 0.0, k: int = 64) -> RankedAnswers:
+                 cut: float = 0.0, k: int = 64, min_beams: int = 1) -> RankedAnswers:
     """Per question (of ``n_questions``), its first ``k`` ranked answers, as ``ChunkAnswers.ranked`` ranks them.
 
     ``runs``: :func:`pack_runs`'s arrays; ``never``: bool [n_entities] entities never returned (mediators) or
     None; ``rule``/``cut``: the ranking and its cut (``"beam"`` only, as on the host). One compiled call and one
     transfer back; returned as host arrays cut to ``n_questions`` rows. A question whose ``count`` exceeds
-    ``k`` has more answers than came back (the caller ranks it on the host or asks again with a larger ``k``)."""
+    ``k`` has more answers than came back (the caller ranks it on the host or asks again with a larger ``k``).
+    ``min_beams``: the beams a call is compiled for at least (the planner's beam width: one shape whatever a
+    batch's plans number)."""
     if rule not in RULES:
         raise ValueError(f"unknown answer ranking {rule!r}; use one of {', '.join(RULES)}")
-    n_beams = _bucket(int(runs.beam.max(initial=0)) + 1)
+    n_beams = _bucket(int(runs.beam.max(initial=0)) + 1, min_beams)
     if never is None or not len(never):
         never = np.zeros(1, bool)
     with jax.enable_x64(True):

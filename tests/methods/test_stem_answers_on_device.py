@@ -68,3 +68,18 @@ def test_many_answers_come_back_in_full(pipeline, monkeypatch):
     """A question with more answers than the first device call returns is asked again with room for all."""
     monkeypatch.setattr(StemPipeline, "DEVICE_ANSWERS", 1)
     test_device_answers_equal_host_answers(pipeline, "max", 0.5)
+
+
+def test_warm_up_compiles_the_device_ranking_of_one_question(pipeline):
+    """A warmed device pipeline ranks one question's beam without compiling again."""
+    from kernels.answers import _rank
+
+    other = pipeline.with_conventions(answers_on="device")
+    other.warm_up([1, 2], 4)
+    compiled = _rank._cache_size()
+    rng = np.random.default_rng(11)
+    runs = _runs(other, rng, 0, "entity 3")
+    other.embed_texts([t for r in runs for t in r.plan.step_texts()], show_progress=False)
+    outputs, _ = other.trace(runs)
+    assert other.retrievals([Question("q", "?", ["entity 3"], [])], [runs], [outputs])[0].answers
+    assert _rank._cache_size() == compiled

@@ -508,7 +508,8 @@ class StemPipeline:
         Breadth runs escalate one level per retry) at every padded batch size :meth:`trace`
         can pick there (:meth:`_fit` of 1..``max_runs`` runs). Traces all-padding batches (no
         anchor: nothing to expand), which costs only the compile. Returns the number of tracer
-        shapes visited (a shape compiled before is not compiled again)."""
+        shapes visited (a shape compiled before is not compiled again). With answers ranked on the
+        device (:meth:`answers_on_device`), also compiles the ranking of one question's beam."""
         modes = [False] if self.engine.strategy == "breadth" else [True, False]
         visited = 0
         traced = self.hyper.traced()
@@ -524,6 +525,10 @@ class StemPipeline:
                             halt_overflowed=level + 1 < len(self.ladder_for(precision)),
                             backend=self.config.tracer.backend, **self.tracer_switches()))
                         visited += 1
+        if self.answers_on_device():  # the ranking kernel's shape for up to one beam of runs per call
+            packed = pack_runs(1, [], [], np.zeros((0, 5)), **self.DEVICE_PADDING)
+            rank_answers(packed, self._never(), n_questions=1, rule=self.engine.rank, cut=self.engine.answer_cut,
+                         k=self.DEVICE_ANSWERS, min_beams=self.config.planner.beam)
         return visited
 
     def tracer_switches(self) -> dict[str, bool | str]:
@@ -701,6 +706,14 @@ class StemPipeline:
 
     # answers per question the device ranking returns in its first call; a question with more is asked again
     DEVICE_ANSWERS = 64
+    # one padded shape for every call of up to 64 runs and 256 live bindings (one question's beam): few compiles
+    DEVICE_PADDING = {"min_runs": 64, "min_bindings": 256}
+
+    def _never(self) -> jax.Array | None:
+        """The mediator mask on device, made on first use: it crosses to the device once, not per call."""
+        if self.mediators is not None and self._never_device is None:
+            self._never_device = jnp.asarray(self.mediators)
+        return self._never_device
 
     def answers_on_device(self) -> bool:
         """Whether :meth:`retrievals` ranks answers with the jitted kernel (``engine.answers_on``; "auto": on an
@@ -713,17 +726,15 @@ class StemPipeline:
         """``chunk.ranked(engine.rank, engine.answer_cut, gaps, exclude, never=mediators)`` in one compiled call
         (:func:`kernels.answers.rank_answers`): the same answers, scores bit for bit. The first call returns
         :attr:`DEVICE_ANSWERS` per question; when a question has more, the chunk is ranked again with room for all."""
-        if self.mediators is not None and self._never_device is None:
-            self._never_device = jnp.asarray(self.mediators)  # the mask crosses to the device once, not per call
-        never = self._never_device
+        never = self._never()
         n = chunk.n_questions
         nodes, scores, meta = chunk.answer_runs()
-        # one padded shape for every call of up to 64 runs and 256 live bindings (one question's beam): few compiles
-        packed = pack_runs(n, nodes, scores, meta, gaps, exclude, min_runs=64, min_bindings=256)
+        packed = pack_runs(n, nodes, scores, meta, gaps, exclude, **self.DEVICE_PADDING)
         engine = self.engine
         k = self.DEVICE_ANSWERS
         while True:
-            ranked = rank_answers(packed, never, n_questions=n, rule=engine.rank, cut=engine.answer_cut, k=k)
+            ranked = rank_answers(packed, never, n_questions=n, rule=engine.rank, cut=engine.answer_cut, k=k,
+                                  min_beams=self.config.planner.beam)
             most = int(ranked.count.max(initial=0))
             if most <= k:
                 return ranked_lists(ranked)
