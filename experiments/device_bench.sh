@@ -5,7 +5,7 @@
 #   STAGE=path/to/stage OUT=path/to/out bash experiments/device_bench.sh [step ...]   # OUT: default $STAGE/out
 #   bash experiments/device_bench.sh synthetic     # needs no STAGE: trace backends on a synthetic KG only
 #
-# `gpu` (the default) is one call of at most DEADLINE seconds (560) on an H100: setup, index, stages-batches,
+# `gpu` (the default) is one call of at most DEADLINE seconds (470: under 8 minutes) on an H100: setup, index, stages-batches,
 # trace-backends, answers-device, serve, trace-synthetic, each writing -gpu files under experiments/results/.
 # Each step runs under its own time limit and within DEADLINE seconds of the start; a step that fails or runs
 # out of time is reported and the next one still runs.
@@ -54,7 +54,7 @@ done
 steps=("${expanded[@]}")
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/device-bench.log") 2>&1
-DEADLINE=${DEADLINE:-560}
+DEADLINE=${DEADLINE:-470}
 started=$SECONDS
 declare -A LIMIT=([setup]=60 [index]=120 [stages-batches]=200 [trace-backends]=120 [answers-device]=120
   [serve]=240 [trace-synthetic]=120)
