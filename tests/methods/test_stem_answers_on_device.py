@@ -1,34 +1,19 @@
 """STEM's answers ranked by the jitted kernel (``engine.answers_on=device``) equal the host ranking's."""
 
-import dataclasses
 import math
 
 import numpy as np
 import pytest
 
-from stem_jax.config import EncoderConfig, StemConfig
-from stem_jax.data.types import Dataset, Question
-from stem_jax.encoder import HashingEncoder
-from stem_jax.kg.embeddings import build_kg_embeddings
-from stem_jax.kg.index import build_index
+from stem_jax.data.types import Question
 from stem_jax.methods.stem.pipeline import Run, StemPipeline
 from stem_jax.plan.schema import SchemaGraph, SchemaTriple, ground
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory):
-    rng = np.random.default_rng(3)
-    names = [f"entity {i}" for i in range(30)]
+def pipeline(random_kg_pipeline):
     # few relations over few entities: Breadth runs bind many answers, shared across beams
-    triples = [(names[int(h)], f"rel_{int(r)}", names[int(t)])
-               for h, r, t in zip(rng.integers(0, 30, 200), rng.integers(0, 3, 200), rng.integers(0, 30, 200),
-                                  strict=True) if h != t]
-    index = build_index(triples)
-    encoder = HashingEncoder(dim=16)
-    embeddings = build_kg_embeddings(index, encoder, tmp_path_factory.mktemp("emb"), chunk_rows=64, progress=False)
-    config = StemConfig(encoder=EncoderConfig(name="hashing"))
-    config = dataclasses.replace(config, tracer=dataclasses.replace(config.tracer, theta=0.0))
-    return StemPipeline(Dataset("answers-on", [], triples), index, embeddings, encoder, config)
+    return random_kg_pipeline("answers-on", seed=3, entities=30, triples=200, relations=3, theta=0.0)
 
 
 def _runs(pipeline, rng, qi: int, topic: str) -> list[Run]:

@@ -1,33 +1,17 @@
 """STEM's per-chunk host passes over runs equal their per-run forms: buckets, groups, EXACT anchors, batch layout."""
 
-import dataclasses
 
 import numpy as np
 import pytest
 
-from stem_jax.config import EncoderConfig, StemConfig
-from stem_jax.data.types import Dataset
-from stem_jax.encoder import HashingEncoder
-from stem_jax.kg.embeddings import build_kg_embeddings
-from stem_jax.kg.index import build_index
-from stem_jax.methods.stem.pipeline import Run, StemPipeline, run_buckets
+from stem_jax.methods.stem.pipeline import Run, run_buckets
 from stem_jax.plan.schema import SchemaGraph, SchemaTriple, ground
 from stem_jax.trace.tracer import EXACT, FOLDED
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory):
-    rng = np.random.default_rng(0)
-    names = [f"entity {i}" for i in range(40)]
-    triples = [(names[int(h)], f"rel_{int(r)}", names[int(t)])
-               for h, r, t in zip(rng.integers(0, 40, 150), rng.integers(0, 4, 150), rng.integers(0, 40, 150),
-                                  strict=True) if h != t]
-    index = build_index(triples)
-    encoder = HashingEncoder(dim=16)
-    embeddings = build_kg_embeddings(index, encoder, tmp_path_factory.mktemp("emb"), chunk_rows=64, progress=False)
-    config = StemConfig(encoder=EncoderConfig(name="hashing"))
-    config = dataclasses.replace(config, tracer=dataclasses.replace(config.tracer, lam=1.7))
-    return StemPipeline(Dataset("batches", [], triples), index, embeddings, encoder, config)
+def pipeline(random_kg_pipeline):
+    return random_kg_pipeline("batches", seed=0, entities=40, triples=150, relations=4, lam=1.7)
 
 
 def _random_run(pipeline, rng) -> Run:
