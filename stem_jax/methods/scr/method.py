@@ -70,15 +70,16 @@ class ScrMethod:
         self.model = scr_model(self.spec)
         features = jax.jit(lambda p, g, r: self.model.apply(p, g, r, method=ScrModel.entities))(
             self.params, kg_graph(self.neighbours, entity_text), relation_text)
-        encoder = None
+        encoder = self.pretrained = None
         if self.spec.minilm:
-            from stem_jax.methods.scr.text import pretrained
+            from stem_jax.methods.scr.text import pretrained_for
 
-            if self.info.get("text_encoder") not in (None, pretrained().name):
+            self.pretrained = pretrained_for(context.encoder)  # the sentence encoder's loaded weights, when MiniLM
+            if self.info.get("text_encoder") not in (None, self.pretrained.name):
                 raise StemError(f"{self.folder} was trained on MiniLM weights {self.info['text_encoder']}, the installed "
-                                f"ones are {pretrained().name}\n  how to fix: install the weights it was trained with, or "
-                                "retrain")
-            _, encoder = encoder_inputs(self.spec, index, context.dataset.entity_names, [])
+                                f"ones are {self.pretrained.name}\n  how to fix: install the weights it was trained "
+                                "with, or retrain")
+            _, encoder = encoder_inputs(self.spec, index, context.dataset.entity_names, [], self.pretrained)
         self.mediators = context.mediators  # None on KGs without mediators (MetaQA, the demo): search unchanged
         self.tables = SearchTables(jax.block_until_ready(features), jnp.asarray(entity_text), relation_text, encoder,
                                    no_stop=None if self.mediators is None else jnp.asarray(self.mediators))
@@ -104,9 +105,9 @@ class ScrMethod:
         todo = [q for q in questions if q.qid not in self.vectors]
         began = time.perf_counter()
         if todo and self.spec.minilm:  # word pieces: the context string is encoded per beam and step
-            from stem_jax.methods.scr.text import pretrained, question_tokens
+            from stem_jax.methods.scr.text import question_tokens
 
-            vectors = question_tokens(pretrained(), [q.text for q in todo])
+            vectors = question_tokens(self.pretrained, [q.text for q in todo])
             self.vectors.update({q.qid: v for q, v in zip(todo, vectors, strict=True)})
         elif todo:
             vectors = np.asarray(self.context.encoder.encode([q.text for q in todo]), np.float32)

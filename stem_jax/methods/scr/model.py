@@ -23,7 +23,7 @@ attention, not a MiniLM forward per beam and step. This is the default (``questi
 
 **Trainable context encoder** (``question_encoder = "minilm"``, closer to the paper): the context is
 the token string itself (:mod:`.text`), run through all-MiniLM-L6-v2 (the CPU-sized stand-in for
-the paper's BERT) initialised from its pretrained weights: :class:`MiniLMBottom` (embeddings and
+the paper's BERT) initialised from its pretrained weights: :func:`frozen_bottom` (embeddings and
 the bottom ``6 - finetune_layers`` layers) is frozen and not a parameter, :class:`ContextEncoder`
 (the top ``finetune_layers`` layers, mean pooling as MiniLM was trained, L2 normalisation and a
 projection to d) is trained. A MiniLM forward per beam and step.
@@ -38,7 +38,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from stem_jax.encoder.minilm import BertConfig, _Layer
+from stem_jax.encoder.minilm import BertConfig, _Layer, attention_bias, embed, layer_params, run_layers
 from stem_jax.jraph_compat import jraph
 
 # Segment types of the question context sequence.
@@ -139,37 +139,30 @@ class QuestionHead(nn.Module):
         return out.reshape(*batch, self.dim)
 
 
-def _attention_bias(mask: jax.Array, dtype: jnp.dtype) -> jax.Array:
-    """[rows, 1, 1, length] additive bias: padding tokens are never attended to."""
-    return jnp.where(mask[:, None, None, :], 0.0, jnp.finfo(dtype).min).astype(dtype)
+def _segments(mask: jax.Array) -> jax.Array:
+    # A context row holds one sequence: segment 1 for its tokens, 0 for the padding (the encoder's numbering).
+    return mask.astype(jnp.int32)
 
 
-class MiniLMBottom(nn.Module):
-    """MiniLM's embeddings and its first ``layers`` layers (names as :class:`stem_jax.encoder.minilm.MiniLM`, so
-    the pretrained variables load as they are); frozen in SCR: its variables are inputs, not parameters.
+def frozen_bottom(frozen: dict[str, Any], cfg: BertConfig, layers: int, tokens: jax.Array, mask: jax.Array
+                  ) -> jax.Array:
+    """MiniLM's embeddings and its first ``layers`` layers, the encoder's own pieces
+    (:func:`stem_jax.encoder.minilm.embed`, ``run_layers``) over ``frozen`` (:class:`~stem_jax.encoder.minilm.MiniLM`'s
+    variables, or any with its embeddings and those layers); frozen in SCR: its variables are inputs, not parameters.
 
-    tokens, mask: [rows, length] (one sequence per row, positions 0..length-1) -> hidden [rows, length, h]."""
-
-    cfg: BertConfig
-    layers: int
-
-    @nn.compact
-    def __call__(self, tokens: jax.Array, mask: jax.Array) -> jax.Array:
-        cfg = self.cfg
-        x = nn.Embed(cfg.vocab_size, cfg.hidden_size, name="word")(tokens)
-        pos = self.param("position", nn.initializers.normal(0.02), (cfg.max_position_embeddings, cfg.hidden_size))
-        token_type = self.param("token_type", nn.initializers.normal(0.02), (cfg.type_vocab_size, cfg.hidden_size))
-        x = x + pos[: tokens.shape[1]][None] + token_type[0]
-        x = nn.LayerNorm(cfg.layer_norm_eps, name="embed_ln")(x)
-        bias = _attention_bias(mask, x.dtype)
-        for i in range(self.layers):
-            x = _Layer(cfg, name=f"layer_{i}")(x, bias)
-        return x
+    tokens, mask: [rows, length] (one sequence per row, positions 0..length-1) -> hidden [rows, length, h]. A real
+    token attends to its row's real tokens only, so its state is the encoder's for that sequence alone."""
+    params = jax.tree.map(jnp.asarray, frozen["params"])  # numpy variables cannot be indexed by traced positions
+    segments = _segments(mask)
+    x = embed(params, cfg, tokens, jnp.arange(tokens.shape[1])[None])
+    return run_layers(layer_params(params, 0, layers), cfg, x, attention_bias(segments, x.dtype))
 
 
 class ContextEncoder(nn.Module):
-    """MiniLM's top layers (``first`` .. last, trainable), masked mean pooling and L2 normalisation (MiniLM's
-    sentence vector), then a projection to ``dim``: h_q. ``pooled=True`` returns the sentence vector."""
+    """MiniLM's top layers (``first`` .. last, trainable; the encoder's ``run_layers``), masked mean pooling and L2
+    normalisation (MiniLM's sentence vector), then a projection to ``dim``: h_q.
+    ``pooled=True`` returns the sentence vector. The layers are named as in :class:`~stem_jax.encoder.minilm.MiniLM`
+    (``layer_<i>``), so pretrained layers load into them as they are."""
 
     cfg: BertConfig
     first: int
@@ -177,9 +170,15 @@ class ContextEncoder(nn.Module):
 
     @nn.compact
     def __call__(self, hidden: jax.Array, mask: jax.Array, pooled: bool = False) -> jax.Array:
-        bias = _attention_bias(mask, hidden.dtype)
-        for i in range(self.first, self.cfg.num_hidden_layers):
-            hidden = _Layer(self.cfg, name=f"layer_{i}")(hidden, bias)
+        cfg = self.cfg
+        if self.is_initializing():  # declare the layers' parameters; the forward below reads them
+            for i in range(self.first, cfg.num_hidden_layers):
+                _Layer(cfg, name=f"layer_{i}")(hidden, jnp.zeros((), hidden.dtype))
+        segments = _segments(mask)
+        layers = layer_params(self.variables.get("params", {}), self.first, cfg.num_hidden_layers)  # none: no layers
+        hidden = run_layers(layers, cfg, hidden, attention_bias(segments, hidden.dtype))
+        # Masked mean as a sum over tokens, not the encoder's ``pool`` (a matmul with the segment membership):
+        # the two round differently (~4e-8), and SCR's trained runs and their predictions were made with this one.
         weight = mask.astype(hidden.dtype)[..., None]
         mean = (hidden * weight).sum(1) / jnp.maximum(weight.sum(1), 1e-9)
         vector = mean / jnp.maximum(jnp.linalg.norm(mean, axis=-1, keepdims=True), 1e-12)
@@ -258,7 +257,7 @@ def scr_model(spec: ScrSpec) -> ScrModel:
 
 
 def frozen_layers(model: ScrModel) -> int:
-    """minilm: how many bottom MiniLM layers stay frozen (run by :class:`MiniLMBottom`)."""
+    """minilm: how many bottom MiniLM layers stay frozen (run by :func:`frozen_bottom`)."""
     return model.bert.num_hidden_layers - model.spec.finetune_layers
 
 
@@ -268,8 +267,7 @@ def encode_contexts(model: ScrModel, params: Any, frozen: Any, tokens: jax.Array
     ``frozen``, under stop_gradient), then the trainable :class:`ContextEncoder` (``params``)."""
     lead, length = tokens.shape[:-1], tokens.shape[-1]
     flat_tokens, flat_mask = tokens.reshape(-1, length), mask.reshape(-1, length)
-    bottom = MiniLMBottom(model.bert, frozen_layers(model))
-    hidden = jax.lax.stop_gradient(bottom.apply(frozen, flat_tokens, flat_mask))
+    hidden = jax.lax.stop_gradient(frozen_bottom(frozen, model.bert, frozen_layers(model), flat_tokens, flat_mask))
     out = model.apply(params, hidden, flat_mask, pooled, method=ScrModel.contexts)
     return out.reshape(*lead, out.shape[-1])
 

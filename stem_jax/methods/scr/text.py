@@ -41,7 +41,8 @@ QUESTION_TOKENS = 40  # ... per question
 
 @dataclasses.dataclass(frozen=True)
 class Pretrained:
-    """all-MiniLM-L6-v2 as SCR uses it: architecture, pretrained variables (numpy), tokenizer, fingerprint."""
+    """all-MiniLM-L6-v2 as SCR uses it: architecture, pretrained variables (numpy, or on the device when they are
+    a :class:`~stem_jax.encoder.minilm.MiniLMEncoder`'s), tokenizer, fingerprint."""
 
     cfg: BertConfig
     variables: dict[str, Any]
@@ -49,7 +50,7 @@ class Pretrained:
     name: str
 
     def frozen(self, frozen_layers: int) -> dict[str, Any]:
-        """Variables of :class:`~.model.MiniLMBottom`: embeddings and layers 0 .. ``frozen_layers`` - 1."""
+        """Variables of :func:`~.model.frozen_bottom`: embeddings and layers 0 .. ``frozen_layers`` - 1."""
         p = self.variables["params"]
         keep = ("word", "position", "token_type", "embed_ln", *(f"layer_{i}" for i in range(frozen_layers)))
         return {"params": {k: p[k] for k in keep}}
@@ -58,20 +59,41 @@ class Pretrained:
         return self.variables["params"][f"layer_{i}"]
 
 
-@functools.lru_cache(maxsize=2)
-def pretrained(model_dir: str | None = None) -> Pretrained:
-    """The installed all-MiniLM-L6-v2 (``stem_jax.encoder.base.minilm_model_dir``), loaded once per process."""
-    from stem_jax.encoder.base import minilm_model_dir
+def _pretrained(folder: Path, cfg: BertConfig, variables: dict[str, Any]) -> Pretrained:
     from stem_jax.encoder.minilm import _fingerprint
 
-    folder = Path(model_dir) if model_dir else minilm_model_dir()
-    cfg = BertConfig.from_json(folder / "config.json")
     tokenizer = TruncatingTokenizer(folder / "tokenizer.json", cfg.max_position_embeddings)
     ids = [tokenizer._tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")]
     if ids != [CLS_ID, SEP_ID, PAD_ID]:
         raise ValueError(f"{folder}: [CLS]/[SEP]/[PAD] are {ids}, expected {[CLS_ID, SEP_ID, PAD_ID]}")
-    return Pretrained(cfg, load_params(folder / "model.safetensors", cfg), tokenizer,
-                      f"all-MiniLM-L6-v2:{_fingerprint(folder)}")
+    return Pretrained(cfg, variables, tokenizer, f"all-MiniLM-L6-v2:{_fingerprint(folder)}")
+
+
+@functools.lru_cache(maxsize=2)
+def pretrained(model_dir: str | None = None) -> Pretrained:
+    """The installed all-MiniLM-L6-v2 (``stem_jax.encoder.base.minilm_model_dir``), loaded once per process."""
+    from stem_jax.encoder.base import minilm_model_dir
+
+    folder = Path(model_dir) if model_dir else minilm_model_dir()
+    cfg = BertConfig.from_json(folder / "config.json")
+    return _pretrained(folder, cfg, load_params(folder / "model.safetensors", cfg))
+
+
+def pretrained_for(encoder: Any = None) -> Pretrained:
+    """SCR's MiniLM beside the sentence encoder ``encoder``: a :class:`~stem_jax.encoder.minilm.MiniLMEncoder`'s
+    weights (its :attr:`~stem_jax.encoder.minilm.MiniLMEncoder.params`, read once and shared) and model folder;
+    anything else (None, another encoder) gives :func:`pretrained`, the installed MiniLM's weights read again."""
+    from stem_jax.encoder.minilm import MiniLMEncoder
+
+    if not isinstance(encoder, MiniLMEncoder):
+        return pretrained()
+    return _shared(encoder)
+
+
+@functools.lru_cache(maxsize=2)
+def _shared(encoder: Any) -> Pretrained:
+    # Once per encoder: the fingerprint reads the model's files.
+    return _pretrained(encoder.model_dir, encoder.cfg, encoder.params)
 
 
 @functools.lru_cache(maxsize=2)
@@ -117,7 +139,7 @@ class EncoderTables:
 
     entity_tokens: jax.Array  # [N, ENTITY_TOKENS]
     relation_tokens: jax.Array  # [2R, RELATION_TOKENS]
-    frozen: Any  # MiniLMBottom variables (embeddings + frozen layers)
+    frozen: Any  # frozen_bottom's variables (embeddings + frozen layers)
 
 
 def token_tables(pre: Pretrained, entity_texts: Sequence[str], relation_texts: Sequence[str],

@@ -159,6 +159,7 @@ class TrainData:
     skipped: Counter
     fingerprint: dict[str, Any]
     encoder: EncoderTables | None = None  # minilm: token tables and the frozen MiniLM bottom
+    pretrained: Any = None  # minilm: the text.Pretrained those came from (the sentence encoder's weights when shared)
 
 
 def question_vectors(encoder: Any, questions: Sequence[Question], cache: Path | None) -> np.ndarray:
@@ -181,12 +182,13 @@ def question_vectors(encoder: Any, questions: Sequence[Question], cache: Path | 
 
 
 def encoder_inputs(config: ScrConfig | ScrSpec, index: KGIndex, names: dict[str, str] | None,
-                   texts: Sequence[str]) -> tuple[np.ndarray, EncoderTables]:
-    """minilm: (question word pieces [Q, Lq], :class:`EncoderTables`) from the KG's own entity and relation texts."""
+                   texts: Sequence[str], pre: Any = None) -> tuple[np.ndarray, EncoderTables]:
+    """minilm: (question word pieces [Q, Lq], :class:`EncoderTables`) from the KG's own entity and relation texts;
+    ``pre``: the :class:`~stem_jax.methods.scr.text.Pretrained` MiniLM to use (default: the installed one's)."""
     from stem_jax.kg.embeddings import kg_texts
     from stem_jax.methods.scr.text import pretrained, question_tokens, token_tables
 
-    pre = pretrained()
+    pre = pre or pretrained()
     kg = kg_texts(_text_only(index), names)
     frozen = pre.cfg.num_hidden_layers - config.finetune_layers
     return question_tokens(pre, texts), token_tables(pre, kg["entities"], kg["relations"], frozen)
@@ -208,9 +210,12 @@ def prepare_data(train_questions: Sequence[Question], val_questions: Sequence[Qu
     entity_text = np.asarray(embeddings.entities.array, np.float32)
     relation_text = np.asarray(embeddings.relations.array, np.float32)
     questions = list(train_questions) + list(val_questions)
-    tables = None
+    tables = pre = None
     if config.question_encoder == "minilm":
-        vectors, tables = encoder_inputs(config, index, names, [q.text for q in questions])
+        from stem_jax.methods.scr.text import pretrained_for
+
+        pre = pretrained_for(encoder)  # the sentence encoder's loaded weights, when it is MiniLM
+        vectors, tables = encoder_inputs(config, index, names, [q.text for q in questions], pre)
     else:
         vectors = question_vectors(encoder, questions, cache)
     skipped: Counter = Counter()
@@ -227,7 +232,7 @@ def prepare_data(train_questions: Sequence[Question], val_questions: Sequence[Qu
                    "gnn_edges": int(neighbours.edge_entity.size), "candidate_entries": int(neighbours.entity.size),
                    "skipped": dict(skipped)}
     return TrainData(neighbours, kg_graph(neighbours, entity_text), jnp.asarray(entity_text),
-                     jnp.asarray(relation_text), jnp.asarray(vectors), train, val, skipped, fingerprint, tables)
+                     jnp.asarray(relation_text), jnp.asarray(vectors), train, val, skipped, fingerprint, tables, pre)
 
 
 def batch_items(data: TrainData, config: ScrConfig, step: int, seed: int, skipped: Counter | None = None
@@ -372,10 +377,11 @@ def train_scr(data: TrainData, config: ScrConfig, out_dir: Path, *, seed: int = 
         if spec.minilm:
             from stem_jax.methods.scr.text import pretrained
 
-            written["text_encoder"] = pretrained().name  # the frozen bottom's weights, checked on load
+            # the frozen bottom's weights, checked on load
+            written["text_encoder"] = (data.pretrained or pretrained()).name
         spec_path.write_text(json.dumps(written, indent=2))
     trainer = make_trainer(spec, config)
-    params = with_pretrained_layers(init_params(spec, jax.random.key(seed)), spec)
+    params = with_pretrained_layers(init_params(spec, jax.random.key(seed)), spec, data.pretrained)
     opt_state = trainer.optimizer.init(params)
     store = CheckpointStore(out_dir / CHECKPOINTS)
     best_store = CheckpointStore(out_dir / BEST, keep=1)
