@@ -9,13 +9,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hashing_tables import tables_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stem_jax.config import ScrConfig, StemConfig
 from stem_jax.data.types import Dataset, PathStep, Question
 from stem_jax.encoder.hashing import HashingEncoder
-from stem_jax.kg.index import build_index, relation_text
+from stem_jax.kg.index import build_index
 from stem_jax.methods.base import MethodContext
 from stem_jax.methods.scr.graph import build_neighbour_table
 from stem_jax.methods.scr.model import ScrModel, ScrSpec
@@ -57,14 +58,6 @@ def film_kg() -> tuple[list[tuple[str, str, str]], list[Question]]:
                                   gold_path=(PathStep("starred_actors"), PathStep("starred_actors", False),
                                              PathStep("directed_by"))))
     return triples, questions
-
-
-def tables_for(index, encoder) -> SimpleNamespace:
-    def table(texts):
-        return SimpleNamespace(array=encoder.encode(texts).astype(np.float16))
-
-    return SimpleNamespace(entities=table(list(index.entities)),
-                           relations=table([relation_text(r) for r in index.relations]))
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hashing_tables import tables_for
 
 from stem_jax.config import ScrConfig, StemConfig
 from stem_jax.data.types import Dataset, PathStep, Question
@@ -51,11 +52,7 @@ def kg():
     index = build_index(triples)
     encoder = HashingEncoder()
 
-    def table(texts):
-        return SimpleNamespace(array=encoder.encode(texts).astype(np.float16))
-
-    embeddings = SimpleNamespace(entities=table(list(index.entities)),
-                                 relations=table([relation_text(r) for r in index.relations]))
+    embeddings = tables_for(index, encoder)
     return SimpleNamespace(triples=triples, questions=questions, index=index, encoder=encoder, embeddings=embeddings)
 
 

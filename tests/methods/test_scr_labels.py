@@ -4,16 +4,15 @@ counted, and scr+rel's candidate score depends on the linking relation."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+from hashing_tables import tables_for
 
 from stem_jax.config import ScrConfig
 from stem_jax.data.types import PathStep, Question
 from stem_jax.encoder.hashing import HashingEncoder
-from stem_jax.kg.index import build_index, relation_text
+from stem_jax.kg.index import build_index
 from stem_jax.methods.scr.graph import build_neighbour_table
 from stem_jax.methods.scr.model import ScrModel, ScrSpec
 from stem_jax.methods.scr.supervision import GoldSteps, sample_walk, step_items, walk_layers
@@ -35,11 +34,7 @@ def kg():
     index = build_index(TRIPLES)
     encoder = HashingEncoder()
 
-    def table(texts):
-        return SimpleNamespace(array=encoder.encode(texts).astype(np.float16))
-
-    embeddings = SimpleNamespace(entities=table(list(index.entities)),
-                                 relations=table([relation_text(r) for r in index.relations]))
+    embeddings = tables_for(index, encoder)
     return index, encoder, embeddings
 
 

@@ -9,11 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hashing_tables import tables_for
 
 from stem_jax.config import EngineConfig, ScrConfig, StemConfig
 from stem_jax.data.types import Dataset, PathStep, Question
 from stem_jax.encoder.hashing import HashingEncoder
-from stem_jax.kg.index import build_index, relation_text
+from stem_jax.kg.index import build_index
 from stem_jax.kg.mediators import mediator_mask
 from stem_jax.methods.base import MethodContext
 from stem_jax.methods.scr.graph import build_neighbour_table
@@ -51,11 +52,7 @@ def rosters():
     index = build_index(triples)
     encoder = HashingEncoder()
 
-    def table(texts):
-        return SimpleNamespace(array=encoder.encode(texts).astype(np.float16))
-
-    embeddings = SimpleNamespace(entities=table(list(index.entities)),
-                                 relations=table([relation_text(r) for r in index.relations]))
+    embeddings = tables_for(index, encoder)
     mediators = mediator_mask(index.entities)
     assert mediators.sum() == sum(len(s) for s in ROSTERS.values())
     return SimpleNamespace(triples=triples, questions=questions, index=index, encoder=encoder,
