@@ -138,18 +138,11 @@ def minilm_tower(split: int | None = None, *, layers: int = 1, encoder: Any = No
     ``layers``) are trainable. ``encoder``: a :class:`~stem_jax.encoder.minilm.MiniLMEncoder` whose weights (its
     :attr:`~stem_jax.encoder.minilm.MiniLMEncoder.params`, read once and shared) and model folder the tower uses;
     anything else (None, another encoder) reads the installed MiniLM's weights."""
-    from stem_jax.encoder.minilm import MiniLMEncoder
+    from stem_jax.encoder.minilm import minilm_weights
     from stem_jax.encoder.tokenizer import TruncatingTokenizer
 
-    if isinstance(encoder, MiniLMEncoder):
-        folder, cfg, frozen = encoder.model_dir, encoder.cfg, encoder.params["params"]
-    else:
-        from stem_jax.encoder.base import minilm_model_dir
-        from stem_jax.encoder.minilm import load_params
-
-        folder = minilm_model_dir()
-        cfg = BertConfig.from_json(folder / "config.json")
-        frozen = load_params(folder / "model.safetensors", cfg)["params"]
+    folder, cfg, variables = minilm_weights(encoder)
+    frozen = variables["params"]
     tokenizer = TruncatingTokenizer(folder / "tokenizer.json", 64)
     split = cfg.num_hidden_layers - layers if split is None else split
     return QuestionTower(cfg, frozen, split, tokenizer.tokenize)

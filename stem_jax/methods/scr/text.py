@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from stem_jax.encoder.minilm import BertConfig, load_params
+from stem_jax.encoder.minilm import BertConfig, minilm_weights
 from stem_jax.encoder.tokenizer import TruncatingTokenizer
 
 CLS_ID, SEP_ID, PAD_ID = 101, 102, 0  # BERT uncased vocabulary (checked against the tokenizer on load)
@@ -72,11 +72,7 @@ def _pretrained(folder: Path, cfg: BertConfig, variables: dict[str, Any]) -> Pre
 @functools.lru_cache(maxsize=2)
 def pretrained(model_dir: str | None = None) -> Pretrained:
     """The installed all-MiniLM-L6-v2 (``stem_jax.encoder.base.minilm_model_dir``), loaded once per process."""
-    from stem_jax.encoder.base import minilm_model_dir
-
-    folder = Path(model_dir) if model_dir else minilm_model_dir()
-    cfg = BertConfig.from_json(folder / "config.json")
-    return _pretrained(folder, cfg, load_params(folder / "model.safetensors", cfg))
+    return _pretrained(*minilm_weights(model_dir=model_dir))
 
 
 def pretrained_for(encoder: Any = None) -> Pretrained:
