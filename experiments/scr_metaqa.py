@@ -39,6 +39,7 @@ from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import StemConfig
 from stem_jax.data.sampling import sample_per_hop
 from stem_jax.eval.metrics import strict_metrics
+from stem_jax.methods.scr.search import above_cut
 
 RESULTS = Path("experiments/results")
 
@@ -104,7 +105,7 @@ def cut_sweep(records: list[dict], cuts: list[float]) -> list[list]:
             if not r["ground_truth"]:
                 continue
             scores = r.get("scores") or []
-            kept = [p for p, s in zip(r["prediction"], scores, strict=True) if scores and s >= cut * scores[0]]
+            kept = [p for p, _ in above_cut(list(zip(r["prediction"], scores, strict=True)), cut)] if scores else []
             m = strict_metrics(kept, r["ground_truth"])
             for key in ("hit", "hit_at_1", "f1"):
                 per_hop[r["hops"]][key].append(m[key])

@@ -41,6 +41,7 @@ from webqsp_dev import PEERS, portable  # noqa: E402
 from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.config import StemConfig  # noqa: E402
 from stem_jax.eval.metrics import SplitScorer  # noqa: E402
+from stem_jax.methods.scr.search import above_cut  # noqa: E402
 
 CUTS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7]
 MIN_HOPS = [0, 1]
@@ -69,7 +70,7 @@ def sweep(records: list[dict], cuts: list[float]) -> list[dict]:
             if not r["ground_truth"]:
                 continue
             scores = r.get("scores") or []
-            kept = [p for p, s in zip(r["prediction"], scores, strict=True) if s >= cut * scores[0]] if scores else []
+            kept = [p for p, _ in above_cut(list(zip(r["prediction"], scores, strict=True)), cut)] if scores else []
             m = scorer.strict_metrics(kept, r["ground_truth"])
             for key in totals:
                 totals[key].append(m[key])

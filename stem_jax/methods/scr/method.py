@@ -38,7 +38,7 @@ from stem_jax.errors import StemError
 from stem_jax.methods.base import MethodContext, Retrieval
 from stem_jax.methods.scr.graph import build_neighbour_table
 from stem_jax.methods.scr.model import ScrModel, scr_model
-from stem_jax.methods.scr.search import Hypothesis, SearchTables, aggregate_answers, beam_search
+from stem_jax.methods.scr.search import Hypothesis, SearchTables, above_cut, aggregate_answers, beam_search
 from stem_jax.methods.scr.train import encoder_inputs, kg_graph, load_run
 from stem_jax.plan.factory import train_planner_flags
 
@@ -154,8 +154,7 @@ class ScrMethod:
             mediator_ends, answers = len(answers) - len(kept), kept
         if self.context.config.engine.exclude_topic:
             answers = [(e, p) for e, p in answers if e != topic]
-        if answers and self.answer_cut > 0:
-            answers = [(e, p) for e, p in answers if p >= self.answer_cut * answers[0][1]]
+        answers = above_cut(answers, self.answer_cut)
         evidence = sorted({t for h in hypotheses for t in h.triples})
         extra = {} if self.mediators is None else {"scr_mediator_ends": mediator_ends}
         return Retrieval(question.qid, answers, evidence=evidence, chains=[self._chain(h) for h in hypotheses],

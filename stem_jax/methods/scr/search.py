@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import flax.struct
@@ -236,6 +237,15 @@ def beam_search(model: ScrModel, params: Any, tables: SearchTables, neighbours: 
                                   float(np.exp(final["logp"][b, k])), bool(final["done"][b, k])))
         out.append(row)
     return out, stats
+
+
+def above_cut(answers: Sequence[tuple[Any, float]], cut: float) -> list[tuple[Any, float]]:
+    """``answers`` (best first, as :func:`aggregate_answers` orders them) whose probability is at least ``cut`` times
+    the best one's (``scr.answer_cut``; 0 keeps every one)."""
+    if not answers or cut <= 0:
+        return list(answers)
+    best = answers[0][1]
+    return [(e, p) for e, p in answers if p >= cut * best]
 
 
 def aggregate_answers(hypotheses: list[Hypothesis]) -> list[tuple[int, float]]:
