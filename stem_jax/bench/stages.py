@@ -2,8 +2,8 @@
 
 Stages, in pipeline order: question encoding (MiniLM over the masked question wordings, pattern
 planner only), planning (template head, beam, type check), grounding + schema-triple encoding,
-GNN guidance (when on), anchoring, tracing, answers (the batch's ranking and evidence in one pass, as
-``Engine.retrieve``, ``serve`` and ``eval`` make them, and each question's record). For each batch
+GNN guidance (when on), anchoring, tracing, answers (the batch's ranking, evidence and records, each in one pass
+over the batch, as ``Engine.retrieve``, ``serve`` and ``eval`` make them). For each batch
 size the first call (which compiles new shapes) is timed on its own; then the engine precompiles
 what a call of that size can reach (:meth:`~stem_jax.engine.Engine.warm_up`), and ``repeats`` warm
 calls on *other* questions of the split, each planned afresh, give p50/p95/p99 per stage and end
@@ -26,7 +26,7 @@ import jax
 import numpy as np
 
 from stem_jax.data.types import Question
-from stem_jax.eval.records import make_record
+from stem_jax.eval.records import make_records
 
 STAGES = ("question_encoding", "planning", "schema_encoding", "gnn", "anchoring", "tracing", "answers")
 
@@ -154,12 +154,11 @@ class StageTimer:
         times["anchoring"] = timings["anchor"]
         times["tracing"] = timings["trace"]
         began = time.perf_counter()
-        # the batch is ranked together, as Engine.retrieve / serve / eval rank it, then each record is built
+        # the batch ranked together and its records made together, as Engine.retrieve / serve / eval do
         starts = np.cumsum([0, *map(len, runs)]).tolist()
         per_output = [outputs[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True)]
-        for question, found in zip(batch, self.pipeline.retrievals(batch, runs, per_output, {}, self.method.hyper),
-                                   strict=True):
-            make_record(self.pipeline.context, question, found, "stem")
+        make_records(self.pipeline.context, batch, self.pipeline.retrievals(batch, runs, per_output, {},
+                                                                            self.method.hyper), "stem")
         times["answers"] = time.perf_counter() - began
         times["total"] = sum(times[s] for s in STAGES)
         # CPU seconds of this process over the call (all its threads): on a shared machine wall time
