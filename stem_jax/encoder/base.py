@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.resources
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -70,3 +70,17 @@ def get_encoder(config: EncoderConfig) -> TextEncoder:
     raise StemError(
         f"unknown encoder {config.name!r}\n  how to fix: pass --encoder.name=minilm or --encoder.name=hashing"
     )
+
+
+def minilm_weights(encoder: Any = None, model_dir: Path | None = None) -> tuple[Path, Any, dict[str, Any]]:
+    """(model folder, :class:`~stem_jax.encoder.minilm.BertConfig`, variables ``{"params": ...}``) of
+    all-MiniLM-L6-v2 for a model that runs parts of it: ``encoder``'s when it is a
+    :class:`~stem_jax.encoder.minilm.MiniLMEncoder` (its ``params``, read once and shared), else read from
+    ``model_dir`` (default: the installed weights package, :func:`minilm_model_dir`)."""
+    from stem_jax.encoder.minilm import BertConfig, MiniLMEncoder, load_params
+
+    if isinstance(encoder, MiniLMEncoder):
+        return encoder.model_dir, encoder.cfg, encoder.params
+    folder = Path(model_dir) if model_dir else minilm_model_dir()
+    cfg = BertConfig.from_json(folder / "config.json")
+    return folder, cfg, load_params(folder / "model.safetensors", cfg)

@@ -537,16 +537,3 @@ class MiniLMEncoder:
             pieces.append((down, down))
             n_rows -= down
         return pieces
-
-
-def minilm_weights(encoder: Any = None, model_dir: Path | None = None) -> tuple[Path, BertConfig, dict[str, Any]]:
-    """(model folder, architecture, variables ``{"params": ...}``) of all-MiniLM-L6-v2 for a model that runs parts of
-    it: ``encoder``'s when it is a :class:`MiniLMEncoder` (its :attr:`~MiniLMEncoder.params`, read once and shared),
-    else read from ``model_dir`` (default: the installed weights package)."""
-    if isinstance(encoder, MiniLMEncoder):
-        return encoder.model_dir, encoder.cfg, encoder.params
-    from stem_jax.encoder.base import minilm_model_dir
-
-    folder = Path(model_dir) if model_dir else minilm_model_dir()
-    cfg = BertConfig.from_json(folder / "config.json")
-    return folder, cfg, load_params(folder / "model.safetensors", cfg)

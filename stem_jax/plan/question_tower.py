@@ -138,7 +138,7 @@ def minilm_tower(split: int | None = None, *, layers: int = 1, encoder: Any = No
     ``layers``) are trainable. ``encoder``: a :class:`~stem_jax.encoder.minilm.MiniLMEncoder` whose weights (its
     :attr:`~stem_jax.encoder.minilm.MiniLMEncoder.params`, read once and shared) and model folder the tower uses;
     anything else (None, another encoder) reads the installed MiniLM's weights."""
-    from stem_jax.encoder.minilm import minilm_weights
+    from stem_jax.encoder.base import minilm_weights
     from stem_jax.encoder.tokenizer import TruncatingTokenizer
 
     folder, cfg, variables = minilm_weights(encoder)
