@@ -32,7 +32,11 @@ its finished questions by it. ``topic_entities`` are entity ids or (unique) name
 the topic in the text (``[brackets]`` mark it explicitly). ``answers`` may be empty (no metrics
 then). ``gold_path`` lists the relations from the first topic entity to the answers; a relation
 walked backwards (tail to head) is written ``"^directed_by"`` or ``{"relation": "directed_by",
-"forward": false}``. ``hops`` (default: the gold path's length) groups the metrics; ``qtype`` is
+"forward": false}``. ``gold_path: []`` (the answer is the topic itself, as RoG writes it) keeps the question without a gold path,
+noted. A question with several topic entities may give one path per entity instead: ``"constraints":
+[["Club_X", ["^plays_in_club"]], ["Forward", ["^plays_position"]]]``, every path ending at the answer; the
+entities become the topics (the first constraint's first) and the oracle plans the tree that joins them.
+``hops`` (default: the gold path's length, the longest constraint's) groups the metrics; ``qtype`` is
 an optional free label (a MetaQA qtype still plans with the oracle when there is no gold path).
 
 Questions, plain text: one question per line, optionally ``<TAB>answer1|answer2``; the topic is
@@ -317,6 +321,31 @@ class _QuestionBuilder:
             return None, "no topic entity found in the question (entity linker)"
         return (links[0].entity,), ""
 
+    def constraints(self, value: Any) -> tuple[tuple[tuple[str, tuple[PathStep, ...]], ...] | None, str]:
+        """(constraints, problem): ``[[entity, path], ...]`` resolved to entity ids and KG relations, in the
+        file's order (the first is traced from), or None and what is wrong."""
+        if not isinstance(value, list) or not value:
+            return None, "(expected a non-empty list of [entity, path] pairs)"
+        resolved = []
+        for n, item in enumerate(value, start=1):
+            pair = (item.get("entity"), item.get("path")) if isinstance(item, dict) else item
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not _scalar(pair[0]):
+                return None, f"(constraint {n} is not an [entity, path] pair)"
+            entity = str(pair[0]).strip()
+            entity = entity if entity in self.entities else self.unique_names.get(entity)
+            if entity is None:
+                return None, f"(constraint {n}: unknown entity {str(pair[0])!r}, not an entity id or a unique name)"
+            steps = parse_gold_path(pair[1])
+            if steps is None:
+                return None, f"(constraint {n}: malformed path {json.dumps(pair[1])})"
+            gold, problem = self.gold_path(steps)
+            if gold is None:
+                return None, f"(constraint {n}: {problem})"
+            resolved.append((entity, gold))
+        if len({entity for entity, _ in resolved}) != len(resolved):
+            return None, "(two constraints start at the same entity)"
+        return tuple(resolved), ""
+
     def gold_path(self, steps: tuple[PathStep, ...]) -> tuple[tuple[PathStep, ...] | None, str]:
         resolved = []
         for step in steps:
@@ -366,7 +395,16 @@ def read_questions_jsonl(path: Path, builder: _QuestionBuilder, skips: SkipRepor
         if given is None or answers is None:
             bad("topic_entities / answers must be a string or a list of strings", "fix the field")
             continue
-        topics, problem = builder.topics(given, record["question"])
+        constraints = None
+        if record.get("constraints") is not None:
+            constraints, problem = builder.constraints(record["constraints"])
+            if constraints is None:
+                bad("malformed constraints", 'write [["topic", ["relation", "^relation"]], ...], one per topic '
+                    "entity, each path ending at the answer", problem)
+                continue
+        # a constraint's entity is a topic; the first constraint's is the one the tree is traced from
+        leading = tuple(entity for entity, _ in constraints or ())
+        topics, problem = builder.topics(given, record["question"]) if given or not leading else (leading, "")
         if topics is None:
             if answers and not strict:
                 dropped.append((qid, "no topic entity" if not given else "unknown topic entity",
@@ -378,7 +416,11 @@ def read_questions_jsonl(path: Path, builder: _QuestionBuilder, skips: SkipRepor
                 bad(problem, "add topic_entities, or write the topic as the KG names it", repr(record["question"][:80]))
             continue
         gold = None
-        if record.get("gold_path") is not None:
+        if record.get("gold_path") == []:
+            # RoG writes [] when the answer is the topic itself: no relation path to plan or trace.
+            notes.skip("empty gold_path (the answer is the topic itself): kept without a gold path; the oracle "
+                       "plans nothing for it, so it counts as a miss there", f"{path}:{lineno}")
+        elif record.get("gold_path") is not None:
             steps = parse_gold_path(record["gold_path"])
             if steps is None:
                 bad("malformed gold_path", 'write a list like ["directed_by", "^directed_by"]')
@@ -390,6 +432,11 @@ def read_questions_jsonl(path: Path, builder: _QuestionBuilder, skips: SkipRepor
                 # only the oracle needs the gold path: the question stays, planned by every other planner
                 notes.skip("gold_path names a relation that is not in the KG: kept without its gold path "
                            "(only the oracle planner is affected)", f"{path}:{lineno} {problem}")
+        if constraints:
+            topics = tuple(dict.fromkeys((*leading, *topics)))
+            gold = gold if gold is not None else constraints[0][1]
+            if len(constraints) == 1:  # one path: a plain gold path from its topic
+                constraints = None
         hops = record.get("hops")
         if hops is not None and (isinstance(hops, bool) or not isinstance(hops, int) or hops < 1):
             bad("hops must be a positive integer", "fix or drop the field", f"(got {json.dumps(hops)})")
@@ -401,8 +448,10 @@ def read_questions_jsonl(path: Path, builder: _QuestionBuilder, skips: SkipRepor
         seen.add(qid)
         questions.append(Question(
             qid=qid, text=_strip_brackets(record["question"]), topic_entities=topics, answers=answers,
-            hops=hops if hops is not None else (len(gold) if gold else None),
+            hops=hops if hops is not None else (max(len(p) for _, p in constraints) if constraints
+                                                else len(gold) if gold else None),
             qtype=str(qtype) if qtype is not None else None, gold_path=gold, source=f"{path}:{lineno}",
+            constraints=constraints,
         ))
     return questions
 
@@ -521,6 +570,9 @@ def question_record(question: Question) -> dict[str, Any]:
                               "topic_entities": list(question.topic_entities), "answers": list(question.answers)}
     if question.gold_path:
         record["gold_path"] = [s.relation if s.forward else f"^{s.relation}" for s in question.gold_path]
+    if question.constraints:
+        record["constraints"] = [[entity, [s.relation if s.forward else f"^{s.relation}" for s in steps]]
+                                 for entity, steps in question.constraints]
     if question.hops is not None:
         record["hops"] = question.hops
     if question.qtype is not None:
