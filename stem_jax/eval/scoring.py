@@ -14,6 +14,10 @@ from typing import Any
 from stem_jax.eval.metrics import MetricAccumulator, SplitScorer
 from stem_jax.eval.run_folder import clean_predictions
 
+# The metrics group of questions whose hop count is unknown (no gold path): named apart from "all", which is
+# every question of the split in reports.
+UNKNOWN_HOPS = "hops unknown"
+
 
 def read_finished(path: Path) -> dict[str, dict]:
     """Records already written; a torn last line (killed mid-write) or a corrupt line anywhere is reported
@@ -68,7 +72,7 @@ def score_records(records: Iterable[dict], qids: set[str] | None = None) -> dict
     for record in records:
         if qids is not None and record["id"] not in qids:
             continue
-        group = f"{record['hops']}-hop" if record.get("hops") is not None else "all"
+        group = f"{record['hops']}-hop" if record.get("hops") is not None else UNKNOWN_HOPS
         if not record["ground_truth"]:
             acc.skip("no gold answers", group=group)
             continue
@@ -97,7 +101,7 @@ def over_every_question(summary: dict[str, Any], dropped: Iterable[tuple[str, st
     by_group: dict[str, int] = defaultdict(int)
     for qid, reason, hops in dropped:
         by_reason[reason].append(qid)
-        by_group[f"{hops}-hop" if hops is not None else "all"] += 1
+        by_group[f"{hops}-hop" if hops is not None else UNKNOWN_HOPS] += 1
 
     def widened(stats: dict[str, Any], extra: int) -> dict[str, Any]:
         scored = int(stats["n"])

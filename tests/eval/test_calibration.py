@@ -154,3 +154,21 @@ def test_conventions_apply_per_field_and_say_where_they_came_from(tmp_path: Path
     assert (chosen.theta, chosen.theta_source, chosen.engine.exclude_topic, chosen.engine.direction) == (
         0.6, "config", True, "directed")
     assert "given" not in as_dict(flags)
+
+
+def test_calibration_weighs_hop_groups_by_their_question_counts():
+    from stem_jax.methods.stem.calibration import _with_means
+
+    row = _with_means({"hops": {"1-hop": {"f1": 1.0, "hit": 1.0, "n": 150}, "2-hop": {"f1": 0.0, "hit": 0.0, "n": 3},
+                                "3-hop": {"f1": 0.5, "hit": 0.5, "n": 0}}})
+    assert row["mean_f1"] == pytest.approx(150 / 153) and row["mean_hit"] == pytest.approx(150 / 153)
+
+
+def test_questions_of_unknown_hop_count_are_a_group_named_apart_from_all():
+    from stem_jax.eval.scoring import UNKNOWN_HOPS, score_records
+
+    records = [{"id": str(i), "hops": hops, "prediction": ["a"], "ground_truth": ["a"], "overflow": 0}
+               for i, hops in enumerate((1, None, None))]
+    groups = score_records(records)["groups"]
+    assert set(groups) == {"1-hop", UNKNOWN_HOPS} and UNKNOWN_HOPS != "all"
+    assert groups[UNKNOWN_HOPS]["n"] == 2

@@ -6,7 +6,7 @@ sweep traces one dev sample for every θ of a grid through one
 :class:`~stem_jax.methods.stem.pipeline.StemPipeline` (``trace(runs, hyper)`` with the grid's θ:
 no recompilation, planning and encoding done once), answers it with the pipeline's own
 ``retrievals`` and records, scores each θ as an eval is scored (:func:`stem_jax.eval.scoring.score_records`),
-and keeps the best mean F1 over hops (ties:
+and keeps the best F1 over the sample's questions (ties:
 Hit, then the θ closest to the paper's). ``stem-jax calibrate`` runs it.
 
 The KG's conventions are swept with θ (:data:`CONVENTION_GRID`): ``direction`` (undirected | directed
@@ -163,10 +163,12 @@ def _score(pipeline: Any, questions: Sequence[Question], runs: Sequence, outputs
 
 
 def _with_means(row: dict[str, Any]) -> dict[str, Any]:
-    """``row`` with ``mean_f1`` and ``mean_hit``: each hop counts once, whatever its question count."""
+    """``row`` with ``mean_f1`` and ``mean_hit`` over its questions: each hop group weighs by its question
+    count, so a group of three questions cannot outvote one of a hundred and fifty."""
     hops = [h for h in row["hops"].values() if h["n"]]
-    row["mean_f1"] = float(np.mean([h["f1"] for h in hops])) if hops else 0.0
-    row["mean_hit"] = float(np.mean([h["hit"] for h in hops])) if hops else 0.0
+    weights = [h["n"] for h in hops]
+    row["mean_f1"] = float(np.average([h["f1"] for h in hops], weights=weights)) if hops else 0.0
+    row["mean_hit"] = float(np.average([h["hit"] for h in hops], weights=weights)) if hops else 0.0
     return row
 
 
