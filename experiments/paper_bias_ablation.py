@@ -7,7 +7,7 @@ $GNN_CHECKPOINT or runs/gnn-metaqa-1000):
 
 λ=1 removes the entity bias, τ=0 the triple bias; (1, 0) is "w/o both". The four rows are the four
 points of one vmapped sweep (same plans, same GNN rows), so they equal four ``stem-jax eval`` runs
-(tests/test_sweep.py) at a quarter of the preparation. ``stem-jax ablate-guidance`` (and
+(tests/eval/test_sweep.py) at a quarter of the preparation. ``stem-jax ablate-guidance`` (and
 experiments/guidance_ablation.py, full split) computes the same rows one after another.
 Writes experiments/results/paper-bias-ablation-metaqa.{json,md}.
 """

@@ -53,7 +53,7 @@ def questions(n: int = WORDINGS, seed: int = 0) -> list[Question]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    # no options: the parser gives `--help` (tests/test_experiments_paths.py) instead of starting the run
+    # no options: the parser gives `--help` (tests/experiments/test_experiments_paths.py) instead of starting the run
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     qs = questions()
     encoder = get_encoder(EncoderConfig(name="hashing"))
