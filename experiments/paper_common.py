@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.config import StemConfig, apply_overrides, default_cache_dir  # noqa: E402
+from stem_jax.data.sampling import sample_per_hop  # noqa: E402
 from stem_jax.eval.metrics import MetricAccumulator, rog_question_metrics, strict_metrics  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
@@ -40,14 +41,13 @@ class Base:
 
     def __init__(self, *, split: str = "test", hops: tuple[int, ...] = (1, 2, 3), limit: int | None = None,
                  subset: int | None = None, overrides: dict[str, str] | None = None):
-        from stem_jax.cli.gnn import subset as stratified
         from stem_jax.data.registry import DatasetSpec
         from stem_jax.engine import load_kg, open_embeddings
 
         self.config = config(overrides)
         self.spec = DatasetSpec(name="metaqa", split=split, hops=hops, limit=limit, seed=self.config.seed)
         self.dataset, self.index = load_kg(self.spec, log=print)
-        self.dataset.questions = stratified(self.dataset.questions, subset)
+        self.dataset.questions = sample_per_hop(self.dataset.questions, subset, rule="lowest_hash")
         self.cache_root = default_cache_dir()
         self.encoder, self.embeddings, _ = open_embeddings(self.config, self.dataset, self.index, self.cache_root,
                                                            log=print)

@@ -74,11 +74,11 @@ def run_variant(split: str, variant: str, per_hop: int | None, seed: int,
         from stem_jax.data.registry import DatasetSpec, load_dataset
         from stem_jax.eval.scoring import score_predictions
 
-        questions = sample_per_hop(list(load_dataset(DatasetSpec(name="metaqa", split=split)).questions), per_hop, seed)
+        questions = sample_per_hop(list(load_dataset(DatasetSpec(name="metaqa", split=split)).questions), per_hop or None, seed)
         return out, None, score_predictions(out / "predictions.jsonl", {q.qid for q in questions}), questions
     engine = Engine.open("metaqa", config=apply_overrides(StemConfig(), overrides), planner=planner, split=split,
                          log=print)
-    questions = sample_per_hop(list(engine.dataset.questions), per_hop, seed)
+    questions = sample_per_hop(list(engine.dataset.questions), per_hop or None, seed)
     began = time.perf_counter()
     summary = engine.evaluate(out, questions=questions, method="safe", show_progress=False)
     return out, time.perf_counter() - began, summary, questions

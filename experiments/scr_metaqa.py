@@ -196,12 +196,10 @@ def main() -> None:
 
         questions = hash_split(questions, 0.1)[1]
     if args.subset:
-        from stem_jax.cli.gnn import subset
-
-        questions = subset(questions, args.subset)
+        questions = sample_per_hop(questions, args.subset, rule="lowest_hash")
         args.sample, suffix = None, f"-subset{args.subset}"
         out = args.out or Path("runs") / f"{tag}{kg}-{args.split}{variant}{suffix}"
-    questions = sample_per_hop(questions, args.sample, args.seed)
+    questions = sample_per_hop(questions, args.sample or None, args.seed)
     method = engine.method("scr")
     build_seconds = time.perf_counter() - began
     print(f"SCR {args.checkpoint} (step {method.info['step']}); {len(questions)} {args.split} questions -> {out}")
