@@ -296,15 +296,6 @@ def pack_reach(demand: np.ndarray, shape: ReachShape) -> tuple[list[list[int]], 
     return bins, oversized
 
 
-def plan_reach_bins(demand: np.ndarray, *, max_edges: int = REACH_EDGES, max_graphs: int = BIN_GRAPHS,
-                    ) -> tuple[ReachShape, list[list[int]], list[int]]:
-    """(shared bin shape, bins of graph indices, graphs too large for it): :func:`fresh_reach_shape`
-    and :func:`pack_reach`."""
-    shape = fresh_reach_shape(demand, max_edges=max_edges, max_graphs=max_graphs)
-    bins, oversized = pack_reach(demand, shape)
-    return shape, bins, oversized
-
-
 REACH_TIERS = 4
 # A compile is worth this many full bins of padded work (one reach compile against the time of a full
 # bin with its host work: docs/performance.md, "Figures behind the code's constants")
