@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from stem_jax.answer.rank import ChunkAnswers  # noqa: E402
 from stem_jax.bench.stages import STAGES, StageTimer  # noqa: E402
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.engine import Engine  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.methods.stem.pipeline import StemPipeline  # noqa: E402
 
 SIDES = ("host", "device")

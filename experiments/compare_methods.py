@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 
 from stem_jax import Engine, StemConfig
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.data.sampling import qid_rank, sample_per_hop
 from stem_jax.eval.bound import gold_path_bound
 from stem_jax.eval.loop import evaluate_method
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 from stem_jax.eval.scoring import read_finished, score_predictions
 from stem_jax.methods import build_method
 from stem_jax.plan.factory import PlannerSpec

@@ -21,9 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.data.registry import DatasetSpec, load_dataset  # noqa: E402
 from stem_jax.eval.bound import data_bound  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.eval.scoring import over_every_question  # noqa: E402
 from stem_jax.kg.index import build_index  # noqa: E402
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 BENCH = ["bench", "stages", "--dataset", "metaqa", "--hops", "2", "--planner", "pattern", "--batch-sizes", "1,64",
          "--no-encoder-memo"]

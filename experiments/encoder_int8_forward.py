@@ -31,10 +31,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.encoder import minilm  # noqa: E402
 from stem_jax.encoder.base import minilm_model_dir  # noqa: E402
 from stem_jax.encoder.tokenizer import pack, pack_batch  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 SHAPES = ((1, 8), (1, 16), (4, 16), (16, 64))
 DENSE = ("qkv", "attn_out", "intermediate", "out")

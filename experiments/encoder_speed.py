@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from stem_jax.bench.stages import ENCODER_STAGES, STAGES, StageTimer  # noqa: E402
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.engine import Engine  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 DTYPES = ("float32", "bfloat16")
 WARM = 2  # untimed calls per dtype and batch size after compiling

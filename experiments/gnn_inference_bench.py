@@ -33,11 +33,11 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import SubgraphConfig
 from stem_jax.data.registry import DatasetSpec
 from stem_jax.encoder import HashingEncoder
 from stem_jax.engine import load_kg
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 from stem_jax.gnn.data import ExampleFactory
 from stem_jax.gnn.features import SchemaFeaturizer
 from stem_jax.gnn.guidance import select_top

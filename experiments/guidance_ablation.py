@@ -23,7 +23,7 @@ from pathlib import Path
 
 from stem_jax.cli.gnn import ablation_table
 from stem_jax.cli.main import main as stem_jax
-from stem_jax.cli.report import run_metadata, write_report
+from stem_jax.eval.report import run_metadata, write_report
 
 # The paper's T-Score: cosine + τ inside the guidance graph, no relation bonus, and τ counts in Breadth's θ test
 # (--engine.guidance_admits=true; the engine default lets τ only rank). Without the bonus and without τ in

@@ -24,12 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import StemConfig, as_dict, default_cache_dir
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.data.sampling import sample_per_hop
 from stem_jax.encoder import get_encoder
 from stem_jax.engine import gnn_example_factory
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 from stem_jax.gnn.infer import load_checkpoint
 from stem_jax.gnn.provider import GNNGuidance
 from stem_jax.gnn.recall import recall_by_hop

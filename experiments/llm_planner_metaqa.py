@@ -171,7 +171,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--render-only", action="store_true", help="rewrite the .md from the existing .json")
     args = parser.parse_args()
-    from stem_jax.cli.report import markdown_table, run_metadata
+    from stem_jax.eval.report import markdown_table, run_metadata
 
     if args.render_only:
         payload = json.loads((args.out / "llm-planner-metaqa.json").read_text())

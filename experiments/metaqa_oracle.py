@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from stem_jax.cli.main import main
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 
 # SOURCES.md: following the gold qtype path over the partial KB (test split)
 UPPER_BOUND = {"1-hop": (97.1, 94.4), "2-hop": (95.8, 93.8), "3-hop": (96.7, 93.2)}

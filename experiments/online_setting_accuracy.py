@@ -25,10 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.config import StemConfig, apply_overrides, default_data_dir  # noqa: E402
 from stem_jax.data.sampling import sample_per_hop  # noqa: E402
 from stem_jax.engine import Engine  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 BOUND = 0.1  # points of Hit@1 / F1 the second value may lose ...
 BOUND_PER_HOP = ("metaqa",)  # ... on each hop group of these KGs, and on the whole of every other KG

@@ -19,10 +19,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.config import StemConfig, apply_overrides, default_cache_dir  # noqa: E402
 from stem_jax.data.sampling import sample_per_hop  # noqa: E402
 from stem_jax.eval.metrics import MetricAccumulator, rog_question_metrics, strict_metrics  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
 # Relative to the working directory (the scripts run from the repo root), so the commands and paths

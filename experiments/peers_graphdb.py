@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="")
     args = parser.parse_args(argv)
 
-    from stem_jax.cli.report import markdown_table, run_metadata, write_report
+    from stem_jax.eval.report import markdown_table, run_metadata, write_report
 
     hops = tuple(int(h) for h in args.hops.split(","))
     index, runs = load_questions(hops, args.limit)

@@ -51,18 +51,18 @@ def main() -> int:
     parser.add_argument("--render-only", action="store_true", help="rewrite the .md from the existing .json")
     args = parser.parse_args()
     if args.render_only:
-        from stem_jax.cli.report import markdown_table
+        from stem_jax.eval.report import markdown_table
 
         payload = json.loads((args.out / "planner-metaqa.json").read_text())
         (args.out / "planner-metaqa.md").write_text(render_markdown(payload, markdown_table) + "\n")
         return 0
 
-    from stem_jax.cli.report import markdown_table, run_metadata
     from stem_jax.config import EncoderConfig, StemConfig, apply_overrides, as_dict, default_cache_dir
     from stem_jax.data.registry import DatasetSpec, load_dataset
     from stem_jax.encoder import get_encoder
     from stem_jax.encoder.cache import open_or_build, texts_fingerprint
     from stem_jax.eval.plan_quality import PlanQuality, load_qtype_questions, strategy_majority_baseline
+    from stem_jax.eval.report import markdown_table, run_metadata
     from stem_jax.kg.index import build_index
     from stem_jax.plan.oracle import OraclePlanner
     from stem_jax.plan.pattern import PatternPlanner

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from stem_jax.cli.main import main
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 
 VARIANTS = {
     "pattern B=1, paper defaults": ["--planner.beam=1"],

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.data.sampling import sample_per_hop
 from stem_jax.eval.metrics import strict_metrics
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 
 RESULTS = Path("experiments/results")
 RETRIEVAL_STAGES = ("value", "adj", "match")  # per-question work after planning and text encoding

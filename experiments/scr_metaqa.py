@@ -35,10 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import StemConfig
 from stem_jax.data.sampling import sample_per_hop
 from stem_jax.eval.metrics import strict_metrics
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 from stem_jax.methods.scr.search import above_cut
 
 RESULTS = Path("experiments/results")

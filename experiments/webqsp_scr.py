@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 from webqsp_dev import PEERS, portable  # noqa: E402
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.config import StemConfig  # noqa: E402
 from stem_jax.eval.metrics import SplitScorer  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.methods.scr.search import above_cut  # noqa: E402
 
 CUTS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7]
