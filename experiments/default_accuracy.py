@@ -6,7 +6,7 @@ Each dataset is one `stem-jax eval --planner pattern` with no other flags (the R
 ``runs/default-accuracy/<dataset>``; needs `stem-jax index` and `stem-jax train-planner` for it first. A test
 question the loader had to drop (MetaQA: its topic is missing from the partial KB) is a miss, in its hop group
 too. The bound is the data's own gold path walked as written, over the same every-question denominator.
-Writes ``experiments/results/default-accuracy.{json,md}``. About 3 minutes for MetaQA on a quiet 2-core CPU.
+Writes ``experiments/results/default-accuracy.{json,md}``. A few minutes for MetaQA on a CPU.
 """
 
 from __future__ import annotations

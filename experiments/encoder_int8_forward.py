@@ -144,7 +144,7 @@ def main() -> int:
                                [[k, f"{v['min']:.6f}", f"{v['mean']:.6f}"] for k, v in closeness.items()])
     write_report(args.out, "encoder-int8-forward", payload,
                  f"Command: `{payload['command']}`\n\nMachine: {meta}\n\nLoad average before / after: {load_before} / "
-                 f"{load_after} (a shared 2-core machine; CPU time of the process, median of 3 repeats).\n\n"
+                 f"{load_after} (a shared machine; CPU time of the process, median of 3 repeats).\n\n"
                  f"One MiniLM forward, int8 (per-channel kernel codes, per-token input codes, int32 accumulation) "
                  f"against bfloat16 (the default online forward):\n\n{time_table}\n\nVectors of {len(ids)} MetaQA "
                  f"2-hop test questions against the float32 forward's:\n\n{cos_table}\n")

@@ -113,7 +113,7 @@ def main() -> int:
                "load_average": {"before": load_before, "after": load_after}, "matmuls": mm, "forwards": fw}
     write_report(args.out, "encoder-matmul-dtypes", payload,
                  f"Command: `{payload['command']}`\n\nMachine: {meta}\n\nLoad average before / after: {load_before} / "
-                 f"{load_after} (a shared 2-core machine; times are the minimum over repeats).\n\n"
+                 f"{load_after} (a shared machine; times are the minimum over repeats).\n\n"
                  f"One [M, 384] x [384, 1536] matmul:\n\n{mm_table}\n\nThe MiniLM forward:\n\n{fw_table}\n")
     return 0
 

@@ -5,7 +5,7 @@ Command (from the repo root):
     STEM_DATA_DIR=../shared/data nice python experiments/entity_linker_metaqa.py
 
 Options: --split test (default), --limit N (first N questions per hop, for a quick look).
-Cost on the 2-core CPU: a few minutes (two passes over 39k questions). Writes
+A few minutes on a CPU (two passes over 39k questions). Writes
 experiments/results/entity-linker-metaqa-<split>.{json,md}.
 
 Two variants of every question, the topic's brackets removed in both: as written (MetaQA keeps the

@@ -10,7 +10,7 @@ sha256(qid)). Gold evidence = endpoints of the oracle's gold-path triples that r
 topic entity included); K = |T|·K' with |T| the oracle schema's triple count (= hops). GNN outputs
 (top engine.guidance entities per question) are cached in TensorStore under
 $STEM_CACHE_DIR/metaqa/gnn-guidance, keyed exactly as `stem-jax ablate-guidance` keys them, so the
-ablation on the same questions reuses them. Cost on the 2-core CPU: see seconds in the JSON.
+ablation on the same questions reuses them. Its run time is in the JSON.
 Writes experiments/results/guidance-recall-metaqa.{json,md}.
 """
 

@@ -1,6 +1,6 @@
 """Write experiments/data/metaqa_paraphrases.tsv: hand-written paraphrases of MetaQA question types.
 
-    STEM_DATA_DIR=../shared/data python experiments/make_metaqa_paraphrases.py   # ~10 s
+    STEM_DATA_DIR=../shared/data python experiments/make_metaqa_paraphrases.py
 
 Every phrasing below was written for this project and deliberately avoids MetaQA's own wording
 ("helmed", "penned", "pictures", "performers", "cast", question forms MetaQA never uses such as

@@ -4,7 +4,7 @@ Command (from the repo root; the MetaQA embedding index must exist, `stem-jax in
 
     STEM_DATA_DIR=../shared/data python experiments/metaqa_oracle.py
 
-Cost on the 2-core CPU: see wall_seconds in experiments/results/metaqa-oracle.json.
+Its run time: wall_seconds in experiments/results/metaqa-oracle.json.
 Writes experiments/results/metaqa-oracle.{json,md}; run folders go to runs/metaqa-oracle-*.
 """
 

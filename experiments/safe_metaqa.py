@@ -8,8 +8,8 @@ pattern planner, `stem-jax train-planner --dataset metaqa`):
 Each variant runs `Engine.evaluate(method="safe")` (what `stem-jax eval --method safe --planner P` runs) on a
 seeded sample of N questions per hop (`--sample`; the whole split without it) into
 runs/safe-metaqa-SPLIT-P[-sampleN-seedS] (resumable). With `--split dev` the script keeps every answer and sweeps
-SAFE's answer margin offline (the cut is calibrated on dev; test runs use SafeConfig's default). Cost on the
-shared 2-core CPU: tens of ms per question (3-hop slowest). Writes experiments/results/safe-metaqa-SPLIT[-sampleN].{json,md}.
+SAFE's answer margin offline (the cut is calibrated on dev; test runs use SafeConfig's default). Tens of ms per
+question on a CPU (3-hop slowest). Writes experiments/results/safe-metaqa-SPLIT[-sampleN].{json,md}.
 
 Loss attribution (per question, from predictions.jsonl; the pseudo graph of the oracle planner is the gold path):
 value retrieval (topic entity among SimEnt), ADJ (some aligned query graph keeps the pseudo graph's relations),

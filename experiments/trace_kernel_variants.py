@@ -46,6 +46,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from paper_common import open_metaqa_stem  # noqa: E402
+
 from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
@@ -217,13 +219,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import jax
 
-    from stem_jax.engine import Engine
     from stem_jax.trace import tracer
 
-    engine = Engine.open("metaqa", planner="oracle", split="test")
-    method = engine.method("stem")
-    questions = list(engine.dataset.questions)
-    method.prepare(questions)
+    method, questions = open_metaqa_stem()
     method.retrieve(questions[:2048])  # compiles what the split reaches
     load_split = os.getloadavg()[0]
     split = split_costs(method, questions, args.split_reps)

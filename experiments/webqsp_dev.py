@@ -13,7 +13,7 @@ every dev question (163), a question the loader could not answer (no topic entit
 Beside them: RoG's own three LLM plans walked exactly from the topic (no STEM), the data's gold-path bound, and
 GNN-RAG's published figures on the same questions (from the data's SOURCES.md). Also the answered share and
 answered Hit@1 of the default row's confidence threshold, and a precision/coverage curve. Writes
-``experiments/results/webqsp-dev.{json,md}``. About 2 minutes a row on a quiet 2-core CPU.
+``experiments/results/webqsp-dev.{json,md}``. A few minutes a row on a CPU.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Each scorer is measured in-process on dev candidates from the default planner (b
 plans: Hit / Hit@1 / F1 over all 163 questions, gold matched by KG id or name (the F1 here counts only gold answers
 the KG has, so it reads higher than eval's). Writes ``experiments/results/webqsp-scorer.{json,md}``; candidates are
 cached under ``runs/webqsp-scorer`` (delete it after changing the features). Needs `stem-jax index` and
-`stem-jax train-planner` on webqsp-r. About 40 minutes on a busy 2-core CPU, most of it the fold planners.
+`stem-jax train-planner` on webqsp-r. Tens of minutes on a CPU, most of it the fold planners.
 """
 
 from __future__ import annotations
