@@ -38,6 +38,20 @@ def holder_and_waiter(ctx: Any, procs: list, target: Any, args_a: tuple, args_b:
     return LockPair(a, b, go, waiting, (paused, go, waiting, idle))
 
 
+def race(ctx: Any, procs: list, target: Any, args_of: Any) -> None:
+    """Builders ``a`` and ``b`` (``target(*args_of(name))``) started together at one barrier on a cold folder;
+    returns once both have ended, each with exit status 0."""
+    barrier, idle = ctx.Barrier(2), ctx.Event()
+    pair = [ctx.Process(target=target, args=args_of(name), kwargs={"paused": idle, "go": idle, "barrier": barrier})
+            for name in ("a", "b")]
+    procs += pair
+    for proc in pair:
+        proc.start()
+    for proc in pair:
+        proc.join(TIMEOUT)
+    assert [p.exitcode for p in pair] == [0, 0]
+
+
 def refuse_build_lock(monkeypatch: Any, module: Any, table: Path) -> dict[Path, int]:
     """Make ``module.build_lock`` fail as on a read-only filesystem, after dropping the complete ``table``'s
     lock file (as a table written before the lock, or copied read-only); the modification times of the

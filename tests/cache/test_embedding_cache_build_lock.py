@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from build_lock_cases import file_times, holder_and_waiter, refuse_build_lock, run_on_read_only_mount
+from build_lock_cases import file_times, holder_and_waiter, race, refuse_build_lock, run_on_read_only_mount
 from build_lock_harness import TIMEOUT, collect, instrument_child, spawn_context
 
 from stem_jax.encoder import HashingEncoder, open_or_build
@@ -117,15 +117,8 @@ def test_two_builders_started_together_give_one_table(tmp_path, procs, round_):
     """Both start at a barrier on a cold cache: both exit 0 with the same rows, and the rows were
     encoded once between them (without the lock both encoded, and 1 of 4 runs crashed)."""
     ctx, path = spawn_context(), tmp_path / f"texts-{round_}.zarr"
-    results, barrier, idle = ctx.Queue(), ctx.Barrier(2), ctx.Event()
-    procs += [ctx.Process(target=_build, args=(str(path), results, name),
-                          kwargs={"paused": idle, "go": idle, "barrier": barrier})
-              for name in ("a", "b")]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(TIMEOUT)
-    assert [p.exitcode for p in procs] == [0, 0]
+    results = ctx.Queue()
+    race(ctx, procs, _build, lambda name: (str(path), results, name))
     got = collect(results, 2)
     assert got["a"][1] == got["b"][1] == _reference().tobytes()
     assert sorted(rows for rows, _ in got.values()) == [0, len(TEXTS)]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from build_lock_cases import file_times, holder_and_waiter, refuse_build_lock, run_on_read_only_mount
+from build_lock_cases import file_times, holder_and_waiter, race, refuse_build_lock, run_on_read_only_mount
 from build_lock_harness import TIMEOUT, collect, instrument_child, spawn_context
 
 from stem_jax.data.demo_kg import load_demo
@@ -210,15 +210,8 @@ def test_two_builders_started_together_give_one_table(tmp_path, procs, what):
     them (the lock decides who; the other reads the finished table)."""
     ctx, path = spawn_context(), tmp_path / what
     reference = _reference(what, tmp_path)
-    results, barrier, idle = ctx.Queue(), ctx.Barrier(2), ctx.Event()
-    procs += [ctx.Process(target=_child, args=(what, str(path), results, name),
-                          kwargs={"paused": idle, "go": idle, "barrier": barrier})
-              for name in ("a", "b")]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(TIMEOUT)
-    assert [p.exitcode for p in procs] == [0, 0]
+    results = ctx.Queue()
+    race(ctx, procs, _child, lambda name: (what, str(path), results, name))
     got = collect(results, 2)
     assert got["a"][1] == got["b"][1] == reference
     assert sorted(rows for rows, _ in got.values()) == [0, ROWS]
