@@ -21,6 +21,20 @@ class LockPair(NamedTuple):
     waiting: Any  # Event: set by B when it waits for A's lock
     events: tuple  # every synchronisation object, kept referenced until the children have unpickled them
 
+    def release(self) -> None:
+        """Let A go on and wait for both: each must exit 0, and B must have waited for A's lock."""
+        self.go.set()
+        self.holder.join(TIMEOUT), self.waiter.join(TIMEOUT)
+        assert (self.holder.exitcode, self.waiter.exitcode) == (0, 0)
+        assert self.waiting.is_set()
+
+    def kill_holder(self) -> None:
+        """SIGKILL A while B waits for its lock (the OS drops A's flock) and wait for B, which must finish."""
+        assert self.waiting.is_set(), "the second builder did not wait for the first"
+        self.holder.kill()
+        self.holder.join(TIMEOUT), self.waiter.join(TIMEOUT)
+        assert self.holder.exitcode == -9 and self.waiter.exitcode == 0
+
 
 def holder_and_waiter(ctx: Any, procs: list, target: Any, args_a: tuple, args_b: tuple, **pause: Any) -> LockPair:
     """Start A as ``target(*args_a)`` stopping where ``pause`` says, wait until it has stopped, then start B

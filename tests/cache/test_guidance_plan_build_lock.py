@@ -174,11 +174,7 @@ def test_second_builder_waits_while_the_first_writes_its_first_manifest(tmp_path
     results = ctx.Queue()
     pair = holder_and_waiter(ctx, procs, _child, (what, str(path), results, "a"), (what, str(path), results, "b"),
                              pause_at_manifest=True)
-    a, b, go, waiting = pair.holder, pair.waiter, pair.go, pair.waiting
-    go.set()
-    a.join(TIMEOUT), b.join(TIMEOUT)
-    assert (a.exitcode, b.exitcode) == (0, 0)
-    assert waiting.is_set()
+    pair.release()
     got = collect(results, 2)
     assert got["a"][0] == ROWS and got["b"][0] == 0  # built once, by A; B read it
     assert got["a"][1] == got["b"][1] == reference
@@ -194,11 +190,7 @@ def test_killed_builder_is_resumed_by_the_waiting_process(tmp_path, procs, what)
     results = ctx.Queue()
     pair = holder_and_waiter(ctx, procs, _child, (what, str(path), results, "a"), (what, str(path), results, "b"),
                              pause_at=3)
-    a, b, waiting = pair.holder, pair.waiter, pair.waiting
-    assert waiting.is_set(), "the second builder did not wait for the first"
-    a.kill()
-    a.join(TIMEOUT), b.join(TIMEOUT)
-    assert a.exitcode == -9 and b.exitcode == 0
+    pair.kill_holder()
     got = collect(results, 1)
     assert got["b"] == (ROWS - 3 * CHUNK, reference)
     _check_on_disk(what, path, reference)
