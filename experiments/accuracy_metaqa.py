@@ -25,7 +25,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from stem_jax.cli.main import main
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 from stem_jax.eval.scoring import read_finished, score_predictions
 
 # name -> (slug, planner, flags)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 import time
 from pathlib import Path
@@ -29,18 +28,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from paper_common import fresh_metaqa_2hop, load_averages  # noqa: E402
+
 from stem_jax.answer.rank import ChunkAnswers  # noqa: E402
 from stem_jax.bench.stages import STAGES, StageTimer  # noqa: E402
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
-from stem_jax.engine import Engine  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.methods.stem.pipeline import StemPipeline  # noqa: E402
 
 SIDES = ("host", "device")
 WARM = 2  # untimed calls per side and batch size after compiling
-
-
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 class RankingClock:
@@ -81,10 +77,8 @@ def main() -> int:
     parser.add_argument("--label", default="", help="results go to answers-on-device[-LABEL].*")
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
     args = parser.parse_args()
-    sizes = tuple(int(s) for s in args.batch_sizes.split(","))
-    calls = dict(zip(sizes, (int(c) for c in args.calls.split(",")), strict=True))
-    engine = Engine.open("metaqa", hops=(2,), planner="pattern")
-    engine.encoder.memo_size = 0  # fresh questions: as `bench stages --no-encoder-memo`
+    engine, calls = fresh_metaqa_2hop(args.batch_sizes, args.calls)
+    sizes = tuple(calls)
     questions = engine.dataset.questions
     need = sum(size * 2 * (calls[size] + WARM + 1) for size in sizes)
     if need > len(questions):
@@ -145,12 +139,12 @@ def main() -> int:
         for side in SIDES:
             for _ in range(WARM + 1):
                 run(side, take(size))
-        loads[size] = {"before": load()}
+        loads[size] = {"before": load_averages()}
         warm: dict[str, list[dict[str, float]]] = {s: [] for s in SIDES}
         for i in range(2 * calls[size]):
             side = SIDES[i % 2]
             warm[side].append(run(side, take(size)))
-        loads[size]["after"] = load()
+        loads[size]["after"] = load_averages()
         for side in SIDES:
             got = warm[side]
             p50 = {s: float(np.percentile([w[s] for w in got], 50)) * 1000

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from stem_jax import Engine
 from stem_jax.answer.rank import ChunkAnswers
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.eval.metrics import strict_metrics
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 
 GAPS = (math.inf, 1.0, 0.75, 0.5, 0.35, 0.25, 0.1)
 CUTS = (0.5, 0.3, 0.7)

@@ -42,7 +42,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
+from paper_common import best_seconds  # noqa: E402
+
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
 RUNS = ROOT / "runs" / "compact-rows"
@@ -146,18 +148,6 @@ def rows_part(kg: str, formats: list[str], rng_seed: int = 0) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def _best(call, reps: int) -> float:
-    import jax
-
-    jax.block_until_ready(call())
-    times = []
-    for _ in range(reps):
-        began = time.perf_counter()
-        jax.block_until_ready(call())
-        times.append(time.perf_counter() - began)
-    return min(times)
-
-
 def block_part(formats: list[str], reps: int = 5, loops: int = 200, rounds: int = 11) -> dict:
     import jax
     import jax.numpy as jnp
@@ -219,7 +209,7 @@ def block_part(formats: list[str], reps: int = 5, loops: int = 200, rounds: int 
     best: dict = {}
     for _ in range(rounds):
         for (fmt, name), looped in timed.items():
-            best[fmt, name] = min(best.get((fmt, name), np.inf), _best(looped, reps))
+            best[fmt, name] = min(best.get((fmt, name), np.inf), best_seconds(looped, reps))
     for (fmt, name), seconds in best.items():
         out["formats"][fmt][name] = round(seconds / loops * 1e6, 1)
     for fmt, row in out["formats"].items():
@@ -326,7 +316,7 @@ def _markdown(payload: dict) -> str:
                        if "command" in part})
     lines = [f"Compact triple rows against float16, machine {meta['machine']} ({meta['cpu_count']} cores), last part "
              f"run at commit {meta['commit']} ({meta['time_utc']}), jax {meta['jax']} ({meta['backend']}), load {payload['load_before']} / "
-             f"{payload.get('load_after')} (a shared 2-core machine: timings are minima over warm calls and vary "
+             f"{payload.get('load_after')} (a shared machine: timings are minima over warm calls and vary "
              "between runs).", "", "Commands (parts run separately accumulate here):", "",
              *[f"    {c}" for c in commands], ""]
     for kg, part in payload.get("rows", {}).items():

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import os
 import signal
@@ -34,9 +33,10 @@ from typing import Any
 import numpy as np
 
 from stem_jax import Engine, StemConfig
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from stem_jax.data.sampling import qid_rank, sample_per_hop
 from stem_jax.eval.bound import gold_path_bound
 from stem_jax.eval.loop import evaluate_method
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 from stem_jax.eval.scoring import read_finished, score_predictions
 from stem_jax.methods import build_method
 from stem_jax.plan.factory import PlannerSpec
@@ -120,22 +120,14 @@ def finished_per_group(questions: list, finished: set[str], dataset: str) -> int
         ranked.setdefault(group_of(dataset, q), []).append(q)
     best = ALL
     for group in ranked.values():
-        order = sorted(group, key=lambda q: hashlib.sha256(q.qid.encode()).hexdigest())
+        order = sorted(group, key=qid_rank)
         best = min(best, next((i for i, q in enumerate(order) if q.qid not in finished), ALL))
     return best if ranked else 0
 
 
 def stratified(questions: list, per_group: int, dataset: str) -> list:
     """Per group, the ``per_group`` questions with the lowest sha256(qid) (0 or more than a group has: all)."""
-    if not per_group:
-        return list(questions)
-    ranked: dict[str, list] = {}
-    for q in questions:
-        ranked.setdefault(group_of(dataset, q), []).append(q)
-    keep = set()
-    for group in ranked.values():
-        keep.update(q.qid for q in sorted(group, key=lambda q: hashlib.sha256(q.qid.encode()).hexdigest())[:per_group])
-    return [q for q in questions if q.qid in keep]
+    return sample_per_hop(questions, per_group or None, rule="lowest_hash", group=lambda q: group_of(dataset, q))
 
 
 def group_metrics(predictions: Path, questions: list, dataset: str) -> dict[str, dict]:

@@ -6,7 +6,7 @@ Each dataset is one `stem-jax eval --planner pattern` with no other flags (the R
 ``runs/default-accuracy/<dataset>``; needs `stem-jax index` and `stem-jax train-planner` for it first. A test
 question the loader had to drop (MetaQA: its topic is missing from the partial KB) is a miss, in its hop group
 too. The bound is the data's own gold path walked as written, over the same every-question denominator.
-Writes ``experiments/results/default-accuracy.{json,md}``. About 3 minutes for MetaQA on a quiet 2-core CPU.
+Writes ``experiments/results/default-accuracy.{json,md}``. A few minutes for MetaQA on a CPU.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.data.registry import DatasetSpec, load_dataset  # noqa: E402
 from stem_jax.eval.bound import data_bound  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.eval.scoring import over_every_question  # noqa: E402
 from stem_jax.kg.index import build_index  # noqa: E402
 

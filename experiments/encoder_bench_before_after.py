@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 BENCH = ["bench", "stages", "--dataset", "metaqa", "--hops", "2", "--planner", "pattern", "--batch-sizes", "1,64",
          "--no-encoder-memo"]
@@ -96,7 +96,7 @@ def main() -> int:
                            for i in range(args.repeats) for side, rs in runs.items() for r in [rs[i]]])
     write_report(args.out, args.name, payload,
                  f"Command: `{payload['command']}`\n\nMachine: {meta}\n\nEach run: `{payload['bench']}`, the two "
-                 f"checkouts alternating on a shared 2-core machine. Medians over {args.repeats} runs a side (stage "
+                 f"checkouts alternating on a shared machine. Medians over {args.repeats} runs a side (stage "
                  f"columns: p50 per call of the batch):\n\n{summary}\n\nEach run:\n\n{each}\n")
     return 0
 

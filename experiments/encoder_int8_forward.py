@@ -31,10 +31,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.encoder import minilm  # noqa: E402
 from stem_jax.encoder.base import minilm_model_dir  # noqa: E402
 from stem_jax.encoder.tokenizer import pack, pack_batch  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 SHAPES = ((1, 8), (1, 16), (4, 16), (16, 64))
 DENSE = ("qkv", "attn_out", "intermediate", "out")
@@ -144,7 +144,7 @@ def main() -> int:
                                [[k, f"{v['min']:.6f}", f"{v['mean']:.6f}"] for k, v in closeness.items()])
     write_report(args.out, "encoder-int8-forward", payload,
                  f"Command: `{payload['command']}`\n\nMachine: {meta}\n\nLoad average before / after: {load_before} / "
-                 f"{load_after} (a shared 2-core machine; CPU time of the process, median of 3 repeats).\n\n"
+                 f"{load_after} (a shared machine; CPU time of the process, median of 3 repeats).\n\n"
                  f"One MiniLM forward, int8 (per-channel kernel codes, per-token input codes, int32 accumulation) "
                  f"against bfloat16 (the default online forward):\n\n{time_table}\n\nVectors of {len(ids)} MetaQA "
                  f"2-hop test questions against the float32 forward's:\n\n{cos_table}\n")

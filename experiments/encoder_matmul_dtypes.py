@@ -28,9 +28,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.encoder.base import minilm_model_dir  # noqa: E402
 from stem_jax.encoder.minilm import MiniLM, MiniLMEncoder, cast_kernels  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 OPTIONS = {"default": {}, "xnnpack": {"xla_cpu_use_xnnpack": True}, "onednn": {"xla_cpu_use_onednn": True}}
 
@@ -113,7 +113,7 @@ def main() -> int:
                "load_average": {"before": load_before, "after": load_after}, "matmuls": mm, "forwards": fw}
     write_report(args.out, "encoder-matmul-dtypes", payload,
                  f"Command: `{payload['command']}`\n\nMachine: {meta}\n\nLoad average before / after: {load_before} / "
-                 f"{load_after} (a shared 2-core machine; times are the minimum over repeats).\n\n"
+                 f"{load_after} (a shared machine; times are the minimum over repeats).\n\n"
                  f"One [M, 384] x [384, 1536] matmul:\n\n{mm_table}\n\nThe MiniLM forward:\n\n{fw_table}\n")
     return 0
 

@@ -4,7 +4,7 @@
 
 One engine (MetaQA 2-hop test, pattern planner, encoder memo off: every question and schema text is encoded)
 timed by ``bench stages``' own :class:`~stem_jax.bench.stages.StageTimer`, the two dtypes alternating call by
-call (float32 = today's forward, bit for bit): on this shared 2-core machine the load moves within seconds, and
+call (float32 = the float32 forward, bit for bit): on a shared machine the load moves within seconds, and
 alternating calls gives both sides the same load, which runs minutes apart do not. Every call takes questions
 no call took before (the engine keeps the schema texts it has encoded, so a repeated question would cost no
 schema encoding). Both dtypes' encoder shapes and the tracer are compiled first (``Engine.warm_up``), then two
@@ -16,7 +16,6 @@ Writes ``experiments/results/encoder-speed.{json,md}``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -25,16 +24,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from paper_common import fresh_metaqa_2hop, load_averages  # noqa: E402
+
 from stem_jax.bench.stages import ENCODER_STAGES, STAGES, StageTimer  # noqa: E402
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
-from stem_jax.engine import Engine  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 DTYPES = ("float32", "bfloat16")
 WARM = 2  # untimed calls per dtype and batch size after compiling
-
-
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def main() -> int:
@@ -43,11 +39,9 @@ def main() -> int:
     parser.add_argument("--calls", default="200,24", help="timed calls per batch size and dtype")
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
     args = parser.parse_args()
-    sizes = tuple(int(s) for s in args.batch_sizes.split(","))
-    calls = dict(zip(sizes, (int(c) for c in args.calls.split(",")), strict=True))
-    engine = Engine.open("metaqa", hops=(2,), planner="pattern")
+    engine, calls = fresh_metaqa_2hop(args.batch_sizes, args.calls)
+    sizes = tuple(calls)
     encoder = engine.encoder
-    encoder.memo_size = 0  # fresh questions: as `bench stages --no-encoder-memo`
     questions = engine.dataset.questions
     need = sum(size * 2 * (calls[size] + WARM + 1) for size in sizes)
     if need > len(questions):
@@ -68,13 +62,13 @@ def main() -> int:
             engine.warm_up(size)
             for _ in range(WARM):
                 timer.run(take(size))
-        loads[size] = {"before": load()}
+        loads[size] = {"before": load_averages()}
         warm: dict[str, list[dict[str, float]]] = {d: [] for d in DTYPES}
         for i in range(2 * calls[size]):
             dtype = DTYPES[i % 2]
             encoder.dot_dtype = dtype
             warm[dtype].append(timer.run(take(size)))
-        loads[size]["after"] = load()
+        loads[size]["after"] = load_averages()
         for dtype in DTYPES:
             got = warm[dtype]
             p50 = {s: float(np.percentile([w[s] for w in got], 50)) * 1000 for s in (*STAGES, "total", "process_cpu")}
@@ -106,7 +100,7 @@ def main() -> int:
                  "question seen twice), the encoder's online matmuls in float32 (today's forward) and bfloat16 "
                  "alternating call by call in one process. Latency is per call of the whole batch; 'encoder share' "
                  "is question + schema-text encoding over the total time; CPU ms is the process's CPU time per call "
-                 "(all threads). Load averages are the 1/5/15-minute ones of this shared 2-core machine.\n\n"
+                 "(all threads). Load averages are the 1/5/15-minute ones of the machine.\n\n"
                  f"{table}\n")
     return 0
 

@@ -5,7 +5,7 @@ Command (from the repo root):
     STEM_DATA_DIR=../shared/data nice python experiments/entity_linker_metaqa.py
 
 Options: --split test (default), --limit N (first N questions per hop, for a quick look).
-Cost on the 2-core CPU: a few minutes (two passes over 39k questions). Writes
+A few minutes on a CPU (two passes over 39k questions). Writes
 experiments/results/entity-linker-metaqa-<split>.{json,md}.
 
 Two variants of every question, the topic's brackets removed in both: as written (MetaQA keeps the
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.data.registry import DatasetSpec, load_dataset
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 from stem_jax.kg.index import build_index
 from stem_jax.kg.linker import EntityLinker, _rapidfuzz
 

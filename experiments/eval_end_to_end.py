@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from experiments.predictions_identity import source_tree  # noqa: E402
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 
 def run_once(tree: Path, out: Path, planner: str, dataset: str = "metaqa") -> dict:

@@ -13,7 +13,7 @@ entity linker). Cost: a few seconds. The folder is then a `--dataset files --dat
     stem-jax eval --dataset files --data-dir runs/metaqa-generic --planner oracle
 
 Each question's gold path is MetaQA's qtype composed into relations (stem_jax.plan.oracle.metaqa_gold_path),
-so the oracle plans the exported questions exactly as it plans MetaQA's own (tests/test_files_dataset.py
+so the oracle plans the exported questions exactly as it plans MetaQA's own (tests/data/test_files_dataset.py
 checks the same index and the same metrics). Never write the export into the repository: the data is
 CC BY 3.0 and lives in $STEM_DATA_DIR.
 """

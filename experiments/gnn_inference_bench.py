@@ -32,12 +32,13 @@ from pathlib import Path
 
 import jax
 import numpy as np
+from paper_common import publish
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import SubgraphConfig
 from stem_jax.data.registry import DatasetSpec
 from stem_jax.encoder import HashingEncoder
 from stem_jax.engine import load_kg
+from stem_jax.eval.report import markdown_table, run_metadata
 from stem_jax.gnn.data import ExampleFactory
 from stem_jax.gnn.features import SchemaFeaturizer
 from stem_jax.gnn.guidance import select_top
@@ -182,10 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                "spec": spec.as_dict(), "params": params_from, "questions": len(pairs), "hops": hops,
                "results": results, "agreement": agreement, "cpu_count": os.cpu_count()}
     name = f"gnn-inference-{args.preset}" + (f"-{args.label}" if args.label else "")
-    paths_out = write_report(RESULTS, name, payload, md)
-    print(md)
-    print(f"wrote {paths_out[0]}")
-    return 0
+    return publish(name, payload, md)
 
 
 if __name__ == "__main__":

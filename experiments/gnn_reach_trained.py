@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from stem_jax import Engine
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

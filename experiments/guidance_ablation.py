@@ -16,14 +16,13 @@ deterministic stratified subset of experiments/guidance_recall.py. Run folders: 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from pathlib import Path
 
+from paper_common import run_command
+
 from stem_jax.cli.gnn import ablation_table
-from stem_jax.cli.main import main as stem_jax
-from stem_jax.cli.report import run_metadata, write_report
+from stem_jax.eval.report import run_metadata, write_report
 
 # The paper's T-Score: cosine + τ inside the guidance graph, no relation bonus, and τ counts in Breadth's θ test
 # (--engine.guidance_admits=true; the engine default lets τ only rank). Without the bonus and without τ in
@@ -45,12 +44,9 @@ def main(argv: list[str] | None = None) -> int:
                    "--gnn-checkpoint", str(args.gnn_checkpoint), "--out", str(out), "--no-progress", *flags]
         if args.subset:
             command += ["--subset", str(args.subset)]
-        began = time.perf_counter()
-        if stem_jax(command) != 0:
+        report = run_command(command, out / "ablation.json", "wall_seconds_this_call")
+        if report is None:
             return 1
-        report = json.loads((out / "ablation.json").read_text())
-        report["wall_seconds_this_call"] = time.perf_counter() - began
-        report["command"] = "stem-jax " + " ".join(command)
         results[name] = report
         effective = report.get("effective", {})
         hyper = effective.get("hyper", {})

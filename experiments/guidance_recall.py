@@ -10,7 +10,7 @@ sha256(qid)). Gold evidence = endpoints of the oracle's gold-path triples that r
 topic entity included); K = |T|·K' with |T| the oracle schema's triple count (= hops). GNN outputs
 (top engine.guidance entities per question) are cached in TensorStore under
 $STEM_CACHE_DIR/metaqa/gnn-guidance, keyed exactly as `stem-jax ablate-guidance` keys them, so the
-ablation on the same questions reuses them. Cost on the 2-core CPU: see seconds in the JSON.
+ablation on the same questions reuses them. Its run time is in the JSON.
 Writes experiments/results/guidance-recall-metaqa.{json,md}.
 """
 
@@ -24,11 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from stem_jax.cli.gnn import example_factory, subset
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import StemConfig, as_dict, default_cache_dir
 from stem_jax.data.registry import DatasetSpec, load_dataset
+from stem_jax.data.sampling import sample_per_hop
 from stem_jax.encoder import get_encoder
+from stem_jax.engine import gnn_example_factory
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 from stem_jax.gnn.infer import load_checkpoint
 from stem_jax.gnn.provider import GNNGuidance
 from stem_jax.gnn.recall import recall_by_hop
@@ -51,14 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     config = StemConfig()
     dataset = load_dataset(DatasetSpec(name="metaqa", split=args.split))
-    dataset.questions = subset(dataset.questions, args.subset)
+    dataset.questions = sample_per_hop(dataset.questions, args.subset, rule="lowest_hash")
     index = build_index(dataset.triples)
     encoder = get_encoder(config.encoder)
     root = default_cache_dir()
     embeddings = build_kg_embeddings(index, encoder, cache_folder(root, "metaqa", index, encoder),
                                      chunk_rows=config.encoder.chunk_rows, progress=False)
     spec, params, info = load_checkpoint(args.gnn_checkpoint)
-    factory = example_factory(config, dataset, index, embeddings, encoder)
+    factory = gnn_example_factory(config, dataset, index, embeddings, encoder)
     provider = GNNGuidance(spec, params, info, factory, k_prime=config.guidance.k_prime,
                            width=config.engine.guidance, cache_dir=root / "metaqa" / "gnn-guidance")
     evaluator = Evaluator(dataset, index, embeddings, encoder, config)  # only to plan the runs, as eval does

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     results = [json.loads(o.read_text()) for o in outs]
     for o in outs:
         o.unlink()
-    from stem_jax.cli.report import markdown_table, run_metadata, write_report
+    from stem_jax.eval.report import markdown_table, run_metadata, write_report
 
     meta = run_metadata()
     rows = [[r["process"], r["questions"], ",".join(map(str, r["hops"])), r["answered"], r["triples"], r["row_format"],

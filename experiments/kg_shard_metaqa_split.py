@@ -35,6 +35,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -52,14 +53,15 @@ def select(questions: list, per_hop: int) -> list:
     """``per_hop`` questions of each hop spread evenly over the split (0: all), the hops interleaved (ordered by
     position within their hop as a fraction), so every prefix of the chunks is a stratified sample: an
     interrupted side has compared questions of every hop."""
-    by_hop: dict = {}
-    for q in questions:
-        by_hop.setdefault(q.hops, []).append(q)
+    from stem_jax.data.sampling import sample_per_hop
+
+    chosen = sample_per_hop(questions, per_hop or None, rule="spread")
+    size = Counter(q.hops for q in chosen)
+    seen: Counter = Counter()
     keyed = []
-    for hop_questions in by_hop.values():
-        n = min(per_hop, len(hop_questions)) if per_hop else len(hop_questions)
-        for k in range(n):
-            keyed.append(((k + 0.5) / n, hop_questions[(k * len(hop_questions)) // n]))
+    for q in chosen:  # the k-th chosen question of its hop sits at (k + 0.5) / n of the hop
+        keyed.append(((seen[q.hops] + 0.5) / size[q.hops], q))
+        seen[q.hops] += 1
     return [q for _, q in sorted(keyed, key=lambda kq: (kq[0], kq[1].hops or 0))]
 
 

@@ -304,7 +304,7 @@ def run_child(args: argparse.Namespace, size: int) -> dict:
 
 
 def report(results: list[dict], args: argparse.Namespace, argv: list[str]) -> None:
-    from stem_jax.cli.report import markdown_table, run_metadata, write_report
+    from stem_jax.eval.report import markdown_table, run_metadata, write_report
 
     meta = run_metadata()
     size_rows, trace_rows = [], []

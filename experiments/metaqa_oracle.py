@@ -4,7 +4,7 @@ Command (from the repo root; the MetaQA embedding index must exist, `stem-jax in
 
     STEM_DATA_DIR=../shared/data python experiments/metaqa_oracle.py
 
-Cost on the 2-core CPU: see wall_seconds in experiments/results/metaqa-oracle.json.
+Its run time: wall_seconds in experiments/results/metaqa-oracle.json.
 Writes experiments/results/metaqa-oracle.{json,md}; run folders go to runs/metaqa-oracle-*.
 """
 
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from stem_jax.cli.main import main
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 
 # SOURCES.md: following the gold qtype path over the partial KB (test split)
 UPPER_BOUND = {"1-hop": (97.1, 94.4), "2-hop": (95.8, 93.8), "3-hop": (96.7, 93.2)}

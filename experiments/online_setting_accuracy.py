@@ -25,9 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.config import StemConfig, apply_overrides, default_data_dir  # noqa: E402
+from stem_jax.data.sampling import sample_per_hop  # noqa: E402
 from stem_jax.engine import Engine  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 BOUND = 0.1  # points of Hit@1 / F1 the second value may lose ...
 BOUND_PER_HOP = ("metaqa",)  # ... on each hop group of these KGs, and on the whole of every other KG
@@ -35,14 +36,12 @@ GNN_WEBQSP = ROOT / "runs" / "gnn-webqsp-r"
 
 
 def sample(questions: list, per_hop: int | None) -> list:
+    """``per_hop`` questions of each hop at an even stride, the hops one after the other (1, 2, 3); None: all,
+    in file order."""
     if per_hop is None:
         return list(questions)
-    chosen = []
-    for hop in sorted({q.hops for q in questions}, key=lambda h: (h is None, h or 0)):
-        group = [q for q in questions if q.hops == hop]
-        stride = max(1, len(group) // per_hop)
-        chosen += group[::stride][:per_hop]
-    return chosen
+    chosen = sample_per_hop(questions, per_hop, rule="stride")
+    return sorted(chosen, key=lambda q: (q.hops is None, q.hops or 0))
 
 
 def open_args(dataset: str) -> tuple[str, dict]:

@@ -7,7 +7,7 @@ $GNN_CHECKPOINT or runs/gnn-metaqa-1000):
 
 λ=1 removes the entity bias, τ=0 the triple bias; (1, 0) is "w/o both". The four rows are the four
 points of one vmapped sweep (same plans, same GNN rows), so they equal four ``stem-jax eval`` runs
-(tests/test_sweep.py) at a quarter of the preparation. ``stem-jax ablate-guidance`` (and
+(tests/eval/test_sweep.py) at a quarter of the preparation. ``stem-jax ablate-guidance`` (and
 experiments/guidance_ablation.py, full split) computes the same rows one after another.
 Writes experiments/results/paper-bias-ablation-metaqa.{json,md}.
 """
@@ -15,11 +15,9 @@ Writes experiments/results/paper-bias-ablation-metaqa.{json,md}.
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 from pathlib import Path
 
-from paper_common import GNN, RUNS, gnn_ready, load_json, save, table
+from paper_common import GNN, RUNS, gnn_ready, gnn_sweep, save, table
 
 NAMES = {(1.5, 0.5): "full guidance", (1.0, 0.5): "w/o entity bias", (1.5, 0.0): "w/o triple bias",
          (1.0, 0.0): "w/o both"}
@@ -33,11 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     if not gnn_ready(args.gnn_checkpoint):
         raise SystemExit(f"the bias ablation needs a trained Triple-GNN; none ready at {args.gnn_checkpoint}")
     out = RUNS / f"bias-ablation-s{args.subset}"
-    subprocess.run([sys.executable, "-m", "stem_jax.cli.main", "sweep", "--dataset", "metaqa", "--subset",
-                    str(args.subset), "--planner", "oracle", "--guidance", "gnn", "--gnn-checkpoint",
-                    str(args.gnn_checkpoint), "--lambda", "1.0,1.5", "--tau", "0.0,0.5", "--no-progress",
-                    "--out", str(out)], check=True)
-    result = load_json(out / "sweep.json")
+    result = gnn_sweep(args.subset, args.gnn_checkpoint, out, "--lambda", "1.0,1.5", "--tau", "0.0,0.5")
     rows = []
     for r in sorted(result["points"], key=lambda r: list(NAMES).index((r["point"]["lam"], r["point"]["tau"]))):
         name = NAMES[(r["point"]["lam"], r["point"]["tau"])]

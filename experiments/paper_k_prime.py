@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-from paper_common import GNN, RESULTS, RUNS, gnn_ready, load_json, save
+from paper_common import GNN, RESULTS, RUNS, gnn_ready, gnn_sweep, save
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,10 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     if not gnn_ready(args.gnn_checkpoint):
         raise SystemExit(f"K' needs a trained Triple-GNN; none ready at {args.gnn_checkpoint}")
     out = RUNS / f"k-prime-s{args.subset}"
-    subprocess.run([sys.executable, "-m", "stem_jax.cli.main", "sweep", "--dataset", "metaqa", "--subset",
-                    str(args.subset), "--planner", "oracle", "--guidance", "gnn", "--gnn-checkpoint",
-                    str(args.gnn_checkpoint), "--k-prime", args.k_prime, "--no-progress", "--out", str(out)], check=True)
-    result = load_json(out / "sweep.json")
+    result = gnn_sweep(args.subset, args.gnn_checkpoint, out, "--k-prime", args.k_prime)
     shutil.copyfile(out / "sweep-k_prime.png", RESULTS / "paper-k-prime-metaqa.png")
     save("paper-k-prime-metaqa", {"subset_per_hop": args.subset, "sweep": result, "figures": ["paper-k-prime-metaqa.png"]},
          (out / "sweep.md").read_text(), f"python experiments/paper_k_prime.py --subset {args.subset}")

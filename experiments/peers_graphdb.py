@@ -266,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="")
     args = parser.parse_args(argv)
 
-    from stem_jax.cli.report import markdown_table, run_metadata, write_report
+    from paper_common import publish
+
+    from stem_jax.eval.report import markdown_table, run_metadata
 
     hops = tuple(int(h) for h in args.hops.split(","))
     index, runs = load_questions(hops, args.limit)
@@ -342,10 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     name = f"peers-graphdb-metaqa-{args.label}" if args.label else "peers-graphdb-metaqa"
     payload = {"meta": meta, "argv": sys.argv[1:] if argv is None else argv, "questions": len(runs),
                "engines": rows, "skipped": skipped}
-    paths = write_report(RESULTS, name, payload, md)
-    print(md)
-    print(f"wrote {paths[0]}")
-    return 0
+    return publish(name, payload, md)
 
 
 if __name__ == "__main__":

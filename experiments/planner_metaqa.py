@@ -28,17 +28,15 @@ Writes experiments/results/planner-metaqa.{json,md}. Each end-to-end row can be 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from paper_common import metaqa_paraphrases, parse_or_render, write_rendered
 
-RESULTS = Path(__file__).parent / "results"
 MIN_PROB = 0.3  # confidence-pruned beam: a round value fixed before looking at any pruned result, not tuned
-PARAPHRASES = Path(__file__).parent / "data" / "metaqa_paraphrases.tsv"
 
 
 def main() -> int:
@@ -47,23 +45,14 @@ def main() -> int:
     parser.add_argument("--quality-limit", type=int, default=None, help="questions per hop for planner quality (all)")
     parser.add_argument("--speed-questions", type=int, default=2048)
     parser.add_argument("--skip-e2e", action="store_true")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--render-only", action="store_true", help="rewrite the .md from the existing .json")
-    args = parser.parse_args()
-    if args.render_only:
-        from stem_jax.cli.report import markdown_table
+    args = parse_or_render(parser, "planner-metaqa", render_markdown)
 
-        payload = json.loads((args.out / "planner-metaqa.json").read_text())
-        (args.out / "planner-metaqa.md").write_text(render_markdown(payload, markdown_table) + "\n")
-        return 0
-
-    from stem_jax.cli.report import markdown_table, run_metadata
     from stem_jax.config import EncoderConfig, StemConfig, apply_overrides, as_dict, default_cache_dir
     from stem_jax.data.registry import DatasetSpec, load_dataset
     from stem_jax.encoder import get_encoder
     from stem_jax.encoder.cache import open_or_build, texts_fingerprint
-    from stem_jax.eval.plan_quality import PlanQuality, load_qtype_questions, strategy_majority_baseline
-    from stem_jax.kg.index import build_index
+    from stem_jax.eval.plan_quality import PlanQuality, strategy_majority_baseline
+    from stem_jax.eval.report import run_metadata
     from stem_jax.plan.oracle import OraclePlanner
     from stem_jax.plan.pattern import PatternPlanner
     from stem_jax.plan.templates import template_of
@@ -72,9 +61,7 @@ def main() -> int:
     began = time.perf_counter()
     cache = default_cache_dir()
     encoder = get_encoder(EncoderConfig())
-    test = load_dataset(DatasetSpec(name="metaqa", split="test", limit=args.quality_limit))
-    index = build_index(test.triples)
-    paraphrases = load_qtype_questions(PARAPHRASES, index, name="paraphrase")
+    test, index, paraphrases = metaqa_paraphrases(args.quality_limit)
     planner_dir = cache / "metaqa" / "planners" / f"pattern-{EncoderConfig().name}"  # train-planner's default
     planner = PatternPlanner.load(planner_dir, encoder=encoder, index=index)
     oracle = OraclePlanner()
@@ -199,11 +186,7 @@ def main() -> int:
                           f"[{row['seconds']:.0f}s]", flush=True)
         payload["e2e"]["config"] = as_dict(StemConfig())
     payload["seconds"] = time.perf_counter() - began
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "planner-metaqa.json").write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
-    (args.out / "planner-metaqa.md").write_text(render_markdown(payload, markdown_table) + "\n")
-    print(f"wrote {args.out / 'planner-metaqa.json'} and .md [{payload['seconds']:.0f}s]")
-    return 0
+    return write_rendered(args.out, "planner-metaqa", payload, render_markdown, indent=2)
 
 
 def render_markdown(payload: dict, markdown_table) -> str:

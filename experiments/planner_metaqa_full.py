@@ -5,7 +5,7 @@ and experiments/results/metaqa-oracle.json from experiments/metaqa_oracle.py):
 
     STEM_DATA_DIR=../shared/data python experiments/planner_metaqa_full.py
 
-Cost on the 2-core CPU: ~8-10 min per variant (see experiment_wall_seconds in the JSON).
+Minutes per variant on a CPU (experiment_wall_seconds in the JSON).
 Each variant is exactly `stem-jax eval --dataset metaqa --split test --hops 1,2,3 --planner pattern FLAGS`;
 run folders go to runs/metaqa-pattern-*. Writes experiments/results/planner-metaqa-full.{json,md}.
 """
@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
-from stem_jax.cli.main import main
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
+from paper_common import run_command
+
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 
 VARIANTS = {
     "pattern B=1, paper defaults": ["--planner.beam=1"],
@@ -39,14 +39,11 @@ def main_experiment(argv: list[str] | None = None) -> int:
             results[ORACLE.get(name, f"oracle, {name}")] = metrics
     for name, flags in VARIANTS.items():
         out = Path("runs") / f"metaqa-pattern-{name.replace(' ', '').replace(',', '-').replace('=', '')}"
-        began = time.perf_counter()
         argv = ["eval", "--dataset", "metaqa", "--split", "test", "--hops", "1,2,3", "--planner", "pattern",
                 "--no-progress", *flags, "--out", str(out)]
-        if main(argv) != 0:
+        metrics = run_command(argv, out / "metrics.json", "experiment_wall_seconds")
+        if metrics is None:
             return 1
-        metrics = json.loads((out / "metrics.json").read_text())
-        metrics["experiment_wall_seconds"] = time.perf_counter() - began
-        metrics["command"] = "stem-jax " + " ".join(argv)
         results[name] = metrics
     for name, metrics in results.items():
         info = metrics.get("planner_info", {})

@@ -8,8 +8,8 @@ pattern planner, `stem-jax train-planner --dataset metaqa`):
 Each variant runs `Engine.evaluate(method="safe")` (what `stem-jax eval --method safe --planner P` runs) on a
 seeded sample of N questions per hop (`--sample`; the whole split without it) into
 runs/safe-metaqa-SPLIT-P[-sampleN-seedS] (resumable). With `--split dev` the script keeps every answer and sweeps
-SAFE's answer margin offline (the cut is calibrated on dev; test runs use SafeConfig's default). Cost on the
-shared 2-core CPU: tens of ms per question (3-hop slowest). Writes experiments/results/safe-metaqa-SPLIT[-sampleN].{json,md}.
+SAFE's answer margin offline (the cut is calibrated on dev; test runs use SafeConfig's default). Tens of ms per
+question on a CPU (3-hop slowest). Writes experiments/results/safe-metaqa-SPLIT[-sampleN].{json,md}.
 
 Loss attribution (per question, from predictions.jsonl; the pseudo graph of the oracle planner is the gold path):
 value retrieval (topic entity among SimEnt), ADJ (some aligned query graph keeps the pseudo graph's relations),
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.data.sampling import sample_per_hop
 from stem_jax.eval.metrics import strict_metrics
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 
 RESULTS = Path("experiments/results")
 RETRIEVAL_STAGES = ("value", "adj", "match")  # per-question work after planning and text encoding
@@ -74,11 +74,11 @@ def run_variant(split: str, variant: str, per_hop: int | None, seed: int,
         from stem_jax.data.registry import DatasetSpec, load_dataset
         from stem_jax.eval.scoring import score_predictions
 
-        questions = sample_per_hop(list(load_dataset(DatasetSpec(name="metaqa", split=split)).questions), per_hop, seed)
+        questions = sample_per_hop(list(load_dataset(DatasetSpec(name="metaqa", split=split)).questions), per_hop or None, seed)
         return out, None, score_predictions(out / "predictions.jsonl", {q.qid for q in questions}), questions
     engine = Engine.open("metaqa", config=apply_overrides(StemConfig(), overrides), planner=planner, split=split,
                          log=print)
-    questions = sample_per_hop(list(engine.dataset.questions), per_hop, seed)
+    questions = sample_per_hop(list(engine.dataset.questions), per_hop or None, seed)
     began = time.perf_counter()
     summary = engine.evaluate(out, questions=questions, method="safe", show_progress=False)
     return out, time.perf_counter() - began, summary, questions

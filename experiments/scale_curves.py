@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child_kind:
         return child_main(args)
 
-    from stem_jax.cli.report import markdown_table, run_metadata, write_report
+    from stem_jax.eval.report import markdown_table, run_metadata, write_report
 
     sizes = sorted(int(s) for s in args.sizes.split(",") if s)
     jobs = [("synthetic", s) for s in sizes if s <= 1_000_000] + ([("fb15k-237", 0)] if args.fb15k else [])

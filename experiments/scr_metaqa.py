@@ -35,10 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import StemConfig
 from stem_jax.data.sampling import sample_per_hop
 from stem_jax.eval.metrics import strict_metrics
+from stem_jax.eval.report import markdown_table, run_metadata, write_report
 from stem_jax.methods.scr.search import above_cut
 
 RESULTS = Path("experiments/results")
@@ -196,12 +196,10 @@ def main() -> None:
 
         questions = hash_split(questions, 0.1)[1]
     if args.subset:
-        from stem_jax.cli.gnn import subset
-
-        questions = subset(questions, args.subset)
+        questions = sample_per_hop(questions, args.subset, rule="lowest_hash")
         args.sample, suffix = None, f"-subset{args.subset}"
         out = args.out or Path("runs") / f"{tag}{kg}-{args.split}{variant}{suffix}"
-    questions = sample_per_hop(questions, args.sample, args.seed)
+    questions = sample_per_hop(questions, args.sample or None, args.seed)
     method = engine.method("scr")
     build_seconds = time.perf_counter() - began
     print(f"SCR {args.checkpoint} (step {method.info['step']}); {len(questions)} {args.split} questions -> {out}")

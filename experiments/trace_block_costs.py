@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -34,21 +33,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
+from paper_common import best_seconds, open_metaqa_stem  # noqa: E402
+
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
-
-
-def _best(call, reps: int) -> float:
-    import jax
-
-    jax.block_until_ready(call())
-    times = []
-    for _ in range(reps):
-        began = time.perf_counter()
-        jax.block_until_ready(call())
-        times.append(time.perf_counter() - began)
-    return min(times)
 
 
 def batch_costs(method, questions, batches: int, reps: int) -> dict:
@@ -74,7 +63,7 @@ def batch_costs(method, questions, batches: int, reps: int) -> dict:
                 return pipeline.sharding.trace(pipeline.kg, batch, traced, shapes=shapes, precision=False,
                                                halt_overflowed=True, **pipeline.tracer_switches())
 
-            seconds = _best(call, reps)
+            seconds = best_seconds(call, reps)
             nodes = jax.device_get(call()).nodes
             blocks = 0
             for parent in np.asarray(batch.steps)[0, :hops, 0]:  # MetaQA plans are chains: parent slot of each step
@@ -164,7 +153,7 @@ def block_costs(method, reps: int, loops: int = 64) -> dict:
                        ("dot product alone (one query per block)", dot_one_query),
                        ("triple rows gathered alone (float16 to float32, summed)", gather_only)):
         looped = jax.jit(lambda body=body: jax.lax.fori_loop(0, loops, lambda i, acc: acc + body(i % blocks), 0.0))
-        out[name] = round(_best(looped, reps) / loops * 1e6, 1)
+        out[name] = round(best_seconds(looped, reps) / loops * 1e6, 1)
     return out
 
 
@@ -175,12 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="")
     args = parser.parse_args(argv)
 
-    from stem_jax.engine import Engine
-
-    engine = Engine.open("metaqa", planner="oracle", split="test")
-    method = engine.method("stem")
-    questions = list(engine.dataset.questions)
-    method.prepare(questions)
+    method, questions = open_metaqa_stem()
     load_before = os.getloadavg()[0]
     batches = batch_costs(method, questions, args.batches, args.reps)
     block = block_costs(method, args.reps)

@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import os
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -44,10 +46,23 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
+from paper_common import open_metaqa_stem  # noqa: E402
+
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
 STATIC = ("shapes", "precision", "relation_bonus", "tau_admits", "direction", "used", "halt_overflowed", "backend")
+
+
+def patched(function, old: str, new: str):
+    """``function`` compiled again from its own source with ``old`` replaced by ``new`` (which must stand in it
+    exactly once), in its module's namespace: a variant that follows the kernel as it is."""
+    source = textwrap.dedent(inspect.getsource(function))
+    if source.count(old) != 1:
+        raise SystemExit(f"{function.__module__}.{function.__name__} no longer reads {old!r}: update the variant")
+    namespace = dict(vars(inspect.getmodule(function)))
+    exec(compile(source.replace(old, new), inspect.getsourcefile(function), "exec"), namespace)  # noqa: S102
+    return namespace[function.__name__]
 
 
 def variants(kg):
@@ -55,10 +70,10 @@ def variants(kg):
     import jax
     import jax.numpy as jnp
 
+    import kernels.blocks as blocks
     import kernels.select as select
-    from kernels.candidates import Edges, admits, compact, final_ranking
+    from kernels.candidates import Edges
     from kernels.membership import row_contains
-    from kernels.select import NEG_INF, scatter_packed
     from stem_jax.trace import tracer
 
     def dots_sum(table, scale, rows, queries, bias):
@@ -89,36 +104,15 @@ def variants(kg):
                                                                    method="scan_unrolled")
 
     def breadth(slack, loop=True):
-        def breadth_blocks(score, n_edges, window, pair_base, frontier, k, theta, relation_bonus, tau_admits):
-            n_pairs = pair_base.shape[0]
-            n_runs = n_pairs // frontier
-            capacity = n_runs * frontier + slack * window
-
-            def squeeze(buffer, count, bars):
-                packed, kept, _, new_bars = compact(buffer, jnp.arange(capacity) < count, pair_base, frontier, k,
-                                                    n_runs)
-                return packed, kept, new_bars
-
-            def body(carry):
-                block, buffer, count, qualified, bars = carry
-                buffer, count, bars = jax.lax.cond(count + window > capacity, squeeze,
-                                                   lambda b, c, bars: (b, c, bars), buffer, count, bars)
-                e = score(block * window, window)
-                ok = admits(e, theta, relation_bonus, tau_admits)
-                qualified = qualified + jax.ops.segment_sum(ok.astype(jnp.int32), e.pair, num_segments=n_pairs)
-                node_bar, run_bar = bars
-                enter = ok & (e.t_score > node_bar[e.pair]) & (pair_base[e.pair] + e.t_score >= run_bar[e.run])
-                buffer, entered = scatter_packed(buffer, count, enter, (e.pair, e.t_score, e.triple))
-                return block + 1, buffer, count + entered, qualified, bars
-
-            blocks = (n_edges + window - 1) // window if loop else jnp.int32(0)
-            empty = (jnp.full(capacity, n_pairs, jnp.int32), jnp.full(capacity, NEG_INF, jnp.float32),
-                     jnp.full(capacity, -1, jnp.int32))
-            bars = (jnp.full(n_pairs, NEG_INF, jnp.float32), jnp.full(n_runs, NEG_INF, jnp.float32))
-            init = (jnp.int32(0), empty, jnp.int32(0), jnp.zeros(n_pairs, jnp.int32), bars)
-            _, buffer, count, qualified, _ = jax.lax.while_loop(lambda c: c[0] < blocks, body, init)
-            return final_ranking(buffer, count, pair_base, frontier, k, n_runs), qualified
-        return breadth_blocks
+        """kernels.blocks.breadth_blocks with a candidate buffer ``slack`` windows past B·F (its own: 1), or
+        reading no edges at all (``loop=False``): the kernel's own lines, one of them changed."""
+        kernel = blocks.breadth_blocks
+        if slack != 1:
+            kernel = patched(kernel, "capacity = n_runs * frontier + window",
+                             f"capacity = n_runs * frontier + {slack} * window")
+        if loop:
+            return kernel
+        return lambda score, n_edges, *args: kernel(score, jnp.int32(0), *args)
 
     codes_inc, scale_inc, ends_inc = kg.triple_emb[kg.csr_triples], kg.triple_scale[kg.csr_triples], \
         kg.triples[kg.csr_triples]
@@ -225,13 +219,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import jax
 
-    from stem_jax.engine import Engine
     from stem_jax.trace import tracer
 
-    engine = Engine.open("metaqa", planner="oracle", split="test")
-    method = engine.method("stem")
-    questions = list(engine.dataset.questions)
-    method.prepare(questions)
+    method, questions = open_metaqa_stem()
     method.retrieve(questions[:2048])  # compiles what the split reaches
     load_split = os.getloadavg()[0]
     split = split_costs(method, questions, args.split_reps)

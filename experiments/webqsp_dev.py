@@ -13,7 +13,7 @@ every dev question (163), a question the loader could not answer (no topic entit
 Beside them: RoG's own three LLM plans walked exactly from the topic (no STEM), the data's gold-path bound, and
 GNN-RAG's published figures on the same questions (from the data's SOURCES.md). Also the answered share and
 answered Hit@1 of the default row's confidence threshold, and a precision/coverage curve. Writes
-``experiments/results/webqsp-dev.{json,md}``. About 2 minutes a row on a quiet 2-core CPU.
+``experiments/results/webqsp-dev.{json,md}``. A few minutes a row on a CPU.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.data.types import PathStep  # noqa: E402
 from stem_jax.eval.metrics import SplitScorer  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.eval.scoring import answered_precision  # noqa: E402
 
 ROWS = {

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 
 def main() -> int:
@@ -138,7 +138,7 @@ def main() -> int:
           "the ranker's top path reaches an answer; 'beam answer hit': train-planner's choice proxy (the beam walked "
           "exactly, best answer right); dev Hit / Hit@1 / F1: `stem-jax eval --split dev` over all questions with the "
           "KG's stored answer scorer (trained for the frozen planner's beams). 'train s': wall seconds of training on the "
-          "shared 2-core CPU, other jobs running.\n\n"
+          "shared CPU, other jobs running.\n\n"
           + markdown_table(["question side", "planner", "held-out top-1 path", "held-out beam answer hit",
                             "dev beam answer hit", "dev Hit", "dev Hit@1", "dev F1", "train s"], table)
           + "\n\nTuned layers' learning rate: " + ", ".join(f"{k} {r['tune_learning_rate']:g}" for k, r in rows.items()

@@ -7,7 +7,7 @@ its topic's 2-hop neighbourhood in the KG, hubs over 2,000 triples reached but n
 under ``runs/webqsp-r-rog/`` (data, never committed), then runs README's "your own KG" path on it
 (`index`, `train-planner`, `eval --split dev`, defaults) and sets the dev metrics over every question beside the
 `files` run's (`runs/webqsp-dev/pattern` from `experiments/webqsp_dev.py`, which must exist). Writes
-``experiments/results/webqsp-rog-format.{json,md}``. About 15-30 minutes on a 2-core CPU (two KG indexes and a
+``experiments/results/webqsp-rog-format.{json,md}``. Tens of minutes on a CPU (two KG indexes and a
 planner training).
 """
 
@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.data.registry import DatasetSpec, load_dataset  # noqa: E402
 from stem_jax.data.rog import write_rog  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 
 def stem(*args: str) -> None:

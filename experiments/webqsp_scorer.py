@@ -15,7 +15,7 @@ Each scorer is measured in-process on dev candidates from the default planner (b
 plans: Hit / Hit@1 / F1 over all 163 questions, gold matched by KG id or name (the F1 here counts only gold answers
 the KG has, so it reads higher than eval's). Writes ``experiments/results/webqsp-scorer.{json,md}``; candidates are
 cached under ``runs/webqsp-scorer`` (delete it after changing the features). Needs `stem-jax index` and
-`stem-jax train-planner` on webqsp-r. About 40 minutes on a busy 2-core CPU, most of it the fold planners.
+`stem-jax train-planner` on webqsp-r. Tens of minutes on a CPU, most of it the fold planners.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ sys.path.insert(0, str(ROOT))
 from stem_jax.answer.features import NUMERIC, NUMERIC_V1, CandidateFeaturizer, TypeVocabulary  # noqa: E402
 from stem_jax.answer.scorer import _subset, concat_candidates, set_metrics, train_answer_scorer  # noqa: E402
 from stem_jax.answer.training import collect_candidates, gold_entities, out_of_sample_candidates  # noqa: E402
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.config import StemConfig, apply_overrides, default_cache_dir, default_data_dir  # noqa: E402
 from stem_jax.data.registry import DatasetSpec  # noqa: E402
 from stem_jax.data.splits import qid_bucket  # noqa: E402
 from stem_jax.engine import Engine  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.plan.factory import PlannerSpec  # noqa: E402
 
 FEATURES = {"v1": NUMERIC_V1, "all": NUMERIC}

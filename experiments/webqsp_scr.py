@@ -8,8 +8,8 @@
 
 Training reads only the train split (hash-split by question id: 90% to learn from, 10% for validation and early
 stopping, as the planners). ``--scr.max_steps 3``: the training split's gold paths have at most 2 hops, plus the
-stop; every other setting is ScrConfig's default (d 128, L 3, τ 0.05, neighbour cap 256, patience 4). 4 to 5 minutes
-each on a busy 2-core CPU.
+stop; every other setting is ScrConfig's default (d 128, L 3, τ 0.05, neighbour cap 256, patience 4). Minutes
+each on a CPU.
 
 For each run, the search settings ``scr.min_hops`` (0 or 1) and ``scr.answer_cut`` are chosen on the same
 validation questions of the train split (never on dev): the split is searched once per min_hops with every answer
@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 from webqsp_dev import PEERS, portable  # noqa: E402
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.config import StemConfig  # noqa: E402
 from stem_jax.eval.metrics import SplitScorer  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 from stem_jax.methods.scr.search import above_cut  # noqa: E402
 
 CUTS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7]

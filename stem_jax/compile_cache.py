@@ -1,10 +1,10 @@
 """XLA's persistent compilation cache under the stem_jax cache folder.
 
 Every ``stem-jax`` process compiles the same tracers (one per strategy, steps bucket, capacity
-level and padded batch size): on a 2-core CPU that is 8-14 s of a MetaQA eval whose tracing
-itself takes under a second per 4,096 runs. JAX can keep compiled executables on disk, keyed by
-the program, the compile options, the jaxlib version and the device, so a later process loads them
-instead (measured: first trace call of 2,048 MetaQA 2-hop runs 14.2 s cold, 2.2 s from the cache).
+level and padded batch size), and on a CPU compiling them takes longer than the tracing they do
+in a MetaQA eval. JAX can keep compiled executables on disk, keyed by the program, the compile
+options, the jaxlib version and the device, so a later process loads them instead
+(docs/performance.md, "Figures behind the code's constants").
 The results are the same executables, so outputs do not change.
 
 ``STEM_COMPILE_CACHE`` turns it off (``0``, ``off``, ``false``) or names another folder. A folder

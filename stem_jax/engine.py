@@ -34,11 +34,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from stem_jax.collector import collector_paused
 from stem_jax.config import StemConfig, check, default_cache_dir
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.data.types import Dataset, Question
 from stem_jax.errors import StemError
+from stem_jax.gc_pause import collector_paused
 from stem_jax.kg.index import KGIndex, build_index
 from stem_jax.methods import MethodContext, RetrievalMethod, build_method
 from stem_jax.plan.factory import PlannerSpec, build_planner, open_plan_store, train_planner_flags

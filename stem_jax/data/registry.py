@@ -12,6 +12,7 @@ from stem_jax.data.fb15k import load_fb15k237
 from stem_jax.data.files import load_files
 from stem_jax.data.metaqa import load_metaqa
 from stem_jax.data.rog import load_rog
+from stem_jax.data.sampling import sample_per_hop
 from stem_jax.data.types import Dataset
 from stem_jax.data.wc2014 import load_wc2014
 from stem_jax.errors import DataError
@@ -103,11 +104,6 @@ def load_dataset(spec: DatasetSpec) -> Dataset:
         raise DataError(f"unknown dataset {spec.name!r}",
                         fix=dataset_hint(spec.name) or f"choose one of {', '.join(DATASETS)}")
     if spec.limit is not None:
-        kept, seen = [], {}
-        for q in dataset.questions:
-            seen[q.hops] = seen.get(q.hops, 0) + 1
-            if seen[q.hops] <= spec.limit:
-                kept.append(q)
-        dataset.questions = kept
+        dataset.questions = sample_per_hop(dataset.questions, spec.limit, rule="first")
         dataset.dropped = []  # a sample of the split: its metrics are over the questions kept
     return dataset

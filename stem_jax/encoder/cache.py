@@ -55,10 +55,12 @@ class EmbeddingTable:
 
     @property
     def n(self) -> int:
+        """Rows: one per text, in the order the texts were given."""
         return int(self.array.shape[0])
 
     @property
     def dim(self) -> int:
+        """The encoder's vector width."""
         return int(self.array.shape[1])
 
     @property

@@ -96,10 +96,12 @@ class CompactRows:
 
     @property
     def n(self) -> int:
+        """Rows: one per row of the float table they compact."""
         return int(self.codes.shape[0])
 
     @property
     def width(self) -> int:
+        """Stored values per row (the projection's width for the pca formats)."""
         return int(self.codes.shape[1])
 
     @property

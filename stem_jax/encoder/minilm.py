@@ -58,8 +58,7 @@ class _LowPrecisionDense(nn.Module):
 
     Same parameter names and shapes as ``nn.Dense``; the kernel may already be stored in ``dot_dtype`` (see
     :func:`cast_kernels`), which halves the bytes a forward streams. On CPUs with AVX512-BF16 a bfloat16
-    matmul runs about twice the float32 one (the 2-core EPYC: 156 vs 89 GFLOP/s at 64 x 384 x 1536,
-    experiments/results/encoder-matmul-dtypes.md)."""
+    matmul runs about twice the float32 one (experiments/results/encoder-matmul-dtypes.md)."""
 
     features: int
     dot_dtype: str
@@ -274,8 +273,8 @@ class MiniLMEncoder:
     ``name`` covers the weights, the tokenizer and ``max_length``, all of which change vectors.
 
     ``dot_dtype``: the dense layers' matmul operands in :meth:`encode` (questions, schema texts, mentions:
-    the online calls). "bfloat16" runs them ~2x faster on CPUs with AVX512-BF16, float32 accumulation, every
-    vector measured within 3e-5 of cosine of the float32 one. Embedding caches are built by :meth:`encode_exact`,
+    the online calls). "bfloat16" runs them faster on CPUs with AVX512-BF16, with float32 accumulation and vectors
+    within 3e-5 of cosine of the float32 ones (docs/performance.md). Embedding caches are built by :meth:`encode_exact`,
     always float32, so every KG table (and ``name``, which keys them) is the same whatever ``dot_dtype``.
 
     ``memo``: how many small-call texts to remember (LRU, text -> vector; 0 turns it off). Online
@@ -311,11 +310,10 @@ class MiniLMEncoder:
         # Powers of two up to a full batch: a single query runs one row, and the last batch of
         # a call wastes less than half its rows.
         self.row_buckets = tuple(sorted({min(2**k, full) for k in range(full.bit_length() + 1)}))
-        # Multiples of 8 up to 64, then 16·2^k and 24·2^k: a short call pads fewer than 8 tokens. A
-        # forward costs ~3.5 ms (streaming the 42 MB of weights) plus ~0.24 ms per token on this
-        # 2-core EPYC, so an 8-token question runs in [1, 8] at 5 ms rather than [1, 16] at 7 ms.
-        # Plus 12: most masked MetaQA 2-hop questions are 9-12 tokens, and [1, 12] costs what [1, 8] does
-        # (5.6 ms of CPU against 6.4 for [1, 16] at load 10; 20 gains nothing over 24).
+        # Multiples of 8 up to 64, then 16·2^k and 24·2^k: a short call pads fewer than 8 tokens (a
+        # forward is a fixed cost, streaming the weights, plus a cost per padded token: CALL_MS,
+        # TOKEN_MS). Plus 12: most masked MetaQA 2-hop questions are 9-12 tokens, and [1, 12] costs
+        # what [1, 8] does (docs/performance.md, "Figures behind the code's constants").
         self.length_buckets = tuple(sorted(
             {b for b in (*range(8, 65, 8), 12) if b < max_length}
             | {b for k in range(8) for b in (16 << k, 24 << k) if b < max_length} | {max_length}))
@@ -332,7 +330,7 @@ class MiniLMEncoder:
         self.padded_tokens = 0
         self.forward_calls = 0
         # The weights are read (and checked against the parameter tree) on first use: opening an engine
-        # whose embedding tables are all cached (an oracle eval) never runs a forward (~0.6 s of CPU).
+        # whose embedding tables are all cached (an oracle eval) never reads them.
         self._weights_path = model_dir / "model.safetensors"
         self._params: Any = None
         self._low_params: Any = None  # kernels cast to dot_dtype (when it is not float32)
@@ -511,14 +509,17 @@ class MiniLMEncoder:
             collect()
         return out
 
-    CALL_MS = 3.5  # fixed cost of one forward on the 2-core EPYC (streaming the weights) ...
-    TOKEN_MS = 0.24  # ... plus this per padded token (see length_buckets)
+    # The cost model _pieces splits calls by: a fixed cost per forward (streaming the weights) plus a
+    # cost per padded token; their ratio is what matters (docs/performance.md, "Figures behind the
+    # code's constants").
+    CALL_MS = 3.5
+    TOKEN_MS = 0.24
 
     def _pieces(self, n_rows: int, capacity: int, buckets: Sequence[int]) -> list[tuple[int, int]]:
         """(rows, row bucket) of each forward that runs ``n_rows`` packed rows: full batches, then the
         rest of full-length rows split into smaller compiled buckets (13 rows run as 8 + 4 + 1, not as
         16) whenever the padded rows would cost more than another call. A full-length row's vector does
-        not depend on how many rows share its forward, bit for bit (tests/test_encoder.py; checked on
+        not depend on how many rows share its forward, bit for bit (tests/encoder/test_encoder.py; checked on
         3,600 MetaQA schema texts), so this changes no output. Short rows are always padded up: there
         the row count does change the last bits (XLA picks another kernel for a few-token matmul)."""
         pieces: list[tuple[int, int]] = []

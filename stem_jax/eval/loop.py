@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from stem_jax.collector import collector_paused
 from stem_jax.data.types import Question
 from stem_jax.errors import StemError
 from stem_jax.eval.records import make_records
@@ -33,6 +32,7 @@ from stem_jax.eval.scoring import (
     score_records,
     scored_fields,
 )
+from stem_jax.gc_pause import collector_paused
 from stem_jax.methods.base import RetrievalMethod
 from stem_jax.progress import progress
 

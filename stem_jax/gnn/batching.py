@@ -53,10 +53,12 @@ class GraphExample:
 
     @property
     def n_node(self) -> int:
+        """Nodes of the subgraph (one per KG entity in it)."""
         return int(self.entities.shape[0])
 
     @property
     def n_edge(self) -> int:
+        """Directed edges of the subgraph, inverse edges included."""
         return int(self.senders.shape[0])
 
 

@@ -2,7 +2,7 @@
 
 :func:`stem_jax.gnn.multihop.graph_set` expands all queries of a call together with (query, node)
 keys, which costs a sort over every key of the call at every hop and a final sort of all edges by
-receiver (measured: ~10 s for 1,024 MetaQA 3-hop queries, 15.7M edges). Here each distinct
+receiver (docs/performance.md, "GNN inference"). Here each distinct
 (seeds, radius) is expanded on its own with stamp arrays over the KG (``mark[v] == stamp`` means
 "visited by the current query"; a new query bumps the stamp instead of clearing), so membership is
 one array read and de-duplication one scatter and gather, with no sort anywhere. The result has the

@@ -45,10 +45,11 @@ from stem_jax.kg.subgraph import csr_ranges
 MAX_BATCH_EDGES = 1 << 17  # edges per inference batch (a larger graph gets a batch of its own)
 MAX_BATCH_GRAPHS = 64
 IN_FLIGHT = 1  # batches dispatched ahead of the one being read back
-# float32 matmuls at full precision on every backend. XLA's GPU default is TF32 (10-bit mantissa):
-# measured on an H100, the reach and plain forwards then differed by up to 8e-3 in probability and
-# 27% of the rows ordered their top-64 differently; at "highest" 2.8e-6 and 1.5% (near-ties), as on
-# CPU, at the same warm throughput (808 vs 773 questions/s). CPU float32 dots are exact already.
+# float32 matmuls at full precision on every backend. XLA's GPU default is TF32 (10-bit mantissa),
+# under which the reach and plain forwards disagree on the top-64 order of many rows; at "highest"
+# they differ only at near-ties, as on CPU, at the same warm throughput
+# (experiments/results/gnn-inference-full-split-gpu-limit1500-precision-*.md). CPU float32 dots are
+# exact already.
 PRECISION = "highest"
 
 
@@ -169,7 +170,7 @@ def reach_forward_fn(layers: int):
 
 
 # Reach bin shapes this process has run, per architecture: plan_reach_work prefers them over a new
-# shape that would compile again (one compile ~0.5 s on the 2-core CPU).
+# shape that would compile again.
 _REACH_SHAPES: dict[ModelSpec, set[ReachShape]] = {}
 
 METHODS = ("reach", "full")

@@ -158,7 +158,7 @@ def _init_fn(spec: ModelSpec) -> Callable:
 # Rows of a batch are ordered [D <= 1 | D = 2 | D >= 3] (each block padded), so "rows with
 # D <= l" are static prefixes. Sums are reassociated (W1b applied before the 1/deg scaling for
 # far rows, the [h; agg] dense split in two), so logits move by float32 rounding only
-# (tests/test_gnn_reach.py compares against TripleGNN on random graphs).
+# (tests/gnn/test_gnn_reach.py compares against TripleGNN on random graphs).
 
 
 def _dense(p: dict, x: jax.Array) -> jax.Array:

@@ -179,8 +179,9 @@ def assemble(graphs: GraphSet, members: Sequence[int], shape: BinShape, edge_ord
 
 # --- reach-ordered bins (stem_jax.gnn.model.reach_logits) -------------------------------------
 
-REACH_EDGES = 1 << 15  # edges per reach bin: small bins keep node states in cache (measured: the
-# per-edge gather + scatter costs ~30 ns at 16k edges and ~300 ns at 1M on this CPU)
+# edges per reach bin: small bins keep node states in cache, where a per-edge gather + scatter costs
+# a tenth of what it costs on a 1M-edge bin (docs/performance.md, "Figures behind the code's constants")
+REACH_EDGES = 1 << 15
 REACH_DIMS = ("block0", "block1", "block2", "edges", "edges1", "edges2", "graphs")
 
 
@@ -295,18 +296,9 @@ def pack_reach(demand: np.ndarray, shape: ReachShape) -> tuple[list[list[int]], 
     return bins, oversized
 
 
-def plan_reach_bins(demand: np.ndarray, *, max_edges: int = REACH_EDGES, max_graphs: int = BIN_GRAPHS,
-                    ) -> tuple[ReachShape, list[list[int]], list[int]]:
-    """(shared bin shape, bins of graph indices, graphs too large for it): :func:`fresh_reach_shape`
-    and :func:`pack_reach`."""
-    shape = fresh_reach_shape(demand, max_edges=max_edges, max_graphs=max_graphs)
-    bins, oversized = pack_reach(demand, shape)
-    return shape, bins, oversized
-
-
 REACH_TIERS = 4
-# A compile is worth this many full bins of padded work (measured on the 2-core CPU: one reach compile
-# ~0.4 s; a full-split MetaQA pass runs 6,056 bins in ~47 s, ~8 ms a bin with its host work)
+# A compile is worth this many full bins of padded work (one reach compile against the time of a full
+# bin with its host work: docs/performance.md, "Figures behind the code's constants")
 COMPILE_BINS = 8
 
 

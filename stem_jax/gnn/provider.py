@@ -136,8 +136,7 @@ class GNNGuidance:
         """Top-``width`` (ids, probs) of every (question, schema) pair, from the cache when possible.
 
         Chunks are computed in order; while the device runs one, a worker thread builds the next
-        one's subgraphs and bins (measured over the full MetaQA test split, one pass on the 2-core
-        CPU: 47.1 s against 53.7 s one after the other, the cores being shared by XLA and numpy)."""
+        one's subgraphs and bins, so host and device work overlap (docs/performance.md, "GNN inference")."""
         keys = [query_key(q, s) for q, s in pairs]
         self.factory.featurizer.prepare(s for _, s in pairs)
         relation_emb = self.factory.featurizer.relation_matrix()

@@ -31,6 +31,7 @@ import optax
 
 from stem_jax.atomic import write_text_atomic
 from stem_jax.checkpoints import CheckpointStore
+from stem_jax.data.sampling import sample_per_hop
 from stem_jax.data.types import Question
 from stem_jax.errors import ConfigError, StemError
 from stem_jax.gnn.batching import GraphExample, pad_batch
@@ -210,12 +211,11 @@ class StepData:
 
 
 def stratified(pairs: Sequence[tuple[Question, SchemaGraph]], limit: int) -> list[tuple[Question, SchemaGraph]]:
-    """Up to ``limit`` pairs, the same number per hop count, lowest question ids first."""
-    groups: dict[Any, list] = {}
-    for pair in sorted(pairs, key=lambda p: p[0].qid):
-        groups.setdefault(pair[0].hops, []).append(pair)
-    per = max(1, limit // max(1, len(groups)))
-    return [p for key in sorted(groups, key=str) for p in groups[key][:per]]
+    """Up to ``limit`` pairs, the same number per hop count, lowest question ids first, grouped by hop."""
+    by_qid = sorted(pairs, key=lambda p: p[0].qid)
+    per = max(1, limit // max(1, len({p[0].hops for p in pairs})))
+    chosen = sample_per_hop(by_qid, per, rule="first", group=lambda p: p[0].hops)
+    return sorted(chosen, key=lambda p: str(p[0].hops))
 
 
 def guidance_recall(examples: Sequence[GraphExample], probs: Sequence[np.ndarray], k_prime: int) -> list[float]:

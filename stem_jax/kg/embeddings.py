@@ -6,7 +6,6 @@ import dataclasses
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -35,20 +34,6 @@ class KGEmbeddings:
     def trace_rows(self) -> np.ndarray | CompactRows:
         """What the tracer's KG arrays hold (:meth:`~stem_jax.trace.tracer.KGArrays.from_index`)."""
         return self.triple_rows if self.triple_rows is not None else self.triples.array
-
-    def row_summary(self) -> dict[str, Any]:
-        """The stored form of the triple rows, for a run's settings: format, bytes per row, total bytes,
-        and the float16 table's for comparison."""
-        f16 = self.triples.array
-        row = {"row_format": self.row_format, "float16_bytes_per_triple": int(f16.dtype.itemsize * self.triples.dim)}
-        if self.triple_rows is None:
-            row.update(bytes_per_triple=row["float16_bytes_per_triple"], triple_row_bytes=int(f16.nbytes))
-        else:
-            rows = self.triple_rows
-            row.update(bytes_per_triple=rows.bytes_per_row, triple_row_bytes=rows.nbytes, row_dims=rows.width)
-            if rows.explained is not None:
-                row["explained_variance"] = round(rows.explained, 6)
-        return row
 
 
 def kg_texts(index: KGIndex, names: dict[str, str] | None = None) -> dict[str, list[str]]:

@@ -57,8 +57,7 @@ class KGIndex:
     @functools.cached_property
     def fingerprint(self) -> str:
         """12 hex digits of sha256 over the triples as (head, relation, tail) strings. Computed once per
-        index (the index is frozen; MetaQA's 128k triples take ~0.13 s, and caches and run folders key
-        on it)."""
+        index (the index is frozen, and caches and run folders key on it)."""
         digest = hashlib.sha256()
         entities, relations = self.entities, self.relations
         for lo in range(0, self.num_triples, 1 << 16):  # one update per block: the same bytes, fewer calls

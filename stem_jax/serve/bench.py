@@ -6,8 +6,8 @@ whatever the server's answers take (open loop, like vLLM's ``benchmark_serving``
 stays bounded). Latency is measured from each request's scheduled arrival, so a generator that falls
 behind cannot hide queueing; how late the sends went out is reported beside it (``send_late_ms``),
 and the same requests timed from the moment they were sent (``latency_from_send_ms``, as vLLM's
-``benchmark_serving`` times them: at 2 requests/s on a shared 2-core machine the generator's timer
-wakes 1.6-3 ms late, which the scheduled-arrival latency counts against the server).
+``benchmark_serving`` times them: the generator's timer wakes a little late, which the
+scheduled-arrival latency counts against the server).
 Per rate: end-to-end latency p50/p95/p99 of successful requests, achieved throughput, errors by
 status, and the server's batch sizes over that window (from its ``/metrics`` histogram, read before
 and after).
@@ -19,8 +19,7 @@ load instead (every request then a second call, as ``stem-jax ask --warm`` times
 
 The client is a small HTTP/1.1 keep-alive client on asyncio streams with uvicorn's C parser
 (httptools, in the serve extra). httpx's async client was the bottleneck at a few hundred requests in
-flight (measured: 498 of 500 profile samples busy in httpcore's connection pool, whose request
-assignment scans every connection per request; MetaQA 2-hop topped out at 46 req/s offered 200).
+flight: httpcore's connection pool scans every connection per request (docs/serving.md).
 """
 
 from __future__ import annotations

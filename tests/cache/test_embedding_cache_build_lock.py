@@ -17,19 +17,13 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
-from build_lock_harness import (
-    TIMEOUT,
-    collect,
-    instrument_child,
-    spawn_context,
-    wait_until_waiting_or_done,
-)
+from build_lock_cases import file_times, holder_and_waiter, race, refuse_build_lock, run_on_read_only_mount
+from build_lock_harness import TIMEOUT, collect, instrument_child, spawn_context
 
 from stem_jax.encoder import HashingEncoder, open_or_build
 
@@ -88,22 +82,9 @@ def test_second_builder_waits_while_the_first_writes_its_first_manifest(tmp_path
     rename; B starts. Before the lock B deleted A's temp file (a 'folder killed before its manifest') and
     A died renaming it (FileNotFoundError). Now B waits for A, then reads A's table."""
     ctx, path = spawn_context(), tmp_path / "entities.zarr"
-    # every synchronisation object stays referenced here until the children have unpickled it
-    results, paused, go, waiting, idle = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
-    a = ctx.Process(target=_build, args=(str(path), results, "a"),
-                    kwargs={"paused": paused, "go": go, "pause_at_manifest": True})
-    procs.append(a)
-    a.start()
-    assert paused.wait(TIMEOUT)
-    b = ctx.Process(target=_build, args=(str(path), results, "b"),
-                    kwargs={"waiting": waiting, "paused": idle, "go": idle})
-    procs.append(b)
-    b.start()
-    wait_until_waiting_or_done(b, waiting)
-    go.set()
-    a.join(TIMEOUT), b.join(TIMEOUT)
-    assert (a.exitcode, b.exitcode) == (0, 0)
-    assert waiting.is_set()
+    results = ctx.Queue()
+    pair = holder_and_waiter(ctx, procs, _build, (str(path), results, "a"), (str(path), results, "b"), pause_at_manifest=True)
+    pair.release()
     got = collect(results, 2)
     assert got["a"][0] == len(TEXTS) and got["b"][0] == 0  # built once, by A; B read it
     assert got["a"][1] == got["b"][1] == _reference().tobytes()
@@ -114,22 +95,9 @@ def test_killed_builder_is_resumed_by_the_waiting_process(tmp_path, procs):
     """A writes 3 chunks and stops; B waits for A's lock; A is SIGKILLed (the OS drops its flock) and B
     finishes the table from A's chunks: it encodes only the 4 chunks A did not write."""
     ctx, path = spawn_context(), tmp_path / "entities.zarr"
-    # every synchronisation object stays referenced here until the children have unpickled it
-    results, paused, go, waiting, idle = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
-    a = ctx.Process(target=_build, args=(str(path), results, "a"),
-                    kwargs={"paused": paused, "go": go, "pause_at": 3})
-    procs.append(a)
-    a.start()
-    assert paused.wait(TIMEOUT)
-    b = ctx.Process(target=_build, args=(str(path), results, "b"),
-                    kwargs={"waiting": waiting, "paused": idle, "go": idle})
-    procs.append(b)
-    b.start()
-    wait_until_waiting_or_done(b, waiting)
-    assert waiting.is_set(), "the second builder did not wait for the first"
-    a.kill()
-    a.join(TIMEOUT), b.join(TIMEOUT)
-    assert a.exitcode == -9 and b.exitcode == 0
+    results = ctx.Queue()
+    pair = holder_and_waiter(ctx, procs, _build, (str(path), results, "a"), (str(path), results, "b"), pause_at=3)
+    pair.kill_holder()
     got = collect(results, 1)
     assert got["b"][0] == len(TEXTS) - 3 * CHUNK
     assert got["b"][1] == _reference().tobytes()
@@ -141,15 +109,8 @@ def test_two_builders_started_together_give_one_table(tmp_path, procs, round_):
     """Both start at a barrier on a cold cache: both exit 0 with the same rows, and the rows were
     encoded once between them (without the lock both encoded, and 1 of 4 runs crashed)."""
     ctx, path = spawn_context(), tmp_path / f"texts-{round_}.zarr"
-    results, barrier, idle = ctx.Queue(), ctx.Barrier(2), ctx.Event()
-    procs += [ctx.Process(target=_build, args=(str(path), results, name),
-                          kwargs={"paused": idle, "go": idle, "barrier": barrier})
-              for name in ("a", "b")]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(TIMEOUT)
-    assert [p.exitcode for p in procs] == [0, 0]
+    results = ctx.Queue()
+    race(ctx, procs, _build, lambda name: (str(path), results, name))
     got = collect(results, 2)
     assert got["a"][1] == got["b"][1] == _reference().tobytes()
     assert sorted(rows for rows, _ in got.values()) == [0, len(TEXTS)]
@@ -164,17 +125,11 @@ def test_complete_cache_is_read_without_the_lock(tmp_path, monkeypatch):
 
     path = tmp_path / "texts.zarr"
     open_or_build(path, TEXTS, HashingEncoder(dim=DIM), CHUNK, progress=False)
-    (path / ".lock").unlink(missing_ok=True)  # as a cache written before the lock, or copied read-only
-    before = {p: p.stat().st_mtime_ns for p in path.rglob("*")}
-
-    def read_only(folder, *args, **kwargs):
-        raise OSError(errno.EROFS, "Read-only file system", str(folder))
-
-    monkeypatch.setattr(cache_module, "build_lock", read_only)
+    before = refuse_build_lock(monkeypatch, cache_module, path)
     table = open_or_build(path, TEXTS, HashingEncoder(dim=DIM), CHUNK, progress=False)
     assert table.encoded_rows == 0
     np.testing.assert_array_equal(table.array, _reference())
-    assert {p: p.stat().st_mtime_ns for p in path.rglob("*")} == before
+    assert file_times(path) == before
 
     with pytest.raises(OSError) as err:  # one text more: not this table, so it must be built
         open_or_build(tmp_path / "other.zarr", TEXTS + ["x"], HashingEncoder(dim=DIM), CHUNK, progress=False)
@@ -198,22 +153,11 @@ except OSError as err:
 def test_complete_cache_on_a_read_only_mount_is_read(tmp_path):
     """The same on a real read-only filesystem: the cache folder bind-mounted read-only in a user namespace
     (skipped where ``unshare`` cannot do that)."""
-    import shutil
-    import subprocess
-
-    if shutil.which("unshare") is None:
-        pytest.skip("no unshare")
     cache = tmp_path / "cache"
     open_or_build(cache / "texts.zarr", TEXTS, HashingEncoder(dim=DIM), CHUNK, progress=False)
     script = tmp_path / "read.py"
     script.write_text(READ_SCRIPT)
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount --bind -o ro {cache} {cache} && "
-                            f"! touch {cache}/probe 2>/dev/null"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip(f"cannot bind-mount read-only here: {probe.stderr.decode().strip()}")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    done = subprocess.run(["unshare", "-rm", "sh", "-c", f'mount --bind -o ro {cache} {cache} && '
-                           f'exec "{sys.executable}" {script} {cache}'], capture_output=True, text=True, env=env,
-                          timeout=TIMEOUT)
+    done = run_on_read_only_mount(cache, f"{script} {cache}", env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"read 0 {hashlib.sha256(_reference().tobytes()).hexdigest()}", "build EROFS"]

@@ -8,9 +8,7 @@ second builder waits on ``<table>/.lock`` (one stderr line naming the holder's p
 manifest: it reads the finished table, or resumes a killed holder's chunks. A complete table is read
 without the lock and without writing (read-only cache folders).
 
-The processes are synchronised with events, not sleeps: a builder stops at a named point (its first
-manifest rename, or its k-th chunk) until the test lets it go, and the test lets it go once the second
-process has said that it waits (or has ended: without the lock it never waits).
+The processes are synchronised as in that file (``build_lock_cases.holder_and_waiter``: events, not sleeps).
 """
 
 from __future__ import annotations
@@ -19,20 +17,12 @@ import errno
 import hashlib
 import json
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from build_lock_harness import (
-    TIMEOUT,
-    collect,
-    instrument_child,
-    spawn_context,
-    wait_until_waiting_or_done,
-)
+from build_lock_cases import file_times, holder_and_waiter, race, refuse_build_lock, run_on_read_only_mount
+from build_lock_harness import TIMEOUT, collect, instrument_child, spawn_context
 
 from stem_jax.data.demo_kg import load_demo
 from stem_jax.gnn.cache import open_or_compute
@@ -181,22 +171,10 @@ def test_second_builder_waits_while_the_first_writes_its_first_manifest(tmp_path
     B waits for A, then reads A's table without computing a row."""
     ctx, path = spawn_context(), tmp_path / what
     reference = _reference(what, tmp_path)
-    # every synchronisation object stays referenced here until the children have unpickled it
-    results, paused, go, waiting, idle = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
-    a = ctx.Process(target=_child, args=(what, str(path), results, "a"),
-                    kwargs={"paused": paused, "go": go, "pause_at_manifest": True})
-    procs.append(a)
-    a.start()
-    assert paused.wait(TIMEOUT)
-    b = ctx.Process(target=_child, args=(what, str(path), results, "b"),
-                    kwargs={"waiting": waiting, "paused": idle, "go": idle})
-    procs.append(b)
-    b.start()
-    wait_until_waiting_or_done(b, waiting)
-    go.set()
-    a.join(TIMEOUT), b.join(TIMEOUT)
-    assert (a.exitcode, b.exitcode) == (0, 0)
-    assert waiting.is_set()
+    results = ctx.Queue()
+    pair = holder_and_waiter(ctx, procs, _child, (what, str(path), results, "a"), (what, str(path), results, "b"),
+                             pause_at_manifest=True)
+    pair.release()
     got = collect(results, 2)
     assert got["a"][0] == ROWS and got["b"][0] == 0  # built once, by A; B read it
     assert got["a"][1] == got["b"][1] == reference
@@ -209,21 +187,10 @@ def test_killed_builder_is_resumed_by_the_waiting_process(tmp_path, procs, what)
     finishes the table from A's chunks: it computes only the 4 chunks A did not write."""
     ctx, path = spawn_context(), tmp_path / what
     reference = _reference(what, tmp_path)
-    results, paused, go, waiting, idle = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
-    a = ctx.Process(target=_child, args=(what, str(path), results, "a"),
-                    kwargs={"paused": paused, "go": go, "pause_at": 3})
-    procs.append(a)
-    a.start()
-    assert paused.wait(TIMEOUT)
-    b = ctx.Process(target=_child, args=(what, str(path), results, "b"),
-                    kwargs={"waiting": waiting, "paused": idle, "go": idle})
-    procs.append(b)
-    b.start()
-    wait_until_waiting_or_done(b, waiting)
-    assert waiting.is_set(), "the second builder did not wait for the first"
-    a.kill()
-    a.join(TIMEOUT), b.join(TIMEOUT)
-    assert a.exitcode == -9 and b.exitcode == 0
+    results = ctx.Queue()
+    pair = holder_and_waiter(ctx, procs, _child, (what, str(path), results, "a"), (what, str(path), results, "b"),
+                             pause_at=3)
+    pair.kill_holder()
     got = collect(results, 1)
     assert got["b"] == (ROWS - 3 * CHUNK, reference)
     _check_on_disk(what, path, reference)
@@ -235,15 +202,8 @@ def test_two_builders_started_together_give_one_table(tmp_path, procs, what):
     them (the lock decides who; the other reads the finished table)."""
     ctx, path = spawn_context(), tmp_path / what
     reference = _reference(what, tmp_path)
-    results, barrier, idle = ctx.Queue(), ctx.Barrier(2), ctx.Event()
-    procs += [ctx.Process(target=_child, args=(what, str(path), results, name),
-                          kwargs={"paused": idle, "go": idle, "barrier": barrier})
-              for name in ("a", "b")]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(TIMEOUT)
-    assert [p.exitcode for p in procs] == [0, 0]
+    results = ctx.Queue()
+    race(ctx, procs, _child, lambda name: (what, str(path), results, name))
     got = collect(results, 2)
     assert got["a"][1] == got["b"][1] == reference
     assert sorted(rows for rows, _ in got.values()) == [0, ROWS]
@@ -263,15 +223,9 @@ def test_complete_table_is_read_without_the_lock(tmp_path, monkeypatch, what):
     path = tmp_path / what
     reference = _reference(what, tmp_path)
     _build_here(what, path)
-    (path / ".lock").unlink(missing_ok=True)  # as a table written before the lock, or copied read-only
-    before = {p: p.stat().st_mtime_ns for p in path.rglob("*")}
-
-    def read_only(folder, *args, **kwargs):
-        raise OSError(errno.EROFS, "Read-only file system", str(folder))
-
-    monkeypatch.setattr(gnn_cache if what == "gnn" else plan_store, "build_lock", read_only)
+    before = refuse_build_lock(monkeypatch, gnn_cache if what == "gnn" else plan_store, path)
     _check_on_disk(what, path, reference)
-    assert {p: p.stat().st_mtime_ns for p in path.rglob("*")} == before
+    assert file_times(path) == before
 
     manifest = json.loads((path / "manifest.json").read_text())
     del manifest["chunks"]["6"]  # one chunk short: it must be finished, under the lock
@@ -303,22 +257,14 @@ except OSError as err:
 def test_complete_tables_on_a_read_only_mount_are_read(tmp_path):
     """The same on a real read-only filesystem: the cache folder bind-mounted read-only in a user namespace
     (skipped where ``unshare`` cannot do that)."""
-    if shutil.which("unshare") is None:
-        pytest.skip("no unshare")
     cache = tmp_path / "cache"
     references = {what: _reference(what, tmp_path) for what in ("gnn", "plan")}
     for what in references:
         _build_here(what, cache / what)
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount --bind -o ro {cache} {cache} && "
-                            f"! touch {cache}/probe 2>/dev/null"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip(f"cannot bind-mount read-only here: {probe.stderr.decode().strip()}")
     script = tmp_path / "read.py"
     script.write_text(READ_SCRIPT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), str(Path(__file__).parents[1])])}
-    done = subprocess.run(["unshare", "-rm", "sh", "-c", f'mount --bind -o ro {cache} {cache} && exec '
-                           f'"{sys.executable}" {script} {cache} {Path(__file__).parent} '
-                           f'{references["gnn"].hex()} {references["plan"].hex()}'],
-                          capture_output=True, text=True, env=env, timeout=TIMEOUT)
+    done = run_on_read_only_mount(cache, f"{script} {cache} {Path(__file__).parent} {references['gnn'].hex()} "
+                                         f"{references['plan'].hex()}", env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["read gnn", "read plan", "open plan", "build EROFS"]

@@ -25,7 +25,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_eval_fast_paths import plain_record, random_kg, random_questions, random_retrievals
 
-from stem_jax.collector import collector_paused as _collector_paused
 from stem_jax.config import StemConfig
 from stem_jax.data.types import Dataset, Question
 from stem_jax.errors import StemError
@@ -39,6 +38,7 @@ from stem_jax.eval.metrics import (
 )
 from stem_jax.eval.records import make_records
 from stem_jax.eval.run_folder import _dumps
+from stem_jax.gc_pause import collector_paused as _collector_paused
 from stem_jax.kg.subgraph import sorted_unique as _unique
 from stem_jax.methods.base import MethodContext, Retrieval
 from stem_jax.plan.schema import SchemaGraph, SchemaTriple, is_placeholder

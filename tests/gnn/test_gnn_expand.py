@@ -5,6 +5,7 @@ plain reference; and predict_top on unordered graphs against the per-question re
 import jax
 import numpy as np
 import pytest
+from gnn_cases import hub_kg_queries
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -168,13 +169,8 @@ def test_predict_top_on_unordered_graphs_matches_per_question_predict(seed, meth
     """The streamed path (expander graphs, tiered reach bins or the plain forward after assemble's
     sort) against build_example + predict + select_top per question, on a random KG with hubs."""
     rng = np.random.default_rng(seed)
-    heads = np.minimum(rng.zipf(1.6, 600), 150) - 1
-    tails = rng.integers(0, 150, 600)
-    rels = rng.integers(0, 4, 600)
-    index = build_index([(f"e{h}", f"r{r}", f"e{t}") for h, r, t in zip(heads, rels, tails, strict=True)])
     count = 40
-    seeds = [list(rng.choice(index.num_entities, rng.integers(1, 3), replace=False)) for _ in range(count)]
-    hops = list(rng.integers(1, 4, count))
+    index, seeds, hops = hub_kg_queries(rng, count)
     d_pem = 8
     schema, mask = _schema(rng, count, 3 * d_pem)
     spec = ModelSpec(layers=3, d_gnn=16, d_pem=d_pem, num_relations=index.num_relations)

@@ -12,7 +12,14 @@ from stem_jax.gnn.batching import MAX_SCHEMA_TRIPLES, GraphExample
 from stem_jax.gnn.infer import predict, predict_top
 from stem_jax.gnn.model import ModelSpec, init_params
 from stem_jax.gnn.multihop import GraphSet, node_distances
-from stem_jax.gnn.packing import assemble_reach, own_reach_shape, plan_reach_bins, reach_index, schema_means
+from stem_jax.gnn.packing import (
+    assemble_reach,
+    fresh_reach_shape,
+    own_reach_shape,
+    pack_reach,
+    reach_index,
+    schema_means,
+)
 
 NUM_RELATIONS = 3
 D_PEM = 8
@@ -114,7 +121,7 @@ def test_reach_probabilities_equal_full_forward(layers, seed):
     from stem_jax.gnn.infer import reach_forward_fn
 
     forward = reach_forward_fn(layers)
-    _, bins, oversized = plan_reach_bins(reach.demand, max_edges=10**9)
+    bins, oversized = pack_reach(reach.demand, fresh_reach_shape(reach.demand, max_edges=10**9))
     assert not oversized and len(bins) == 1
     layouts = [(list(range(len(graphs))), own_reach_shape(reach.demand.sum(axis=0)))]
     layouts += [([i], own_reach_shape(reach.demand[i])) for i in range(len(graphs))]

@@ -6,19 +6,11 @@ import json
 import jax
 import numpy as np
 import pytest
+from gnn_cases import train_on_demo
 
 from stem_jax.checkpoints import CheckpointStore
-from stem_jax.config import SubgraphConfig
-from stem_jax.data.registry import DatasetSpec, load_dataset
-from stem_jax.encoder import HashingEncoder
 from stem_jax.gnn.checkpoint import load_checkpoint, params_fingerprint
-from stem_jax.gnn.data import ExampleFactory, question_examples
-from stem_jax.gnn.features import SchemaFeaturizer
-from stem_jax.gnn.model import ModelSpec
 from stem_jax.gnn.train import StepData, TrainConfig, train
-from stem_jax.kg.embeddings import build_kg_embeddings
-from stem_jax.kg.index import build_index
-from stem_jax.plan.oracle import OraclePlanner
 
 # The same tiny architecture as tests/gnn/test_gnn.py, so one pytest process compiles it once.
 CONFIG = TrainConfig(steps=8, graphs_per_step=4, lr=1e-2, warmup=1, synthetic_ratio=0.0, val_questions=4,
@@ -27,17 +19,8 @@ CONFIG = TrainConfig(steps=8, graphs_per_step=4, lr=1e-2, warmup=1, synthetic_ra
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    dataset = load_dataset(DatasetSpec(name="demo", split="train"))
-    index = build_index(dataset.triples)
-    encoder = HashingEncoder(dim=32)
-    embeddings = build_kg_embeddings(index, encoder, tmp_path_factory.mktemp("emb"), chunk_rows=1024, progress=False)
-    factory = ExampleFactory(index, SchemaFeaturizer(index, embeddings, encoder), SubgraphConfig())
-    pairs, _ = question_examples(factory, [q for q in dataset.questions if q.hops == 1][:4], OraclePlanner().plan)
-    spec = ModelSpec(layers=2, d_gnn=16, d_pem=32, num_relations=index.num_relations)
     # four questions and four graphs per step: every step has the same shape (one compile)
-    full_dir = tmp_path_factory.mktemp("full")
-    full = train(factory, pairs, pairs, spec, CONFIG, full_dir, show_progress=False)
-    return {"factory": factory, "pairs": pairs, "spec": spec, "full": full, "dir": full_dir}
+    return train_on_demo(tmp_path_factory, CONFIG)
 
 
 def test_loss_falls_and_checkpoint_round_trips(setup):

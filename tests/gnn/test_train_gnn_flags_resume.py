@@ -13,20 +13,12 @@ import subprocess
 import sys
 
 import pytest
+from gnn_cases import train_on_demo
 
 from stem_jax.cli.main import main
-from stem_jax.config import SubgraphConfig
-from stem_jax.data.registry import DatasetSpec, load_dataset
-from stem_jax.encoder import HashingEncoder
 from stem_jax.errors import StemError
 from stem_jax.gnn.checkpoint import CHECKPOINTS, MODEL_FILE, load_checkpoint
-from stem_jax.gnn.data import ExampleFactory, question_examples
-from stem_jax.gnn.features import SchemaFeaturizer
-from stem_jax.gnn.model import ModelSpec
 from stem_jax.gnn.train import TrainConfig, train
-from stem_jax.kg.embeddings import build_kg_embeddings
-from stem_jax.kg.index import build_index
-from stem_jax.plan.oracle import OraclePlanner
 
 # the tiny architecture of tests/gnn/test_gnn_train.py (one compile per process)
 CONFIG = TrainConfig(steps=8, graphs_per_step=4, lr=1e-2, warmup=1, synthetic_ratio=0.0, val_questions=4,
@@ -66,16 +58,7 @@ def test_train_gnn_flags_are_checked_before_any_work(flags, message, tmp_path):
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    dataset = load_dataset(DatasetSpec(name="demo", split="train"))
-    index = build_index(dataset.triples)
-    encoder = HashingEncoder(dim=32)
-    embeddings = build_kg_embeddings(index, encoder, tmp_path_factory.mktemp("emb"), chunk_rows=1024, progress=False)
-    factory = ExampleFactory(index, SchemaFeaturizer(index, embeddings, encoder), SubgraphConfig())
-    pairs, _ = question_examples(factory, [q for q in dataset.questions if q.hops == 1][:4], OraclePlanner().plan)
-    spec = ModelSpec(layers=2, d_gnn=16, d_pem=32, num_relations=index.num_relations)
-    full_dir = tmp_path_factory.mktemp("full")
-    full = train(factory, pairs, pairs, spec, CONFIG, full_dir, show_progress=False, log=lambda _: None)
-    return {"factory": factory, "pairs": pairs, "spec": spec, "full": full, "dir": full_dir}
+    return train_on_demo(tmp_path_factory, CONFIG, log=lambda _: None)
 
 
 def run(setup, out, config=CONFIG, **kwargs):

@@ -11,20 +11,17 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-try:  # the DevTools client of the explorer's first browser test (its folder on sys.path, or tests/ as a root)
-    from test_serve_browser import HEIGHT, DevTools, _chromium
+# The explorer's first browser test's DevTools client, Chromium and demo server fixtures, and form submission (its
+# folder on sys.path, or tests/ as a root)
+try:
+    from test_serve_browser import HEIGHT, browser, server, submit  # noqa: F401 - fixtures
 except ImportError:  # pragma: no cover - stage folders imported as packages
-    from serve.test_serve_browser import HEIGHT, DevTools, _chromium
+    from serve.test_serve_browser import HEIGHT, browser, server, submit  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow
 
@@ -32,70 +29,11 @@ QUESTION = "what country is the birthplace of [Draincis Vith] in"  # demo/test/2
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    binary = _chromium()
-    if binary is None:
-        pytest.skip("no Chromium binary: apt-get install chromium (Debian), or set STEM_CHROMIUM=/path/to/chromium")
-    folder = tmp_path_factory.mktemp("chromium")
-    devtools = DevTools(binary, folder / "profile", folder / "chromium.log")
-    yield devtools
-    devtools.close()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cache")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    common = ["--dataset", "demo", "--encoder.name=hashing", "--cache-dir", str(cache), "--no-progress"]
-    subprocess.run([sys.executable, "-m", "stem_jax.cli.main", "train-planner", *common], env=env, check=True,
-                   stdout=subprocess.DEVNULL, timeout=300)
-    proc = subprocess.Popen([sys.executable, "-m", "stem_jax.cli.main", "serve", *common, "--port", "0",
-                             "--max-batch", "4", "--no-warm-up", "--log-level", "warning"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen: list[str] = []
-    reader = threading.Thread(target=lambda: seen.extend(proc.stdout), daemon=True)
-    reader.start()
-    try:
-        deadline = time.time() + 300
-        url = None
-        while url is None:  # the command prints the port it bound, also for --port 0
-            url = next((m.group(1) for line in list(seen) if (m := re.search(r" on (http://127\.0\.0\.1:\d+) ", line))),
-                       None)
-            assert proc.poll() is None or url, "".join(seen)
-            assert time.time() < deadline, "".join(seen)
-            time.sleep(0.1)
-        for _ in range(100):
-            try:
-                httpx.get(url + "/healthz", timeout=2)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(60)
-        reader.join(10)
-
-
-def _submit(browser, server, text):
-    browser.call("Page.navigate", url=server + "/")
-    browser.wait_for("document.readyState === 'complete' && !!document.getElementById('q')", 30)
-    browser.evaluate("document.getElementById('q').focus()")
-    browser.call("Input.insertText", text=text)
-    browser.call("Input.dispatchKeyEvent", type="keyDown", key="Enter", code="Enter", text="\r",
-                 windowsVirtualKeyCode=13, nativeVirtualKeyCode=13)
-    browser.call("Input.dispatchKeyEvent", type="keyUp", key="Enter", code="Enter", windowsVirtualKeyCode=13,
-                 nativeVirtualKeyCode=13)
-    browser.wait_for("document.querySelectorAll('#answers li').length > 0 || !!document.querySelector('#status .err')",
-                     120)
-
-
 def test_first_screen_shows_the_top_answers_chain(browser, server, tmp_path):
     expected = httpx.post(server + "/v1/ask", json={"question": QUESTION, "top": 20}, timeout=120).json()
     best = expected["chain_paths"][0]
     assert len(best["edges"]) == 2 and best["nodes"][0] == "Draincis Vith"
-    _submit(browser, server, QUESTION)
+    submit(browser, server, QUESTION, 120)
     page = browser.evaluate("""(() => {
         const row = document.querySelector('#chain-graph g.chain-row.best');
         const svg = document.getElementById('chain-graph').getBoundingClientRect();
@@ -134,7 +72,7 @@ def test_first_screen_shows_the_top_answers_chain(browser, server, tmp_path):
 
 
 def test_all_evidence_stays_readable_with_250_triples(browser, server):
-    _submit(browser, server, QUESTION)
+    submit(browser, server, QUESTION, 120)
     triples = [["Draincis Vith", "born_in", f"City {i}"] for i in range(60)]
     triples += [[f"City {i}", "located_in", f"Country {i % 45}"] for i in range(60)]
     triples += [[f"Film {i}", "starred_actors", "Draincis Vith"] for i in range(130)]
@@ -163,9 +101,9 @@ def test_all_evidence_stays_readable_with_250_triples(browser, server):
 
 
 def test_one_word_is_tried_as_a_question_id_then_as_text(browser, server):
-    _submit(browser, server, "demo/test/1-hop/0")  # a split question's id
+    submit(browser, server, "demo/test/1-hop/0", 120)  # a split question's id
     status = browser.evaluate("document.getElementById('status').textContent")
     assert status.startswith("demo/test/1-hop/0:"), status
-    _submit(browser, server, "Zzzzqqq")  # no such id: asked as text, and that error is the one shown
+    submit(browser, server, "Zzzzqqq", 120)  # no such id: asked as text, and that error is the one shown
     error = browser.evaluate("document.getElementById('status').textContent")
     assert error.startswith("400:") and "no KG entity found in 'Zzzzqqq'" in error, error

@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stem_jax import Engine, StemConfig
-from stem_jax.config import apply_overrides
-from stem_jax.serve import create_app
-
-FAST = {"encoder.name": "hashing", "engine.batch_precision": "32", "engine.batch_breadth": "8"}
 KEYS = st.sampled_from(["question", "qid", "topic", "top", "evidence_limit", "method", "questions", "x", ""])
 SCALARS = st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False) | st.text(max_size=40)
 VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS, inner, max_size=4),
@@ -21,12 +14,6 @@ VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.di
 BODIES = st.dictionaries(KEYS, VALUES, max_size=6) | VALUES
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory):
-    engine = Engine.open("demo", config=apply_overrides(StemConfig(), FAST), planner="oracle",
-                         cache_dir=tmp_path_factory.mktemp("cache"), limit=3)
-    with TestClient(create_app(engine, max_batch=4, max_wait_ms=1, queue_size=16)) as c:
-        yield c
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -7,23 +7,12 @@ import json
 import time
 
 import pytest
-from fastapi.testclient import TestClient
 
-from stem_jax import Engine, StemConfig
-from stem_jax.config import apply_overrides
-from stem_jax.serve import create_app
 from stem_jax.serve.app import MAX_BODY_BYTES, MAX_ERRORS_LISTED
 
-FAST = {"encoder.name": "hashing", "engine.batch_precision": "32", "engine.batch_breadth": "8"}
 ASK = "who directed [The Saidor]"
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory):
-    engine = Engine.open("demo", config=apply_overrides(StemConfig(), FAST), planner="oracle",
-                         cache_dir=tmp_path_factory.mktemp("cache"), limit=3)
-    with TestClient(create_app(engine, max_batch=4, max_wait_ms=1, queue_size=16)) as c:
-        yield c
 
 
 def test_a_huge_body_is_refused_unread(client):

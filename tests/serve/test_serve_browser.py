@@ -189,20 +189,26 @@ def server(tmp_path_factory):
         assert "Traceback" not in "".join(seen), "".join(seen)
 
 
-def test_explorer_page_draws_the_answers(browser, server, tmp_path):
-    expected = httpx.post(server + "/v1/ask", json={"question": QUESTION, "top": 20}, timeout=120).json()
-    assert expected["answers"], f"the demo question should have answers: {expected}"
-
+def submit(browser: DevTools, server: str, text: str, seconds: float) -> None:
+    """Open the explorer page, type ``text`` as a user would, press Enter, and wait up to ``seconds`` for
+    answers or an error."""
     browser.call("Page.navigate", url=server + "/")
     browser.wait_for("document.readyState === 'complete' && !!document.getElementById('q')", 30)
     browser.evaluate("document.getElementById('q').focus()")
-    browser.call("Input.insertText", text=QUESTION)  # typed as a user would, then Enter submits the form
+    browser.call("Input.insertText", text=text)
     browser.call("Input.dispatchKeyEvent", type="keyDown", key="Enter", code="Enter", text="\r",
                  windowsVirtualKeyCode=13, nativeVirtualKeyCode=13)
     browser.call("Input.dispatchKeyEvent", type="keyUp", key="Enter", code="Enter", windowsVirtualKeyCode=13,
                  nativeVirtualKeyCode=13)
     browser.wait_for("document.querySelectorAll('#answers li').length > 0 || !!document.querySelector('#status .err')",
-                     60)
+                     seconds)
+
+
+def test_explorer_page_draws_the_answers(browser, server, tmp_path):
+    expected = httpx.post(server + "/v1/ask", json={"question": QUESTION, "top": 20}, timeout=120).json()
+    assert expected["answers"], f"the demo question should have answers: {expected}"
+
+    submit(browser, server, QUESTION, 60)
     page = browser.evaluate("""(() => {
         const texts = (sel) => [...document.querySelectorAll(sel)].map((n) => n.textContent);
         return {error: texts('#status .err'), status: document.getElementById('status').textContent,

@@ -12,9 +12,9 @@ def collector_paused() -> Iterator[None]:
     """No automatic cyclic collections inside; the collector is left as it was found.
 
     For loading a dataset and its KG (millions of objects that all stay alive: each full collection on the way
-    walked every one of them again, ~0.5 s of MetaQA's opening) and for an eval chunk's host work (tens of
-    thousands of records settled before it ends: 0.3 s of a MetaQA oracle eval). Reference counting frees as
-    usual; cycles wait for the next collection."""
+    would walk every one of them again) and for an eval chunk's host work (tens of thousands of records
+    settled before it ends); docs/performance.md has the figures. Reference counting frees as usual; cycles
+    wait for the next collection."""
     enabled = gc.isenabled()
     gc.disable()
     try:
