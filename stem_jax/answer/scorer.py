@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from stem_jax.answer.features import (
+    CONSTRAINT_FEATURES,
     N_QUESTION_WORDS,
     NUMERIC,
     NUMERIC_V1,
@@ -266,12 +267,53 @@ def fit_chance(probs: np.ndarray, candidates: Candidates, gold: Sequence[set[int
     return (max(float(w[0]), 1e-3), float(w[1]))
 
 
+CONSTRAINED_SHARE = 0.05  # training questions with a condition beyond the main path before the condition
+# features are tried (a templated KG's one-topic questions never reach it, and train as before)
+
+
+def constrained_share(candidates: Candidates) -> float:
+    """Share of questions with at least one candidate that has a condition (another topic entity) to meet."""
+    if not len(candidates.mask):
+        return 0.0
+    column = candidates.numeric[..., NUMERIC.index("constraints")]
+    return float(np.mean(((column > 0) & candidates.mask).any(axis=1)))
+
+
 def train_answer_scorer(train: Candidates, train_gold: Sequence[set[int]], held: Candidates,
                         held_gold: Sequence[set[int]], vocabulary: TypeVocabulary, *, encoder_name: str,
                         config: ScorerTraining = ScorerTraining(), tracer_cut: float = 0.5,
                         features: Sequence[str] = NUMERIC, log: Any = print) -> AnswerScorer:
     """Fit on ``train`` (questions whose gold is among their candidates), choose temperature and cut on ``held``,
-    and report held-out Hit@1 / Hit / F1 of the tracer's ranking (cut at ``tracer_cut``) and the scorer's."""
+    and report held-out Hit@1 / Hit / F1 of the tracer's ranking (cut at ``tracer_cut``) and the scorer's.
+
+    When ``features`` leave out the condition features (:data:`~stem_jax.answer.features.CONSTRAINT_FEATURES`)
+    and at least :data:`CONSTRAINED_SHARE` of the training questions name topic entities beyond the ones their
+    plans leave from, a second scorer that also reads them is fitted, and the one with the better held-out
+    Hit@1 + F1 is returned (ties keep ``features``); its report says which."""
+    features = tuple(features)
+    first = _fit_scorer(train, train_gold, held, held_gold, vocabulary, encoder_name=encoder_name, config=config,
+                        tracer_cut=tracer_cut, features=features, log=log)
+    share = constrained_share(train)
+    if set(CONSTRAINT_FEATURES) <= set(features) or share < CONSTRAINED_SHARE:
+        return first
+    extended = features + tuple(f for f in CONSTRAINT_FEATURES if f not in features)
+    log(f"answer scorer: {share:.0%} of training questions name other topic entities; fitting one that reads them")
+    second = _fit_scorer(train, train_gold, held, held_gold, vocabulary, encoder_name=encoder_name, config=config,
+                         tracer_cut=tracer_cut, features=extended, log=log)
+
+    def key(scorer: AnswerScorer) -> float:
+        return scorer.report["held_out_scorer"]["hit_at_1"] + scorer.report["held_out_scorer"]["f1"]
+
+    chosen = second if key(second) > key(first) + 1e-12 else first
+    chosen.report["condition_features"] = {"constrained_share": share, "chosen": chosen is second,
+                                           "held_out_without": first.report["held_out_scorer"],
+                                           "held_out_with": second.report["held_out_scorer"]}
+    return chosen
+
+
+def _fit_scorer(train: Candidates, train_gold: Sequence[set[int]], held: Candidates, held_gold: Sequence[set[int]],
+                vocabulary: TypeVocabulary, *, encoder_name: str, config: ScorerTraining, tracer_cut: float,
+                features: Sequence[str], log: Any) -> AnswerScorer:
     import jax
     import jax.numpy as jnp
     import optax
