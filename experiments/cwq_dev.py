@@ -38,6 +38,9 @@ ROWS = {
     "pattern": ["--planner", "pattern"],  # the default: what train-planner chose, with its answer scorer
     "pattern-tracer-ranking": ["--planner", "pattern", "--engine.answer_scorer", "off"],
     "oracle": ["--planner", "oracle"],  # the gold relation path from the first topic
+    # the evidence bound's best schema graph per question (main path + branches, chosen with the gold answers),
+    # traced by STEM: how much of the bound the tracer keeps when it is handed the right tree
+    "oracle-tree": ["--plans-file", "{runs}/oracle-tree-plans.jsonl"],
     "rog": ["--plans-file", "{data}/dev.jsonl"],  # RoG's LLM plans (the rog_plans field), traced by STEM
     "safe": ["--method", "safe", "--planner", "pattern"],
 }
@@ -67,8 +70,34 @@ def summarise(per_question: dict[str, dict[str, float]], kind_of: dict[str, str]
     return out
 
 
+def write_tree_plans(data: Path, path: Path) -> int:
+    """The evidence bound's best schema graph of each dev question as a plans file (``schemas``); returns how
+    many questions have one."""
+    from stem_jax.data.registry import DatasetSpec, load_dataset
+    from stem_jax.kg.index import build_index
+    from stem_jax.plan.branches import evidence_bounds
+    from stem_jax.plan.oracle import strategy_for
+
+    dataset = load_dataset(DatasetSpec(name="files", data_dir=data, split="dev"))
+    index = build_index(dataset.triples)
+    names = dataset.entity_names or {}
+    by_qid = {q.qid: q for q in dataset.questions}
+    lines = []
+    for qid, found in evidence_bounds(dataset, index=index).items():
+        schema = found.schema(lambda i: names.get(index.entities[i], index.entities[i]),
+                              strategy_for(by_qid[qid].answers))
+        if schema is not None:
+            lines.append(json.dumps({"id": qid, "schemas": [{
+                "triples": [[t.head, t.relation, t.tail] for t in schema.triples], "answer": schema.answer}]}))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines))
+    return len(lines)
+
+
 def run_row(name: str, data: Path, out: Path, kind_of: dict[str, str], reuse: bool) -> dict:
-    flags = [f.format(data=data) for f in ROWS[name]]
+    if name == "oracle-tree":
+        write_tree_plans(data, out.parent / "oracle-tree-plans.jsonl")
+    flags = [f.format(data=data, runs=out.parent) for f in ROWS[name]]
     command = [sys.executable, "-m", "stem_jax.cli.main", "eval", "--dataset", "files", "--data-dir", str(data),
                "--split", "dev", "--out", str(out), "--no-progress", *flags]
     seconds = None
@@ -125,7 +154,7 @@ def table(header: list[str], rows: list[list]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default="pattern,pattern-tracer-ranking,oracle,rog,safe")
+    parser.add_argument("--rows", default="pattern,pattern-tracer-ranking,oracle,oracle-tree,rog,safe")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "cwq-dev")
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
     parser.add_argument("--reuse", action="store_true", help="read finished run folders instead of re-running them")

@@ -51,11 +51,16 @@ NUMERIC = ("support", "support_share", "log_rank", "first", "fair", "cumulative"
            # the question's conditions: how many topic entities it names besides the ones the binding plans leave
            # from, the share of them the entity is tied to (directly or through one mediator node, a CVT), whether
            # it is tied to all, how many it misses, and how well the best tie's relation reads like the question
-           "constraints", "constraint_share", "constraint_all", "constraint_missed", "constraint_cos")
+           "constraints", "constraint_share", "constraint_all", "constraint_missed", "constraint_cos",
+           # the same for the other entities the entity linker finds mentioned in the question text (mentions that
+           # are not its topic entities: "the team whose mascot is Crazy Crab won which World Series")
+           "mentions", "mention_share", "mention_all", "mention_cos")
 # the features of scorers trained before the ones above were added: such a scorer reads these columns only
 NUMERIC_V1 = NUMERIC[:16]
 # the features that read the question's other topic entities (see above)
 CONSTRAINT_FEATURES = ("constraints", "constraint_share", "constraint_all", "constraint_missed", "constraint_cos")
+# the features that read the other entities the question text mentions
+MENTION_FEATURES = ("mentions", "mention_share", "mention_all", "mention_cos")
 N_NUMERIC = len(NUMERIC)
 
 
@@ -147,8 +152,14 @@ class CandidateFeaturizer:
     """Builds :class:`Candidates` for a KG; keeps the type table and relation-text embeddings it has made."""
 
     def __init__(self, index: KGIndex, names: dict[str, str] | None, vocabulary: TypeVocabulary,
-                 embed: Callable[[list[str]], np.ndarray], *, max_candidates: int = MAX_CANDIDATES) -> None:
+                 embed: Callable[[list[str]], np.ndarray], *, max_candidates: int = MAX_CANDIDATES,
+                 features: Sequence[str] | None = None) -> None:
+        """``features``: the numeric features a scorer will read (None: all); the mention features, which link
+        every question's text, are computed only when they are among them."""
         self.index = index
+        self.read_mentions = features is None or bool(set(MENTION_FEATURES) & set(features))
+        self._linker = None
+        self._mentioned: dict[str, tuple[int, ...]] = {}
         self.names = names or {}
         self.vocabulary = vocabulary
         self.embed = embed
@@ -203,10 +214,30 @@ class CandidateFeaturizer:
                     through = max(through, self._name_match(n, cue_words))
         return through, near
 
-    def _constraints(self, entity: int, others: set[int], question: np.ndarray) -> tuple[float, ...]:
+    def mentioned(self, question: Question) -> tuple[int, ...]:
+        """KG ids of the entities the question text mentions (:meth:`EntityLinker.mentions
+        <stem_jax.kg.linker.EntityLinker.mentions>`) besides its topic entities and what their names cover;
+        mediators never count."""
+        found = self._mentioned.get(question.text)
+        if found is None:
+            if self._linker is None:
+                from stem_jax.kg.linker import EntityLinker
+
+                self._linker = EntityLinker.from_index(self.index, self.names or None)
+            topics = {self.index.entity_ids.get(t, -1) for t in question.topic_entities}
+            covered = [t.lower() for t in topic_names(question, self.names)]
+            found = tuple(dict.fromkeys(
+                self.index.entity_ids[link.entity] for link in self._linker.mentions(question.text)
+                if link.entity in self.index.entity_ids and self.index.entity_ids[link.entity] not in topics
+                and not self.ties.mediators[self.index.entity_ids[link.entity]]
+                and not any(link.mention.lower() in name for name in covered)))
+            self._mentioned[question.text] = found
+        return found
+
+    def _constraints(self, entity: int, others: set[int] | Sequence[int], question: np.ndarray) -> tuple[float, ...]:
         """The :data:`CONSTRAINT_FEATURES` of ``entity`` for the question's topic entities ``others`` (those the
         plans binding it did not leave from; the entity itself is not a condition on itself)."""
-        others = others - {entity}
+        others = set(others) - {entity}
         if not others:
             return 0.0, 0.0, 0.0, 0.0, 0.0
         tied = [self.ties.of(t).get(entity, ()) for t in others]
@@ -284,11 +315,12 @@ class CandidateFeaturizer:
                         entry[5].add(relation)
                         relation_ids.add(relation)
             per_question.append((seen, joins, anchors))
-        for question in questions:
-            for topic in question.topic_entities if len(question.topic_entities) > 1 else ():
-                if topic in self.index.entity_ids:
-                    for relations in self.ties.of(self.index.entity_ids[topic]).values():
-                        relation_ids.update(relations)
+        mentioned = [self.mentioned(q) if self.read_mentions else () for q in questions]
+        for question, extra in zip(questions, mentioned, strict=True):
+            named = [self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids]
+            for entity in [*(named if len(question.topic_entities) > 1 else ()), *extra]:
+                for relations in self.ties.of(entity).values():
+                    relation_ids.update(relations)
         self._relations(relation_ids)
         entities, base = [], []
         for qi, (question, (seen, joins, anchors), ranking) in enumerate(zip(questions, per_question, ranked, strict=True)):
@@ -312,6 +344,7 @@ class CandidateFeaturizer:
                 cos = max((float(qvec[qi] @ self._relation_rows[r]) for r in rels), default=0.0)
                 path_cos = max((float(np.mean([qvec[qi] @ self._relation_rows[r] for r in p])) for p in paths if p),
                                default=0.0)
+                mention = self._constraints(entity, mentioned[qi], qvec[qi])
                 numeric[qi, ci] = (
                     support, support / top if top > 0 else 0.0, np.log1p(ci), ci == 0,
                     fair if np.isfinite(fair) else 0.0, cumulative if np.isfinite(cumulative) else 0.0,
@@ -323,7 +356,8 @@ class CandidateFeaturizer:
                     bool(years.intersection(_YEAR_WORD.findall(name))),
                     *self._cue_matches(entity, joins, topics, cue_words),
                     *self._constraints(entity, topics - anchors.get(entity, set()) if len(topics) > 1 else set(),
-                                      qvec[qi]))
+                                      qvec[qi]),
+                    *(mention[i] for i in (0, 1, 2, 4)))  # count, share, all, cos (no "missed")
                 keys = self.type_ids[self.type_offsets[entity]:self.type_offsets[entity + 1]]
                 if len(keys):
                     types[qi, ci, keys] = 1.0 / np.sqrt(len(keys))

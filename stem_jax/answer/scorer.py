@@ -28,6 +28,7 @@ import numpy as np
 
 from stem_jax.answer.features import (
     CONSTRAINT_FEATURES,
+    MENTION_FEATURES,
     N_QUESTION_WORDS,
     NUMERIC,
     NUMERIC_V1,
@@ -288,27 +289,35 @@ def train_answer_scorer(train: Candidates, train_gold: Sequence[set[int]], held:
 
     When ``features`` leave out the condition features (:data:`~stem_jax.answer.features.CONSTRAINT_FEATURES`)
     and at least :data:`CONSTRAINED_SHARE` of the training questions name topic entities beyond the ones their
-    plans leave from, a second scorer that also reads them is fitted, and the one with the better held-out
-    Hit@1 + F1 is returned (ties keep ``features``); its report says which."""
+    plans leave from, two more scorers are fitted, one that also reads them and one that reads the mention
+    features too (:data:`~stem_jax.answer.features.MENTION_FEATURES`), and the one with the best held-out
+    Hit@1 + F1 is returned (ties keep the fewer features); its report says which."""
     features = tuple(features)
     first = _fit_scorer(train, train_gold, held, held_gold, vocabulary, encoder_name=encoder_name, config=config,
                         tracer_cut=tracer_cut, features=features, log=log)
     share = constrained_share(train)
     if set(CONSTRAINT_FEATURES) <= set(features) or share < CONSTRAINED_SHARE:
         return first
-    extended = features + tuple(f for f in CONSTRAINT_FEATURES if f not in features)
-    log(f"answer scorer: {share:.0%} of training questions name other topic entities; fitting one that reads them")
-    second = _fit_scorer(train, train_gold, held, held_gold, vocabulary, encoder_name=encoder_name, config=config,
-                         tracer_cut=tracer_cut, features=extended, log=log)
+    log(f"answer scorer: {share:.0%} of training questions name other entities; fitting ones that read them")
+    fitted = {"without": first}
+    with_topics = features + tuple(f for f in CONSTRAINT_FEATURES if f not in features)
+    fitted["topics"] = _fit_scorer(train, train_gold, held, held_gold, vocabulary, encoder_name=encoder_name,
+                                   config=config, tracer_cut=tracer_cut, features=with_topics, log=log)
+    with_mentions = with_topics + tuple(f for f in MENTION_FEATURES if f not in with_topics)
+    fitted["topics+mentions"] = _fit_scorer(train, train_gold, held, held_gold, vocabulary, encoder_name=encoder_name,
+                                            config=config, tracer_cut=tracer_cut, features=with_mentions, log=log)
 
     def key(scorer: AnswerScorer) -> float:
         return scorer.report["held_out_scorer"]["hit_at_1"] + scorer.report["held_out_scorer"]["f1"]
 
-    chosen = second if key(second) > key(first) + 1e-12 else first
-    chosen.report["condition_features"] = {"constrained_share": share, "chosen": chosen is second,
-                                           "held_out_without": first.report["held_out_scorer"],
-                                           "held_out_with": second.report["held_out_scorer"]}
-    return chosen
+    chosen = "without"
+    for name, scorer in fitted.items():  # a later variant must do strictly better
+        if key(scorer) > key(fitted[chosen]) + 1e-12:
+            chosen = name
+    result = fitted[chosen]
+    result.report["condition_features"] = {"constrained_share": share, "chosen": chosen,
+                                           **{f"held_out_{k}": v.report["held_out_scorer"] for k, v in fitted.items()}}
+    return result
 
 
 def _fit_scorer(train: Candidates, train_gold: Sequence[set[int]], held: Candidates, held_gold: Sequence[set[int]],
@@ -388,7 +397,8 @@ class ScoredAnswers:
         if not (folder / SCORER_FILE).exists():
             return None
         scorer = AnswerScorer.load(folder)
-        return cls(scorer, CandidateFeaturizer(index, names, scorer.vocabulary, encoder.encode))
+        return cls(scorer, CandidateFeaturizer(index, names, scorer.vocabulary, encoder.encode,
+                                               features=scorer.features))
 
     def fingerprint(self) -> dict[str, Any]:
         return {"arrays_sha256": self.scorer.fingerprint(), "cut": self.scorer.cut,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -64,17 +64,32 @@ class EvidenceBound:
       exact: some schema graph (main path + branches) yields exactly the gold answers.
       best_f1: the best answer-set F1 any one yields (0.0 when none reaches a gold answer).
       main_topic: the KG id of the best graph's main topic (-1 when none).
-      main_path: its main relation path, as :func:`~stem_jax.plan.relation_paths.path_key` writes it.
-      branches: (topic id, path key) of each branch it uses.
+      main_path: its main relation path (from the main topic to the answer).
+      branches: (topic id, relation path from that topic to the answer) of each branch it uses.
       topics: how many of the question's topic entities are in the KG.
     """
 
     exact: bool
     best_f1: float
     main_topic: int = -1
-    main_path: str = ""
-    branches: tuple[tuple[int, str], ...] = ()
+    main_path: tuple[PathStep, ...] = ()
+    branches: tuple[tuple[int, tuple[PathStep, ...]], ...] = ()
     topics: int = 0
+
+    def describe(self, entities: Sequence[str]) -> str:
+        """``main-topic: path [+ topic: path ...]`` with entity names from ``entities`` (KG ids to names)."""
+        if self.main_topic < 0:
+            return ""
+        parts = [f"{entities[self.main_topic]}: {path_key(self.main_path)}"]
+        parts += [f"{entities[t]}: {path_key(p)}" for t, p in self.branches]
+        return " + ".join(parts)
+
+    def schema(self, name_of: Callable[[int], str], strategy: Strategy = "Breadth") -> SchemaGraph | None:
+        """The best graph as a :class:`SchemaGraph` whose constants are named by ``name_of`` (None when none)."""
+        if self.main_topic < 0:
+            return None
+        return schema_with_branches(name_of(self.main_topic), self.main_path,
+                                    [(name_of(t), p) for t, p in self.branches], strategy)
 
 
 def evidence_bound(topics: Sequence[int], gold: Sequence[int], catalog: PathCatalog, *,
@@ -108,8 +123,8 @@ def evidence_bound(topics: Sequence[int], gold: Sequence[int], catalog: PathCata
                         kept = np.intersect1d(kept, branch.ends, assume_unique=True)
                 f1 = set_f1(kept, goal)
                 if f1 > best.best_f1 + 1e-12:
-                    used = tuple((t, path_key(b.path)) for t, b in zip(others, choice, strict=True) if b is not None)
-                    best = EvidenceBound(bool(np.array_equal(kept, goal)), f1, main, path_key(candidate.path), used,
+                    used = tuple((t, b.path) for t, b in zip(others, choice, strict=True) if b is not None)
+                    best = EvidenceBound(bool(np.array_equal(kept, goal)), f1, main, candidate.path, used,
                                          len(topics))
                     if best.exact:
                         return best

@@ -4,7 +4,7 @@ condition features tell apart the candidate that meets a second topic's conditio
 import numpy as np
 import pytest
 
-from stem_jax.answer.features import CONSTRAINT_FEATURES, NUMERIC, NUMERIC_V1
+from stem_jax.answer.features import CONSTRAINT_FEATURES, MENTION_FEATURES, NUMERIC, NUMERIC_V1
 from stem_jax.answer.ties import TieTable, tied_nodes, tied_nodes_reference
 from stem_jax.kg.index import build_index
 
@@ -37,7 +37,23 @@ def test_a_film_is_tied_to_its_crew_member_through_a_mediator_and_not_its_siblin
 
 def test_condition_features_come_after_the_older_ones_so_stored_scorers_read_the_same_columns():
     assert NUMERIC[:len(NUMERIC_V1)] == NUMERIC_V1
-    assert NUMERIC[-len(CONSTRAINT_FEATURES):] == CONSTRAINT_FEATURES
+    assert NUMERIC[-len(CONSTRAINT_FEATURES) - len(MENTION_FEATURES):] == CONSTRAINT_FEATURES + MENTION_FEATURES
+
+
+def test_extra_mentions_leave_out_the_topics_and_what_their_names_cover():
+    from stem_jax.answer.features import CandidateFeaturizer, TypeVocabulary
+    from stem_jax.data.types import Question
+
+    triples = [("Crazy Crab", "sports.mascot.team", "San Francisco Giants"),
+               ("San Francisco Giants", "sports.team.championships", "World Series"),
+               ("San Francisco", "location.location.contains", "m.0x"), ("m.0x", "rel", "World Series")]
+    index = build_index(triples)
+    featurizer = CandidateFeaturizer(index, None, TypeVocabulary.of(index), lambda texts: np.ones((len(texts), 4)))
+    question = Question("q", "Which World Series did the San Francisco Giants, whose mascot is Crazy Crab, win?",
+                        ("Crazy Crab", "San Francisco Giants"), ("x",))
+    assert featurizer.mentioned(question) == (index.entity_ids["World Series"],)
+    assert not CandidateFeaturizer(index, None, TypeVocabulary.of(index), lambda t: np.ones((len(t), 4)),
+                                   features=NUMERIC_V1 + CONSTRAINT_FEATURES).read_mentions
 
 
 def _two_topic_kg(folder, n=48):
@@ -74,6 +90,6 @@ def test_the_scorer_learns_that_the_answer_meets_the_second_topics_condition(tmp
                              log=lambda _: None)
     assert scorer.report["held_out_tracer"]["hit_at_1"] < 0.7
     assert set(CONSTRAINT_FEATURES) <= set(scorer.features)
-    assert scorer.report["condition_features"]["chosen"]
+    assert scorer.report["condition_features"]["chosen"] != "without"
     assert scorer.report["held_out_scorer"]["hit_at_1"] == 1.0
     assert scorer.report["held_out_scorer"]["f1"] == 1.0
