@@ -37,7 +37,7 @@ from stem_jax.text import mask_topics, topic_names
 
 BRANCHES_FOLDER = "branches"
 MODEL_FILE = "branch-model.json"
-FEATURES = ("mean_cos", "max_cos", "kept_share", "log_kept", "log_candidates", "two_steps", "bias")
+FEATURES = ("mean_cos", "max_cos", "kept_share", "log_kept", "log_candidates", "two_steps", "mention", "bias")
 THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 MIN_QUESTIONS = 20  # training questions with a second topic below which no model is trained
 MAIN_PATHS = 3  # main paths per training question (the ones with the best answer F1), as a planner's beam offers
@@ -49,6 +49,9 @@ class BranchModel:
 
     weights: tuple[float, ...]
     threshold: float = 0.5
+    # the threshold for branches from entities the question mentions that are not its topic entities; None: such
+    # branches did not raise held-out F1 and are never attached
+    mention_threshold: float | None = None
     report: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
     def probabilities(self, features: np.ndarray) -> np.ndarray:
@@ -61,7 +64,8 @@ class BranchModel:
         Path(folder).mkdir(parents=True, exist_ok=True)
         write_text_atomic(Path(folder) / MODEL_FILE, json.dumps(
             {"kind": "branch-model", "features": list(FEATURES), "weights": list(self.weights),
-             "threshold": self.threshold, "report": self.report}, indent=1))
+             "threshold": self.threshold, "mention_threshold": self.mention_threshold, "report": self.report},
+            indent=1))
 
     @classmethod
     def load(cls, folder: Path) -> BranchModel:
@@ -70,7 +74,9 @@ class BranchModel:
             meta = json.loads(path.read_text())
             if meta.get("features") != list(FEATURES):
                 raise ValueError(f"features {meta.get('features')} are not {list(FEATURES)}")
-            return cls(tuple(float(w) for w in meta["weights"]), float(meta["threshold"]), meta.get("report", {}))
+            mention = meta.get("mention_threshold")
+            return cls(tuple(float(w) for w in meta["weights"]), float(meta["threshold"]),
+                       None if mention is None else float(mention), meta.get("report", {}))
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise StemError(f"{path}: damaged branch model ({err})\n  how to fix: retrain with `stem-jax "
                             "train-planner`, or delete the folder to plan without branches") from None
@@ -92,11 +98,17 @@ class BranchFeatures:
         return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-9)
 
     def question(self, question: Question) -> np.ndarray:
-        vector = self._questions.get(question.text)
-        if vector is None:
-            masked = mask_topics(question.text, topic_names(question, self.names))[0]
-            vector = self._questions[question.text] = self._unit(self.embed([masked]))[0]
-        return vector
+        if question.text not in self._questions:
+            self.questions([question])
+        return self._questions[question.text]
+
+    def questions(self, questions: Sequence[Question]) -> None:
+        """Embed the topic-masked texts of ``questions`` not embedded yet, in one encoder call."""
+        missing = list({q.text: q for q in questions if q.text not in self._questions}.values())
+        if missing:
+            masked = [mask_topics(q.text, topic_names(q, self.names))[0] for q in missing]
+            for question, row in zip(missing, self._unit(self.embed(masked)), strict=True):
+                self._questions[question.text] = row
 
     def prepare(self, relations: set[str]) -> None:
         missing = sorted(r for r in relations if r not in self._relations)
@@ -104,13 +116,14 @@ class BranchFeatures:
             for relation, row in zip(missing, self._unit(self.embed([relation_text(r) for r in missing])), strict=True):
                 self._relations[relation] = row
 
-    def __call__(self, question: np.ndarray, candidates: int, branches: Sequence[CandidatePath]) -> np.ndarray:
+    def __call__(self, question: np.ndarray, candidates: int, branches: Sequence[CandidatePath],
+                 mention: bool = False) -> np.ndarray:
         self.prepare({s.relation for b in branches for s in b.path})
         rows = np.zeros((len(branches), len(FEATURES)), np.float32)
         for i, branch in enumerate(branches):
             cos = [float(question @ self._relations[s.relation]) for s in branch.path]
             rows[i] = (np.mean(cos), max(cos), len(branch.ends) / max(candidates, 1), np.log1p(len(branch.ends)),
-                       np.log1p(candidates), float(len(branch.path) == 2), 1.0)
+                       np.log1p(candidates), float(len(branch.path) == 2), float(mention), 1.0)
         return rows
 
 
@@ -118,24 +131,53 @@ def _topic_ids(question: Question, index: KGIndex) -> list[int]:
     return list(dict.fromkeys(index.entity_ids[t] for t in question.topic_entities if t in index.entity_ids))
 
 
+class Mentions:
+    """The entities a question's text mentions besides its topic entities (:meth:`EntityLinker.mentions
+    <stem_jax.kg.linker.EntityLinker.mentions>`), mediators and mentions inside a topic's name left out."""
+
+    def __init__(self, index: KGIndex, names: dict[str, str] | None, mediators: np.ndarray) -> None:
+        from stem_jax.kg.linker import EntityLinker
+
+        self.index = index
+        self.names = names or {}
+        self.mediators = mediators
+        self.linker = EntityLinker.from_index(index, names or None)
+
+    def __call__(self, question: Question) -> list[int]:
+        topics = set(_topic_ids(question, self.index))
+        covered = [t.lower() for t in topic_names(question, self.names)]
+        found = []
+        for link in self.linker.mentions(question.text):
+            entity = self.index.entity_ids.get(link.entity, -1)
+            if entity < 0 or entity in topics or self.mediators[entity] or entity in found:
+                continue
+            if any(link.mention.lower() in name for name in covered):
+                continue
+            found.append(entity)
+        return found
+
+
 def _examples(questions: Sequence[Question], golds: Sequence[set[int]], catalog: PathCatalog,
-              features: BranchFeatures) -> list[tuple[np.ndarray, list[float], float]]:
-    """Per (question, main path): (branch features [k, F], each branch's F1 after narrowing, the main path's F1)."""
+              features: BranchFeatures, mentions: Mentions | None = None
+              ) -> list[tuple[np.ndarray, list[float], float, bool]]:
+    """Per (question, main path, other anchor): (branch features [k, F], each branch's F1 after narrowing, the main
+    path's F1, whether the anchor is a mention rather than a topic entity)."""
     out = []
     for question, gold in zip(questions, golds, strict=True):
         topics = _topic_ids(question, catalog.index)
-        if len(topics) < 2 or not gold:
+        extra = mentions(question) if mentions is not None and topics else []
+        if len(topics) + len(extra) < 2 or not gold:
             continue
         goal = np.asarray(sorted(gold), np.int64)
         mains = [(set_f1(p.ends.astype(np.int64), goal), p) for p in catalog.paths(topics[0])]
         mains = sorted([m for m in mains if m[0] > 0], key=lambda m: -m[0])[:MAIN_PATHS]
         qvec = features.question(question)
         for f1, main in mains:
-            for other in topics[1:]:
+            for other, is_mention in [*((t, False) for t in topics[1:]), *((m, True) for m in extra)]:
                 found = meeting_branches(catalog, other, main.ends)
                 if found:
-                    out.append((features(qvec, len(main.ends), found),
-                                [set_f1(b.ends.astype(np.int64), goal) for b in found], f1))
+                    out.append((features(qvec, len(main.ends), found, is_mention),
+                                [set_f1(b.ends.astype(np.int64), goal) for b in found], f1, is_mention))
     return out
 
 
@@ -159,7 +201,7 @@ def _fit(rows: np.ndarray, labels: np.ndarray, steps: int = 500, lr: float = 0.5
 def _gain(model_weights: np.ndarray, threshold: float, examples) -> float:
     """Mean F1 change over (question, main path) pairs when the best branch above ``threshold`` is attached."""
     total = 0.0
-    for rows, f1s, base in examples:
+    for rows, f1s, base, _ in examples:
         p = 0.5 * (1.0 + np.tanh(0.5 * (rows.astype(np.float64) @ model_weights)))
         best = int(np.argmax(p))
         total += (f1s[best] - base) if p[best] >= threshold else 0.0
@@ -172,27 +214,40 @@ def train_branch_model(train: Sequence[Question], held: Sequence[Question], inde
     """A :class:`BranchModel` from ``train``'s answers, its threshold chosen on ``held``; None when too few
     questions name a second topic, or when no threshold raises the held-out questions' mean answer F1."""
     from stem_jax.answer.training import gold_entities
+    from stem_jax.kg.mediators import mediator_mask
 
     features = BranchFeatures(index, embed, names)
-    examples = _examples(train, gold_entities(train, index.entities, names), catalog, features)
-    held_examples = _examples(held, gold_entities(held, index.entities, names), catalog, features)
-    if len(examples) < MIN_QUESTIONS or not held_examples:
+    mentions = Mentions(index, names, catalog.mediators if catalog.mediators is not None
+                        else mediator_mask(index.entities, names))
+    features.questions([q for q in [*train, *held] if q.topic_entities])
+    examples = _examples(train, gold_entities(train, index.entities, names), catalog, features, mentions)
+    held_examples = _examples(held, gold_entities(held, index.entities, names), catalog, features, mentions)
+    held_topics = [e for e in held_examples if not e[3]]
+    held_mentions = [e for e in held_examples if e[3]]
+    if sum(not e[3] for e in examples) < MIN_QUESTIONS or not held_topics:
         log(f"branch model: not trained ({len(examples)} training and {len(held_examples)} held-out main paths "
             "with a second topic's branch)")
         return None
     rows = np.concatenate([e[0] for e in examples])
-    labels = np.concatenate([np.asarray(f1s) > base + 1e-9 for _, f1s, base in examples]).astype(np.float64)
+    labels = np.concatenate([np.asarray(f1s) > base + 1e-9 for _, f1s, base, _ in examples]).astype(np.float64)
     weights = _fit(rows, labels)
-    gains = {t: _gain(weights, t, held_examples) for t in THRESHOLDS}
+    gains = {t: _gain(weights, t, held_topics) for t in THRESHOLDS}
     threshold = max(THRESHOLDS, key=lambda t: (gains[t], t))
-    report = {"train_main_paths": len(examples), "held_out_main_paths": len(held_examples),
-              "positive_share": float(labels.mean()), "held_out_f1_gain": gains}
+    mention_gains = {t: _gain(weights, t, held_mentions) for t in THRESHOLDS}
+    mention_threshold = max(THRESHOLDS, key=lambda t: (mention_gains[t], t))
+    report = {"train_main_paths": len(examples), "held_out_main_paths": len(held_topics),
+              "held_out_mention_main_paths": len(held_mentions), "positive_share": float(labels.mean()),
+              "held_out_f1_gain": gains, "held_out_mention_f1_gain": mention_gains}
     if gains[threshold] <= 0:
         log(f"branch model: not kept (no threshold raises held-out answer F1: {gains})")
         return None
+    keep_mentions = bool(held_mentions) and mention_gains[mention_threshold] > 0
     log(f"branch model: threshold {threshold}, held-out answer F1 +{gains[threshold]:.3f} over "
-        f"{len(held_examples)} main paths with a second topic")
-    return BranchModel(tuple(float(w) for w in weights), threshold, report)
+        f"{len(held_topics)} main paths with a second topic; mentioned entities' branches "
+        + (f"at threshold {mention_threshold}, +{mention_gains[mention_threshold]:.3f} over {len(held_mentions)}"
+           if keep_mentions else "not used"))
+    return BranchModel(tuple(float(w) for w in weights), threshold, mention_threshold if keep_mentions else None,
+                       report)
 
 
 class BranchPlanner:
@@ -206,6 +261,9 @@ class BranchPlanner:
         self.catalog = catalog
         self.names = names or {}
         self.features = BranchFeatures(index, embed, names)
+        self.mentions = (Mentions(index, names, catalog.mediators if catalog.mediators is not None
+                                  else np.zeros(index.num_entities, bool))
+                         if model.mention_threshold is not None else None)
         self.name = f"{getattr(base, 'name', 'planner')}+branches"
         self.stats: Counter = Counter()
 
@@ -220,6 +278,7 @@ class BranchPlanner:
 
     def plan_batch(self, questions: Sequence[Question]) -> list[list[ScoredSchema]]:
         beams = self.base.plan_batch(questions)
+        self.features.questions([q for q in questions if q.topic_entities])
         return [self._branch(q, beam) for q, beam in zip(questions, beams, strict=True)]
 
     def plan(self, question: Question, index: KGIndex | None = None) -> list[Any]:
@@ -227,7 +286,8 @@ class BranchPlanner:
 
     def _branch(self, question: Question, beam: list[ScoredSchema]) -> list[ScoredSchema]:
         topics = _topic_ids(question, self.index)
-        if len(topics) < 2:
+        extra = self.mentions(question) if self.mentions is not None and topics else []
+        if len(topics) + len(extra) < 2:
             return beam
         out = []
         qvec = self.features.question(question)
@@ -241,20 +301,25 @@ class BranchPlanner:
                 out.append(entry)
                 continue
             branches = []
-            for other in topics:
+            for other, is_mention in [*((t, False) for t in topics), *((m, True) for m in extra)]:
                 if other == main:
                     continue
                 found = meeting_branches(self.catalog, other, ends)
                 if not found:
                     continue
-                p = self.model.probabilities(self.features(qvec, len(ends), found))
+                p = self.model.probabilities(self.features(qvec, len(ends), found, is_mention))
                 best = int(np.argmax(p))
-                if p[best] >= self.model.threshold:
-                    branches.append((self.display(other), found[best].path))
+                threshold = self.model.mention_threshold if is_mention else self.model.threshold
+                kind = "mentioned entity" if is_mention else "topic entity"
+                if threshold is not None and p[best] >= threshold:
+                    # a mentioned entity's branch ends at a constant named exactly as the KG entity, which the
+                    # tracer checks (schema.ground); a topic entity is named as the question names it
+                    name = self.index.entities[other] if is_mention else self.display(other)
+                    branches.append((name, found[best].path))
                     ends = found[best].ends
-                    self.stats["branches attached"] += 1
+                    self.stats[f"branches attached ({kind})"] += 1
                 else:
-                    self.stats["branches dropped (none fits)"] += 1
+                    self.stats[f"branches dropped, none fits ({kind})"] += 1
             if branches:
                 schema = schema_with_branches(constant, path, branches, entry.schema.strategy)
                 out.append(ScoredSchema(schema, entry.score))

@@ -88,3 +88,17 @@ def test_the_branch_tree_meets_at_the_answer_and_traces_from_the_main_topic():
     steps = schema.dfs_order("Logan Lerman")
     assert [s.child for s in steps] == ["[ENT1]", "[ENT2]", "Candice White"]
     assert list(itertools.chain.from_iterable((t.head, t.tail) for t in schema.triples)).count("[ENT1]") == 2
+
+
+def test_a_constant_named_exactly_as_a_kg_entity_is_checked_and_a_written_value_is_not():
+    from stem_jax.plan.schema import ground
+
+    index = build_index(TRIPLES)
+    schema = schema_with_branches("Logan Lerman", [PathStep("film.film.starring", False)],
+                                  [("Candice White", [PathStep("film.crew_gig.crew_member", False),
+                                                      PathStep("film.film.other_crew", False)])])
+    plan = ground(schema, "Logan Lerman", index)
+    assert plan.constants == ((3, index.entity_ids["Candice White"]),)
+    written = schema_with_branches("Logan Lerman", [PathStep("film.film.starring", False)],
+                                   [("a crew member", [PathStep("film.film.other_crew", False)])])
+    assert ground(written, "Logan Lerman", index).constants == ((2, -1),)
