@@ -103,8 +103,10 @@ def run_row(name: str, data: Path, out: Path, kind_of: dict[str, str], reuse: bo
     seconds = None
     if not (reuse and (out / "metrics.json").exists()):
         began = time.perf_counter()
-        subprocess.run([*command, "--overwrite"], check=True, env=os.environ.copy())
+        done = subprocess.run([*command, "--overwrite"], env=os.environ.copy())
         seconds = time.perf_counter() - began
+        if done.returncode != 0:
+            return {"command": "stem-jax " + " ".join(command[3:]), "failed": f"exit status {done.returncode}"}
     records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines() if line.strip()]
     scorer = SplitScorer()
     per_question = {r["id"]: scorer.strict_metrics(r["prediction"], r["ground_truth"]) for r in records}
@@ -170,7 +172,8 @@ def main() -> int:
 
     header = ["row", *(f"{k} {m}" for k in (f"all ({len(kind_of)})", *(f"{k} ({counts[k]})" for k in KINDS))
                        for m in ("Hit", "Hit@1", "F1")), "mids returned"]
-    body = [[name, *cells(r["by_kind"]), r["mids_returned"]] for name, r in rows.items()]
+    body = [[name, *cells(r["by_kind"]), r["mids_returned"]] if "failed" not in r
+            else [f"{name} (failed: {r['failed']})", *[""] * 12, ""] for name, r in rows.items()]
     body.append(["evidence bound (any gold / exact set / best F1)", *cells(limit), ""])
     body += [[f"{peer} (published, all only)", *map(str, figures), *[""] * 9, ""] for peer, figures in PEERS.items()]
     meta = machine()
