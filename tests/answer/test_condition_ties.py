@@ -93,3 +93,27 @@ def test_the_scorer_learns_that_the_answer_meets_the_second_topics_condition(tmp
     assert scorer.report["condition_features"]["chosen"] != "without"
     assert scorer.report["held_out_scorer"]["hit_at_1"] == 1.0
     assert scorer.report["held_out_scorer"]["f1"] == 1.0
+
+
+def _random_candidates(rng, q=24, m=5, with_conditions=False):
+    from stem_jax.answer.features import Candidates
+
+    numeric = rng.standard_normal((q, m, len(NUMERIC))).astype(np.float32)
+    numeric[..., NUMERIC.index("constraints")] = float(with_conditions)
+    return Candidates(entities=[np.arange(m)] * q, base=[np.linspace(1, 0.1, m)] * q, numeric=numeric,
+                      qword=np.zeros(q, np.int32), types=np.zeros((q, m, 3), np.float32),
+                      question=rng.standard_normal((q, 8)).astype(np.float32), mask=np.ones((q, m), bool))
+
+
+def test_questions_without_other_topics_train_the_scorer_on_the_given_features_only():
+    from stem_jax.answer.features import TypeVocabulary
+    from stem_jax.answer.scorer import ScorerTraining, constrained_share, train_answer_scorer
+
+    rng = np.random.default_rng(0)
+    plain = _random_candidates(rng)
+    assert constrained_share(plain) == 0.0
+    gold = [{int(rng.integers(5))} for _ in range(24)]
+    scorer = train_answer_scorer(plain, gold, plain, gold, TypeVocabulary(["a", "b", "c"]), encoder_name="x",
+                                 config=ScorerTraining(steps=5), features=NUMERIC_V1, log=lambda _: None)
+    assert scorer.features == NUMERIC_V1 and "condition_features" not in scorer.report
+    assert constrained_share(_random_candidates(rng, with_conditions=True)) == 1.0
