@@ -225,8 +225,8 @@ def train_branch_model(train: Sequence[Question], held: Sequence[Question], inde
     held_topics = [e for e in held_examples if not e[3]]
     held_mentions = [e for e in held_examples if e[3]]
     if sum(not e[3] for e in examples) < MIN_QUESTIONS or not held_topics:
-        log(f"branch model: not trained ({len(examples)} training and {len(held_examples)} held-out main paths "
-            "with a second topic's branch)")
+        log(f"branch model: not trained ({sum(not e[3] for e in examples)} training and {len(held_topics)} held-out "
+            f"main paths with another topic entity's branch, {MIN_QUESTIONS} and 1 needed)")
         return None
     rows = np.concatenate([e[0] for e in examples])
     labels = np.concatenate([np.asarray(f1s) > base + 1e-9 for _, f1s, base, _ in examples]).astype(np.float64)
