@@ -69,6 +69,9 @@ class PlannerConfig:
     # fine-tuned with the ranker, stored in the planner) or "auto" (both trained, chosen on held-out questions)
     path_question: str = "frozen"
     path_tune_layers: int = 1
+    # constraint branches for questions with several topic entities (plan/branch_planner.py): "auto" plans them with
+    # the branch model train-planner stored beside the path ranker (none on templated KGs), "off" never does
+    branches: str = "auto"
     hybrid_consult_below: float = 0.5  # hybrid: ask the LLM only where the pattern's top probability is below this
     # (>1: always; always asking SmolLM2-135M made plans worse than the pattern planner's on MetaQA)
 
@@ -327,6 +330,7 @@ _CHOICES = {
     "planner.llm_server": ("auto", "vllm", "llama.cpp"),
     "planner.paths": ("auto", "templates", "paths", "both"),
     "planner.path_question": ("frozen", "tuned", "auto"),
+    "planner.branches": ("auto", "off"),
     "scr.question_encoder": ("segments", "minilm"),
 }
 _ROW_FORMAT = re.compile(r"^(float16|int8|pca[1-9][0-9]*(-int8|-float16)?)$")  # encoder.row_format (encoder/compact.py)

@@ -25,8 +25,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from stem_jax.answer.ties import TieTable
 from stem_jax.data.types import Question
 from stem_jax.kg.index import KGIndex, relation_text
+from stem_jax.kg.mediators import mediator_mask
 from stem_jax.text import mask_topics, topic_names
 from stem_jax.trace.types import prune_unreached
 
@@ -45,9 +47,20 @@ NUMERIC = ("support", "support_share", "log_rank", "first", "fair", "cumulative"
            # the question's other words (not its topic's, not stop words) in the names of what the entity is tied
            # to: through a join node the plan walked ("who played samantha stephens in bewitched": the performance
            # that links the actor also names the character), and directly
-           "join_match", "neighbour_match")
+           "join_match", "neighbour_match",
+           # the question's conditions: how many topic entities it names besides the ones the binding plans leave
+           # from, the share of them the entity is tied to (directly or through one mediator node, a CVT), whether
+           # it is tied to all, how many it misses, and how well the best tie's relation reads like the question
+           "constraints", "constraint_share", "constraint_all", "constraint_missed", "constraint_cos",
+           # the same for the other entities the entity linker finds mentioned in the question text (mentions that
+           # are not its topic entities: "the team whose mascot is Crazy Crab won which World Series")
+           "mentions", "mention_share", "mention_all", "mention_cos")
 # the features of scorers trained before the ones above were added: such a scorer reads these columns only
 NUMERIC_V1 = NUMERIC[:16]
+# the features that read the question's other topic entities (see above)
+CONSTRAINT_FEATURES = ("constraints", "constraint_share", "constraint_all", "constraint_missed", "constraint_cos")
+# the features that read the other entities the question text mentions
+MENTION_FEATURES = ("mentions", "mention_share", "mention_all", "mention_cos")
 N_NUMERIC = len(NUMERIC)
 
 
@@ -139,8 +152,14 @@ class CandidateFeaturizer:
     """Builds :class:`Candidates` for a KG; keeps the type table and relation-text embeddings it has made."""
 
     def __init__(self, index: KGIndex, names: dict[str, str] | None, vocabulary: TypeVocabulary,
-                 embed: Callable[[list[str]], np.ndarray], *, max_candidates: int = MAX_CANDIDATES) -> None:
+                 embed: Callable[[list[str]], np.ndarray], *, max_candidates: int = MAX_CANDIDATES,
+                 features: Sequence[str] | None = None) -> None:
+        """``features``: the numeric features a scorer will read (None: all); the mention features, which link
+        every question's text, are computed only when they are among them."""
         self.index = index
+        self.read_mentions = features is None or bool(set(MENTION_FEATURES) & set(features))
+        self._linker = None
+        self._mentioned: dict[str, tuple[int, ...]] = {}
         self.names = names or {}
         self.vocabulary = vocabulary
         self.embed = embed
@@ -150,6 +169,14 @@ class CandidateFeaturizer:
         self.degree = np.log1p(self.raw_degree.astype(np.float64))
         self._relation_rows: dict[int, np.ndarray] = {}
         self._name_words: dict[int, tuple[str, ...]] = {}
+        self._ties: TieTable | None = None
+
+    @property
+    def ties(self) -> TieTable:
+        """The KG's tie table, made when a question first names a second topic entity."""
+        if self._ties is None:
+            self._ties = TieTable(self.index, mediator_mask(self.index.entities, self.names or None))
+        return self._ties
 
     def _relations(self, ids: set[int]) -> None:
         missing = sorted(i for i in ids if i not in self._relation_rows)
@@ -187,6 +214,38 @@ class CandidateFeaturizer:
                     through = max(through, self._name_match(n, cue_words))
         return through, near
 
+    def mentioned(self, question: Question) -> tuple[int, ...]:
+        """KG ids of the entities the question text mentions (:meth:`EntityLinker.mentions
+        <stem_jax.kg.linker.EntityLinker.mentions>`) besides its topic entities and what their names cover;
+        mediators never count."""
+        found = self._mentioned.get(question.text)
+        if found is None:
+            if self._linker is None:
+                from stem_jax.kg.linker import EntityLinker
+
+                self._linker = EntityLinker.from_index(self.index, self.names or None)
+            topics = {self.index.entity_ids.get(t, -1) for t in question.topic_entities}
+            covered = [t.lower() for t in topic_names(question, self.names)]
+            found = tuple(dict.fromkeys(
+                self.index.entity_ids[link.entity] for link in self._linker.mentions(question.text)
+                if link.entity in self.index.entity_ids and self.index.entity_ids[link.entity] not in topics
+                and not self.ties.mediators[self.index.entity_ids[link.entity]]
+                and not any(link.mention.lower() in name for name in covered)))
+            self._mentioned[question.text] = found
+        return found
+
+    def _constraints(self, entity: int, others: set[int] | Sequence[int], question: np.ndarray) -> tuple[float, ...]:
+        """The :data:`CONSTRAINT_FEATURES` of ``entity`` for the question's topic entities ``others`` (those the
+        plans binding it did not leave from; the entity itself is not a condition on itself)."""
+        others = set(others) - {entity}
+        if not others:
+            return 0.0, 0.0, 0.0, 0.0, 0.0
+        tied = [self.ties.of(t).get(entity, ()) for t in others]
+        hits = sum(bool(relations) for relations in tied)
+        cos = max((float(question @ self._relation_rows[r]) for relations in tied for r in relations), default=0.0)
+        return (np.log1p(len(others)), hits / len(others), float(hits == len(others)),
+                np.log1p(len(others) - hits), cos)
+
     def questions(self, questions: Sequence[Question]) -> np.ndarray:
         texts = [mask_topics(q.text, topic_names(q, self.names))[0] for q in questions]
         if not texts:
@@ -214,6 +273,7 @@ class CandidateFeaturizer:
             # entity -> [fair, cumulative, beams, best beam, plan answers, relations, best plan prob, plan paths,
             #            exact relation, min depth]
             seen: dict[int, list] = {}
+            anchors: dict[int, set[int]] = {}  # entity -> the topic entities of the runs that bind it
             joins: set[int] = set()  # the nodes the plans walked through (neither anchor nor answer)
             n_beams = max((r.beam for r in mine), default=0) + 1
             for k, (run, out) in enumerate(zip(mine, outs, strict=True)):
@@ -242,6 +302,7 @@ class CandidateFeaturizer:
                     entry = seen.setdefault(entity, [-np.inf, -np.inf, set(), n_beams, 0, set(), 0.0, set(), False,
                                                      depth])
                     entry[0] = max(entry[0], fair)
+                    anchors.setdefault(entity, set()).add(int(run.anchor_entity))
                     entry[6] = max(entry[6], float(run.beam_prob))
                     entry[7].add(path)
                     entry[8] = entry[8] or (has and relation == asked)
@@ -253,10 +314,16 @@ class CandidateFeaturizer:
                     if has:
                         entry[5].add(relation)
                         relation_ids.add(relation)
-            per_question.append((seen, joins))
+            per_question.append((seen, joins, anchors))
+        mentioned = [self.mentioned(q) if self.read_mentions else () for q in questions]
+        for question, extra in zip(questions, mentioned, strict=True):
+            named = [self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids]
+            for entity in [*(named if len(question.topic_entities) > 1 else ()), *extra]:
+                for relations in self.ties.of(entity).values():
+                    relation_ids.update(relations)
         self._relations(relation_ids)
         entities, base = [], []
-        for qi, (question, (seen, joins), ranking) in enumerate(zip(questions, per_question, ranked, strict=True)):
+        for qi, (question, (seen, joins, anchors), ranking) in enumerate(zip(questions, per_question, ranked, strict=True)):
             ents = np.asarray([e for e, _ in ranking], np.int64)
             vals = np.asarray([s for _, s in ranking], np.float64)
             entities.append(ents)
@@ -277,6 +344,7 @@ class CandidateFeaturizer:
                 cos = max((float(qvec[qi] @ self._relation_rows[r]) for r in rels), default=0.0)
                 path_cos = max((float(np.mean([qvec[qi] @ self._relation_rows[r] for r in p])) for p in paths if p),
                                default=0.0)
+                mention = self._constraints(entity, mentioned[qi], qvec[qi])
                 numeric[qi, ci] = (
                     support, support / top if top > 0 else 0.0, np.log1p(ci), ci == 0,
                     fair if np.isfinite(fair) else 0.0, cumulative if np.isfinite(cumulative) else 0.0,
@@ -286,7 +354,10 @@ class CandidateFeaturizer:
                     np.log1p(len(name_words)), self.degree[entity], np.log1p(len(ents)),
                     best_prob, path_cos, exact, min_depth, bool(years),
                     bool(years.intersection(_YEAR_WORD.findall(name))),
-                    *self._cue_matches(entity, joins, topics, cue_words))
+                    *self._cue_matches(entity, joins, topics, cue_words),
+                    *self._constraints(entity, topics - anchors.get(entity, set()) if len(topics) > 1 else set(),
+                                      qvec[qi]),
+                    *(mention[i] for i in (0, 1, 2, 4)))  # count, share, all, cos (no "missed")
                 keys = self.type_ids[self.type_offsets[entity]:self.type_offsets[entity + 1]]
                 if len(keys):
                     types[qi, ci, keys] = 1.0 / np.sqrt(len(keys))

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from stem_jax.answer.features import (
+    CONSTRAINT_FEATURES,
+    MENTION_FEATURES,
     N_QUESTION_WORDS,
     NUMERIC,
     NUMERIC_V1,
@@ -266,12 +268,61 @@ def fit_chance(probs: np.ndarray, candidates: Candidates, gold: Sequence[set[int
     return (max(float(w[0]), 1e-3), float(w[1]))
 
 
+CONSTRAINED_SHARE = 0.05  # training questions with a condition beyond the main path before the condition
+# features are tried (a templated KG's one-topic questions never reach it, and train as before)
+
+
+def constrained_share(candidates: Candidates) -> float:
+    """Share of questions with at least one candidate that has a condition (another topic entity) to meet."""
+    if not len(candidates.mask):
+        return 0.0
+    column = candidates.numeric[..., NUMERIC.index("constraints")]
+    return float(np.mean(((column > 0) & candidates.mask).any(axis=1)))
+
+
 def train_answer_scorer(train: Candidates, train_gold: Sequence[set[int]], held: Candidates,
                         held_gold: Sequence[set[int]], vocabulary: TypeVocabulary, *, encoder_name: str,
                         config: ScorerTraining = ScorerTraining(), tracer_cut: float = 0.5,
                         features: Sequence[str] = NUMERIC, log: Any = print) -> AnswerScorer:
     """Fit on ``train`` (questions whose gold is among their candidates), choose temperature and cut on ``held``,
-    and report held-out Hit@1 / Hit / F1 of the tracer's ranking (cut at ``tracer_cut``) and the scorer's."""
+    and report held-out Hit@1 / Hit / F1 of the tracer's ranking (cut at ``tracer_cut``) and the scorer's.
+
+    When ``features`` leave out the condition features (:data:`~stem_jax.answer.features.CONSTRAINT_FEATURES`)
+    and at least :data:`CONSTRAINED_SHARE` of the training questions name topic entities beyond the ones their
+    plans leave from, two more scorers are fitted, one that also reads them and one that reads the mention
+    features too (:data:`~stem_jax.answer.features.MENTION_FEATURES`), and the one with the best held-out
+    Hit@1 + F1 is returned (ties keep the fewer features); its report says which."""
+    features = tuple(features)
+    first = _fit_scorer(train, train_gold, held, held_gold, vocabulary, encoder_name=encoder_name, config=config,
+                        tracer_cut=tracer_cut, features=features, log=log)
+    share = constrained_share(train)
+    if set(CONSTRAINT_FEATURES) <= set(features) or share < CONSTRAINED_SHARE:
+        return first
+    log(f"answer scorer: {share:.0%} of training questions name other entities; fitting ones that read them")
+    fitted = {"without": first}
+    with_topics = features + tuple(f for f in CONSTRAINT_FEATURES if f not in features)
+    fitted["topics"] = _fit_scorer(train, train_gold, held, held_gold, vocabulary, encoder_name=encoder_name,
+                                   config=config, tracer_cut=tracer_cut, features=with_topics, log=log)
+    with_mentions = with_topics + tuple(f for f in MENTION_FEATURES if f not in with_topics)
+    fitted["topics+mentions"] = _fit_scorer(train, train_gold, held, held_gold, vocabulary, encoder_name=encoder_name,
+                                            config=config, tracer_cut=tracer_cut, features=with_mentions, log=log)
+
+    def key(scorer: AnswerScorer) -> float:
+        return scorer.report["held_out_scorer"]["hit_at_1"] + scorer.report["held_out_scorer"]["f1"]
+
+    chosen = "without"
+    for name, scorer in fitted.items():  # a later variant must do strictly better
+        if key(scorer) > key(fitted[chosen]) + 1e-12:
+            chosen = name
+    result = fitted[chosen]
+    result.report["condition_features"] = {"constrained_share": share, "chosen": chosen,
+                                           **{f"held_out_{k}": v.report["held_out_scorer"] for k, v in fitted.items()}}
+    return result
+
+
+def _fit_scorer(train: Candidates, train_gold: Sequence[set[int]], held: Candidates, held_gold: Sequence[set[int]],
+                vocabulary: TypeVocabulary, *, encoder_name: str, config: ScorerTraining, tracer_cut: float,
+                features: Sequence[str], log: Any) -> AnswerScorer:
     import jax
     import jax.numpy as jnp
     import optax
@@ -346,7 +397,8 @@ class ScoredAnswers:
         if not (folder / SCORER_FILE).exists():
             return None
         scorer = AnswerScorer.load(folder)
-        return cls(scorer, CandidateFeaturizer(index, names, scorer.vocabulary, encoder.encode))
+        return cls(scorer, CandidateFeaturizer(index, names, scorer.vocabulary, encoder.encode,
+                                               features=scorer.features))
 
     def fingerprint(self) -> dict[str, Any]:
         return {"arrays_sha256": self.scorer.fingerprint(), "cut": self.scorer.cut,

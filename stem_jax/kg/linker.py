@@ -209,6 +209,19 @@ class EntityLinker:
             return links[:max_links]
         return self._select(question, self._candidates(question, 0, len(question)), max_links)
 
+    def mentions(self, question: str, *, max_mentions: int = 8) -> list[Link]:
+        """Every entity mention of ``question``: the best link of each non-overlapping span :meth:`link` finds, in
+        :meth:`link`'s order (the best-ranked span first), at most ``max_mentions``.
+
+        :meth:`link` lists several entities for one span (same-name twins); a question with several conditions
+        names several spans (``movie featuring Logan Lerman with Candice White as crew``), and each is a
+        constraint anchor."""
+        spans: list[Link] = []
+        for link in self.link(question, max_links=max(4 * max_mentions, 16)):
+            if all((link.start, link.end) != (seen.start, seen.end) for seen in spans):
+                spans.append(link)
+        return spans[:max_mentions]
+
     def _link_bracket(self, text: str, start: int, end: int) -> list[Link]:
         mention = text[start:end].strip()
         start += len(text[start:end]) - len(text[start:end].lstrip())

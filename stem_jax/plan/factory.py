@@ -143,13 +143,20 @@ def build_planner(spec: PlannerSpec, config: StemConfig, dataset: Dataset, index
         info.update(paths=ranker.report.get("val", {}), temperature=ranker.temperature)
         if ranker.tower is not None:  # its question side is the encoder's top layers fine-tuned
             info["question_side"] = f"tuned top {ranker.tower.layers} layers"
+        chosen: Any = ranker
         if mode == "both":
             from stem_jax.plan.mixed import MixedPlanner
 
             weight = config.planner.mix_weight or float(planner.report.get("selection", {}).get("mix_weight", 0.5))
             info["mix_weight"] = weight
-            return MixedPlanner(planner, ranker, weight=weight, beam=config.planner.beam), info
-        return ranker, info
+            chosen = MixedPlanner(planner, ranker, weight=weight, beam=config.planner.beam)
+        if config.planner.branches != "off":
+            from stem_jax.plan.branch_planner import BranchPlanner, load_branch_planner
+
+            chosen = load_branch_planner(chosen, Path(path), index, ranker.catalog, encoder.encode, names)
+            if isinstance(chosen, BranchPlanner):
+                info["branches"] = {"threshold": chosen.model.threshold}
+        return chosen, info
     if spec.name in ("vllm", "hybrid"):
         from stem_jax.data.splits import hash_split
         from stem_jax.plan.llm_planner import build_llm_planner

@@ -174,7 +174,9 @@ def ground(schema: SchemaGraph, anchor: str, index: KGIndex, entity_of: dict[str
     """``schema`` traced from ``anchor``: DFS steps, their orientation and the constants to check.
 
     ``entity_of`` maps schema constants to KG ids: the question's other topic entities, by the name
-    the schema uses. Other constants (a value a planner wrote) are listed with -1: not checked."""
+    the schema uses. Another constant that is exactly a KG entity (an entity the question mentions, which a
+    constraint branch ends at) is checked as that entity; the rest (a value a planner wrote) are listed with -1:
+    not checked."""
     order = schema.dfs_order(anchor)
     slot = {anchor: 0}
     rows = []
@@ -187,7 +189,7 @@ def ground(schema: SchemaGraph, anchor: str, index: KGIndex, entity_of: dict[str
     steps = np.asarray(rows, dtype=np.int32).reshape(-1, 3)
     entity_of = entity_of or {}
     constants = tuple(
-        (slot[node], int(entity_of.get(node, -1)))
+        (slot[node], int(entity_of.get(node, index.entity_ids.get(node, -1))))
         for node in schema.constants() if node != anchor and node in slot
     )
     return GroundedPlan(

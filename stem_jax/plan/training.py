@@ -80,10 +80,39 @@ def train_and_save(dataset: Dataset, split: str, config: StemConfig, out: Path, 
                                         embed=embed, log=log)
         selection = select_planner(dataset, train, val, planner, config, Path(out), encoder=encoder, embed=embed,
                                    log=log)
+        selection["branches"] = train_branches(dataset, train, val, planner, config, Path(out),
+                                               mode=selection.get("mode"), encoder=encoder, log=log)
         planner.report.update({"dataset": dataset.name, "split": split, "val_fraction": val_fraction,
                                "seconds": time.perf_counter() - began, "selection": selection, **(report or {})})
         planner.save(Path(out))
     return planner
+
+
+def train_branches(dataset: Dataset, train: list, val: list, planner: Any, config: StemConfig, out: Path, *,
+                   mode: str | None, encoder: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Where the path ranker plans (the chosen ``mode`` is not ``templates``) and ``config.planner.branches`` is
+    not ``off``: train the constraint-branch model (:func:`~stem_jax.plan.branch_planner.train_branch_model`) and
+    store it in ``out/branches`` when it raises held-out answer F1; a stale one is removed otherwise. Returns what
+    was done, for the planner's report."""
+    import shutil
+
+    from stem_jax.kg.mediators import mediator_mask
+    from stem_jax.plan.branch_planner import BRANCHES_FOLDER, train_branch_model
+    from stem_jax.plan.relation_paths import PathCatalog
+
+    folder = Path(out) / BRANCHES_FOLDER
+    shutil.rmtree(folder, ignore_errors=True)
+    if config.planner.branches == "off":
+        return {"trained": False, "reason": "planner.branches=off"}
+    index = getattr(planner, "index", None)
+    if index is None or mode in (None, "templates"):
+        return {"trained": False, "reason": "the template classifier plans this KG"}
+    catalog = PathCatalog(index, mediators=mediator_mask(index.entities, dataset.entity_names))
+    model = train_branch_model(train, val, index, catalog, encoder.encode, dataset.entity_names, log=log)
+    if model is None:
+        return {"trained": False, "reason": "too few questions with a second topic, or no held-out F1 gain"}
+    model.save(folder)
+    return {"trained": True, "threshold": model.threshold, **model.report}
 
 
 # a template classifier that plans this share of held-out questions right needs no path ranker (templated data:

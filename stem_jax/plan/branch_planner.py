@@ -1,0 +1,337 @@
+"""Schema graphs for natural questions: a main relation path plus a learned constraint branch per other topic.
+
+The path planner (:mod:`stem_jax.plan.path_ranker`) plans a relation path from a question's first topic entity. A
+question with several topic entities ("what movie featuring Logan Lerman had Candice White as a crew member") states
+one more condition per extra entity. :class:`BranchPlanner` wraps any planner: for each schema graph in its beam that
+is a chain from a topic, and each other topic entity of the question, it lists the branches that really meet the
+chain's answers in the KG (:func:`~stem_jax.plan.branches.meeting_branches`: 1-2 steps through mediators, either
+direction, ending at one of the chain's answers and narrowing them), scores each with a small learned model
+(:class:`BranchModel`) and attaches the best one when its probability reaches the model's threshold; when none
+fits, the branch is dropped and the chain stays as it was. The result is a :class:`SchemaGraph` tree over several
+question entities, which the pipeline traces from one of them and prunes to the bindings that reach the others.
+
+The model is trained from training questions' answers only (no gold paths needed): for a main path that reaches a
+gold answer, a branch is positive when it raises the answer set's F1 (it keeps gold answers and removes others).
+Its threshold is chosen, and the model kept at all, on held-out questions (it must raise their mean F1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stem_jax.data.types import Question
+from stem_jax.errors import StemError
+from stem_jax.kg.index import KGIndex, relation_text
+from stem_jax.plan.base import ScoredSchema
+from stem_jax.plan.branches import meeting_branches, schema_with_branches, set_f1
+from stem_jax.plan.relation_paths import CandidatePath, PathCatalog
+from stem_jax.plan.schema_paths import chain_path
+from stem_jax.text import mask_topics, topic_names
+
+BRANCHES_FOLDER = "branches"
+MODEL_FILE = "branch-model.json"
+FEATURES = ("mean_cos", "max_cos", "kept_share", "log_kept", "log_candidates", "two_steps", "mention", "bias")
+THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+MIN_QUESTIONS = 20  # training questions with a second topic below which no model is trained
+MAIN_PATHS = 3  # main paths per training question (the ones with the best answer F1), as a planner's beam offers
+
+
+@dataclasses.dataclass(frozen=True)
+class BranchModel:
+    """Logistic regression over :data:`FEATURES`: P(the branch narrows the main path's answers toward the gold)."""
+
+    weights: tuple[float, ...]
+    threshold: float = 0.5
+    # the threshold for branches from entities the question mentions that are not its topic entities; None: such
+    # branches did not raise held-out F1 and are never attached
+    mention_threshold: float | None = None
+    report: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+
+    def probabilities(self, features: np.ndarray) -> np.ndarray:
+        z = np.asarray(features, np.float64) @ np.asarray(self.weights, np.float64)
+        return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+    def save(self, folder: Path) -> None:
+        from stem_jax.atomic import write_text_atomic
+
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(folder) / MODEL_FILE, json.dumps(
+            {"kind": "branch-model", "features": list(FEATURES), "weights": list(self.weights),
+             "threshold": self.threshold, "mention_threshold": self.mention_threshold, "report": self.report},
+            indent=1))
+
+    @classmethod
+    def load(cls, folder: Path) -> BranchModel:
+        path = Path(folder) / MODEL_FILE
+        try:
+            meta = json.loads(path.read_text())
+            if meta.get("features") != list(FEATURES):
+                raise ValueError(f"features {meta.get('features')} are not {list(FEATURES)}")
+            mention = meta.get("mention_threshold")
+            return cls(tuple(float(w) for w in meta["weights"]), float(meta["threshold"]),
+                       None if mention is None else float(mention), meta.get("report", {}))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise StemError(f"{path}: damaged branch model ({err})\n  how to fix: retrain with `stem-jax "
+                            "train-planner`, or delete the folder to plan without branches") from None
+
+
+class BranchFeatures:
+    """The :data:`FEATURES` of (question, main-path answers, branch), with relation and question embeddings kept."""
+
+    def __init__(self, index: KGIndex, embed: Callable[[list[str]], np.ndarray], names: dict[str, str] | None) -> None:
+        self.index = index
+        self.embed = embed
+        self.names = names or {}
+        self._relations: dict[str, np.ndarray] = {}
+        self._questions: dict[str, np.ndarray] = {}
+
+    @staticmethod
+    def _unit(rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, np.float32)
+        return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-9)
+
+    def question(self, question: Question) -> np.ndarray:
+        if question.text not in self._questions:
+            self.questions([question])
+        return self._questions[question.text]
+
+    def questions(self, questions: Sequence[Question]) -> None:
+        """Embed the topic-masked texts of ``questions`` not embedded yet, in one encoder call."""
+        missing = list({q.text: q for q in questions if q.text not in self._questions}.values())
+        if missing:
+            masked = [mask_topics(q.text, topic_names(q, self.names))[0] for q in missing]
+            for question, row in zip(missing, self._unit(self.embed(masked)), strict=True):
+                self._questions[question.text] = row
+
+    def prepare(self, relations: set[str]) -> None:
+        missing = sorted(r for r in relations if r not in self._relations)
+        if missing:
+            for relation, row in zip(missing, self._unit(self.embed([relation_text(r) for r in missing])), strict=True):
+                self._relations[relation] = row
+
+    def __call__(self, question: np.ndarray, candidates: int, branches: Sequence[CandidatePath],
+                 mention: bool = False) -> np.ndarray:
+        self.prepare({s.relation for b in branches for s in b.path})
+        rows = np.zeros((len(branches), len(FEATURES)), np.float32)
+        for i, branch in enumerate(branches):
+            cos = [float(question @ self._relations[s.relation]) for s in branch.path]
+            rows[i] = (np.mean(cos), max(cos), len(branch.ends) / max(candidates, 1), np.log1p(len(branch.ends)),
+                       np.log1p(candidates), float(len(branch.path) == 2), float(mention), 1.0)
+        return rows
+
+
+def _topic_ids(question: Question, index: KGIndex) -> list[int]:
+    return list(dict.fromkeys(index.entity_ids[t] for t in question.topic_entities if t in index.entity_ids))
+
+
+class Mentions:
+    """The entities a question's text mentions besides its topic entities (:meth:`EntityLinker.mentions
+    <stem_jax.kg.linker.EntityLinker.mentions>`), mediators and mentions inside a topic's name left out."""
+
+    def __init__(self, index: KGIndex, names: dict[str, str] | None, mediators: np.ndarray) -> None:
+        from stem_jax.kg.linker import EntityLinker
+
+        self.index = index
+        self.names = names or {}
+        self.mediators = mediators
+        self.linker = EntityLinker.from_index(index, names or None)
+
+    def __call__(self, question: Question) -> list[int]:
+        topics = set(_topic_ids(question, self.index))
+        covered = [t.lower() for t in topic_names(question, self.names)]
+        found = []
+        for link in self.linker.mentions(question.text):
+            entity = self.index.entity_ids.get(link.entity, -1)
+            if entity < 0 or entity in topics or self.mediators[entity] or entity in found:
+                continue
+            if any(link.mention.lower() in name for name in covered):
+                continue
+            found.append(entity)
+        return found
+
+
+def _examples(questions: Sequence[Question], golds: Sequence[set[int]], catalog: PathCatalog,
+              features: BranchFeatures, mentions: Mentions | None = None
+              ) -> list[tuple[np.ndarray, list[float], float, bool]]:
+    """Per (question, main path, other anchor): (branch features [k, F], each branch's F1 after narrowing, the main
+    path's F1, whether the anchor is a mention rather than a topic entity)."""
+    out = []
+    for question, gold in zip(questions, golds, strict=True):
+        topics = _topic_ids(question, catalog.index)
+        extra = mentions(question) if mentions is not None and topics else []
+        if len(topics) + len(extra) < 2 or not gold:
+            continue
+        goal = np.asarray(sorted(gold), np.int64)
+        mains = [(set_f1(p.ends.astype(np.int64), goal), p) for p in catalog.paths(topics[0])]
+        mains = sorted([m for m in mains if m[0] > 0], key=lambda m: -m[0])[:MAIN_PATHS]
+        qvec = features.question(question)
+        for f1, main in mains:
+            for other, is_mention in [*((t, False) for t in topics[1:]), *((m, True) for m in extra)]:
+                found = meeting_branches(catalog, other, main.ends)
+                if found:
+                    out.append((features(qvec, len(main.ends), found, is_mention),
+                                [set_f1(b.ends.astype(np.int64), goal) for b in found], f1, is_mention))
+    return out
+
+
+def _fit(rows: np.ndarray, labels: np.ndarray, steps: int = 500, lr: float = 0.5, l2: float = 1e-3) -> np.ndarray:
+    """Logistic regression by full-batch gradient descent on standardised columns (the bias column kept as is)."""
+    mean = rows[:, :-1].mean(0)
+    std = rows[:, :-1].std(0) + 1e-6
+    x = np.concatenate([(rows[:, :-1] - mean) / std, rows[:, -1:]], axis=1).astype(np.float64)
+    w = np.zeros(x.shape[1])
+    balance = np.where(labels > 0, 0.5 / max(labels.mean(), 1e-6), 0.5 / max(1 - labels.mean(), 1e-6))
+    for _ in range(steps):
+        p = 0.5 * (1.0 + np.tanh(0.5 * (x @ w)))
+        w -= lr * (x.T @ ((p - labels) * balance) / len(x) + l2 * w)
+    # fold the standardisation into the weights, so the stored model reads raw features
+    raw = np.zeros_like(w)
+    raw[:-1] = w[:-1] / std
+    raw[-1] = w[-1] - float(np.sum(w[:-1] * mean / std))
+    return raw
+
+
+def _gain(model_weights: np.ndarray, threshold: float, examples) -> float:
+    """Mean F1 change over (question, main path) pairs when the best branch above ``threshold`` is attached."""
+    total = 0.0
+    for rows, f1s, base, _ in examples:
+        p = 0.5 * (1.0 + np.tanh(0.5 * (rows.astype(np.float64) @ model_weights)))
+        best = int(np.argmax(p))
+        total += (f1s[best] - base) if p[best] >= threshold else 0.0
+    return total / max(len(examples), 1)
+
+
+def train_branch_model(train: Sequence[Question], held: Sequence[Question], index: KGIndex, catalog: PathCatalog,
+                       embed: Callable[[list[str]], np.ndarray], names: dict[str, str] | None, *,
+                       log: Callable[[str], None] = print) -> BranchModel | None:
+    """A :class:`BranchModel` from ``train``'s answers, its threshold chosen on ``held``; None when too few
+    questions name a second topic, or when no threshold raises the held-out questions' mean answer F1."""
+    from stem_jax.answer.training import gold_entities
+    from stem_jax.kg.mediators import mediator_mask
+
+    features = BranchFeatures(index, embed, names)
+    mentions = Mentions(index, names, catalog.mediators if catalog.mediators is not None
+                        else mediator_mask(index.entities, names))
+    features.questions([q for q in [*train, *held] if q.topic_entities])
+    examples = _examples(train, gold_entities(train, index.entities, names), catalog, features, mentions)
+    held_examples = _examples(held, gold_entities(held, index.entities, names), catalog, features, mentions)
+    held_topics = [e for e in held_examples if not e[3]]
+    held_mentions = [e for e in held_examples if e[3]]
+    if sum(not e[3] for e in examples) < MIN_QUESTIONS or not held_topics:
+        log(f"branch model: not trained ({sum(not e[3] for e in examples)} training and {len(held_topics)} held-out "
+            f"main paths with another topic entity's branch, {MIN_QUESTIONS} and 1 needed)")
+        return None
+    rows = np.concatenate([e[0] for e in examples])
+    labels = np.concatenate([np.asarray(f1s) > base + 1e-9 for _, f1s, base, _ in examples]).astype(np.float64)
+    weights = _fit(rows, labels)
+    gains = {t: _gain(weights, t, held_topics) for t in THRESHOLDS}
+    threshold = max(THRESHOLDS, key=lambda t: (gains[t], t))
+    mention_gains = {t: _gain(weights, t, held_mentions) for t in THRESHOLDS}
+    mention_threshold = max(THRESHOLDS, key=lambda t: (mention_gains[t], t))
+    report = {"train_main_paths": len(examples), "held_out_main_paths": len(held_topics),
+              "held_out_mention_main_paths": len(held_mentions), "positive_share": float(labels.mean()),
+              "held_out_f1_gain": gains, "held_out_mention_f1_gain": mention_gains}
+    if gains[threshold] <= 0:
+        log(f"branch model: not kept (no threshold raises held-out answer F1: {gains})")
+        return None
+    keep_mentions = bool(held_mentions) and mention_gains[mention_threshold] > 0
+    log(f"branch model: threshold {threshold}, held-out answer F1 +{gains[threshold]:.3f} over "
+        f"{len(held_topics)} main paths with a second topic; mentioned entities' branches "
+        + (f"at threshold {mention_threshold}, +{mention_gains[mention_threshold]:.3f} over {len(held_mentions)}"
+           if keep_mentions else "not used"))
+    return BranchModel(tuple(float(w) for w in weights), threshold, mention_threshold if keep_mentions else None,
+                       report)
+
+
+class BranchPlanner:
+    """Wraps a batch planner: attaches to each chain in its beam the best-scoring branch of each other topic."""
+
+    def __init__(self, base: Any, model: BranchModel, index: KGIndex, catalog: PathCatalog,
+                 embed: Callable[[list[str]], np.ndarray], names: dict[str, str] | None = None) -> None:
+        self.base = base
+        self.model = model
+        self.index = index
+        self.catalog = catalog
+        self.names = names or {}
+        self.features = BranchFeatures(index, embed, names)
+        self.mentions = (Mentions(index, names, catalog.mediators if catalog.mediators is not None
+                                  else np.zeros(index.num_entities, bool))
+                         if model.mention_threshold is not None else None)
+        self.name = f"{getattr(base, 'name', 'planner')}+branches"
+        self.stats: Counter = Counter()
+
+    def __getattr__(self, name: str) -> Any:  # the wrapped planner's report, templates, ... stay reachable
+        if name in ("base", "__setstate__"):
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def display(self, entity: int) -> str:
+        key = self.index.entities[entity]
+        return self.names.get(key, key)
+
+    def plan_batch(self, questions: Sequence[Question]) -> list[list[ScoredSchema]]:
+        beams = self.base.plan_batch(questions)
+        self.features.questions([q for q in questions if q.topic_entities])
+        return [self._branch(q, beam) for q, beam in zip(questions, beams, strict=True)]
+
+    def plan(self, question: Question, index: KGIndex | None = None) -> list[Any]:
+        return [entry.schema for entry in self.plan_batch([question])[0]]
+
+    def _branch(self, question: Question, beam: list[ScoredSchema]) -> list[ScoredSchema]:
+        topics = _topic_ids(question, self.index)
+        extra = self.mentions(question) if self.mentions is not None and topics else []
+        if len(topics) + len(extra) < 2:
+            return beam
+        out = []
+        qvec = self.features.question(question)
+        for entry in beam:
+            path = chain_path(entry.schema)
+            constant = entry.schema.constants()[0] if path is not None else None
+            main = next((t for t in topics if constant in (self.index.entities[t], self.display(t))), None)
+            ends = next((c.ends for c in self.catalog.paths(main) if c.path == path), None) if main is not None \
+                else None
+            if ends is None:
+                out.append(entry)
+                continue
+            branches = []
+            for other, is_mention in [*((t, False) for t in topics), *((m, True) for m in extra)]:
+                if other == main:
+                    continue
+                found = meeting_branches(self.catalog, other, ends)
+                if not found:
+                    continue
+                p = self.model.probabilities(self.features(qvec, len(ends), found, is_mention))
+                best = int(np.argmax(p))
+                threshold = self.model.mention_threshold if is_mention else self.model.threshold
+                kind = "mentioned entity" if is_mention else "topic entity"
+                if threshold is not None and p[best] >= threshold:
+                    # a mentioned entity's branch ends at a constant named exactly as the KG entity, which the
+                    # tracer checks (schema.ground); a topic entity is named as the question names it
+                    name = self.index.entities[other] if is_mention else self.display(other)
+                    branches.append((name, found[best].path))
+                    ends = found[best].ends
+                    self.stats[f"branches attached ({kind})"] += 1
+                else:
+                    self.stats[f"branches dropped, none fits ({kind})"] += 1
+            if branches:
+                schema = schema_with_branches(constant, path, branches, entry.schema.strategy)
+                out.append(ScoredSchema(schema, entry.score))
+            else:
+                out.append(entry)
+        return out
+
+
+def load_branch_planner(base: Any, planner_folder: Path, index: KGIndex, catalog: PathCatalog,
+                        embed: Callable[[list[str]], np.ndarray], names: dict[str, str] | None) -> Any:
+    """``base`` wrapped in a :class:`BranchPlanner` when the planner folder holds a branch model, else ``base``."""
+    folder = Path(planner_folder) / BRANCHES_FOLDER
+    if not (folder / MODEL_FILE).exists():
+        return base
+    return BranchPlanner(base, BranchModel.load(folder), index, catalog, embed, names)

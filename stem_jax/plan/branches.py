@@ -1,0 +1,158 @@
+"""Constraint branches: the relation paths by which a question's other entities meet its main path's answers.
+
+A question with several conditions is a schema *graph*: a main relation path from one topic entity, and from each
+other entity the question names a branch, a real relation path of that entity in the KG (1-2 steps, through
+mediator nodes, either direction) that ends at the answer node. The answers are what every chosen path reaches.
+Enumeration is KG-constrained: a branch is offered only when it meets the main path's candidate answers.
+
+:func:`evidence_bound` asks, per question, what the data allow: whether some such schema graph (a main path from
+one topic plus at most one branch from each other topic) yields exactly the gold answer set, and the best answer-set
+F1 any one does. Every result row can stand next to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from stem_jax.data.types import PathStep
+from stem_jax.plan.oracle import schema_from_constraints
+from stem_jax.plan.relation_paths import CandidatePath, PathCatalog, path_key
+from stem_jax.plan.schema import SchemaGraph, Strategy
+
+MAX_BRANCHES = 32  # branch options kept per other topic (the ones that narrow the main path's answers most usefully)
+
+
+def set_f1(found: np.ndarray, gold: np.ndarray) -> float:
+    """Answer-set F1 of sorted distinct ids ``found`` against sorted distinct ids ``gold`` (0 when either is
+    empty)."""
+    if not len(found) or not len(gold):
+        return 0.0
+    hits = len(np.intersect1d(found, gold, assume_unique=True))
+    if not hits:
+        return 0.0
+    precision, recall = hits / len(found), hits / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def meeting_branches(catalog: PathCatalog, topic: int, candidates: np.ndarray) -> list[CandidatePath]:
+    """The relation paths of ``topic`` (the catalog's, 1-2 steps through mediators) whose ends meet ``candidates``
+    (sorted ids), each with its ends cut to the candidates it keeps; paths that keep every candidate (no
+    condition) are left out, and paths keeping the same candidates are listed once (the first by key)."""
+    out: list[CandidatePath] = []
+    seen: set[bytes] = set()
+    for path in catalog.paths(topic):
+        kept = np.intersect1d(path.ends, candidates, assume_unique=True)
+        if not len(kept) or len(kept) == len(candidates):
+            continue
+        key = kept.tobytes()
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(CandidatePath(path.path, kept.astype(np.int32)))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class EvidenceBound:
+    """What the KG allows for one question.
+
+    Attributes:
+      exact: some schema graph (main path + branches) yields exactly the gold answers.
+      best_f1: the best answer-set F1 any one yields (0.0 when none reaches a gold answer).
+      main_topic: the KG id of the best graph's main topic (-1 when none).
+      main_path: its main relation path (from the main topic to the answer).
+      branches: (topic id, relation path from that topic to the answer) of each branch it uses.
+      topics: how many of the question's topic entities are in the KG.
+    """
+
+    exact: bool
+    best_f1: float
+    main_topic: int = -1
+    main_path: tuple[PathStep, ...] = ()
+    branches: tuple[tuple[int, tuple[PathStep, ...]], ...] = ()
+    topics: int = 0
+
+    def describe(self, entities: Sequence[str]) -> str:
+        """``main-topic: path [+ topic: path ...]`` with entity names from ``entities`` (KG ids to names)."""
+        if self.main_topic < 0:
+            return ""
+        parts = [f"{entities[self.main_topic]}: {path_key(self.main_path)}"]
+        parts += [f"{entities[t]}: {path_key(p)}" for t, p in self.branches]
+        return " + ".join(parts)
+
+    def schema(self, name_of: Callable[[int], str], strategy: Strategy = "Breadth") -> SchemaGraph | None:
+        """The best graph as a :class:`SchemaGraph` whose constants are named by ``name_of`` (None when none)."""
+        if self.main_topic < 0:
+            return None
+        return schema_with_branches(name_of(self.main_topic), self.main_path,
+                                    [(name_of(t), p) for t, p in self.branches], strategy)
+
+
+def evidence_bound(topics: Sequence[int], gold: Sequence[int], catalog: PathCatalog, *,
+                   max_branches: int = MAX_BRANCHES) -> EvidenceBound:
+    """The :class:`EvidenceBound` of a question with KG topic ids ``topics`` and gold answer ids ``gold``.
+
+    Every topic is tried as the main one; every catalog path of it that reaches a gold answer is a main path; each
+    other topic adds one of its :func:`meeting_branches` (the ``max_branches`` that keep the most gold answers,
+    then the fewest others) or none."""
+    topics = list(dict.fromkeys(int(t) for t in topics if t >= 0))
+    goal = np.unique(np.asarray(list(gold), np.int64))
+    best = EvidenceBound(False, 0.0, topics=len(topics))
+    if not topics or not len(goal):
+        return best
+    for main in topics:
+        others = [t for t in topics if t != main]
+        for candidate in catalog.paths(main):
+            ends = candidate.ends.astype(np.int64)
+            if not len(np.intersect1d(ends, goal, assume_unique=True)):
+                continue
+            options = []
+            for other in others:
+                found = meeting_branches(catalog, other, ends)
+                found = [b for b in found if len(np.intersect1d(b.ends, goal, assume_unique=True))]
+                found.sort(key=lambda b: (-len(np.intersect1d(b.ends, goal, assume_unique=True)), len(b.ends)))
+                options.append([None, *found[:max_branches]])
+            for choice in itertools.product(*options):
+                kept = ends
+                for branch in choice:
+                    if branch is not None:
+                        kept = np.intersect1d(kept, branch.ends, assume_unique=True)
+                f1 = set_f1(kept, goal)
+                if f1 > best.best_f1 + 1e-12:
+                    used = tuple((t, b.path) for t, b in zip(others, choice, strict=True) if b is not None)
+                    best = EvidenceBound(bool(np.array_equal(kept, goal)), f1, main, candidate.path, used,
+                                         len(topics))
+                    if best.exact:
+                        return best
+    return best
+
+
+def schema_with_branches(topic: str, path: Sequence[PathStep], branches: Sequence[tuple[str, Sequence[PathStep]]],
+                         strategy: Strategy = "Precision") -> SchemaGraph:
+    """The schema graph of a main path from ``topic`` and a branch from each other entity, all meeting at the
+    answer: the tree the tracer walks from ``topic`` and prunes to the bindings that reach every branch's entity
+    (:func:`~stem_jax.plan.oracle.schema_from_constraints`)."""
+    return schema_from_constraints([(topic, tuple(path)), *((t, tuple(p)) for t, p in branches)], strategy)
+
+
+def evidence_bounds(dataset, *, max_hops: int = 2, index=None) -> dict[str, EvidenceBound]:
+    """qid -> :class:`EvidenceBound` for every question of ``dataset`` (a :class:`~stem_jax.data.types.Dataset`);
+    gold answers are matched to KG ids by id, else by normalised name; a question the loader dropped (no topic
+    entity found) has no entry (it is a miss). ``max_hops``: the length of main paths and branches."""
+    from stem_jax.answer.training import gold_entities
+    from stem_jax.kg.index import build_index
+    from stem_jax.kg.mediators import mediator_mask
+
+    index = index if index is not None else build_index(dataset.triples)
+    names = dataset.entity_names
+    catalog = PathCatalog(index, max_hops=max_hops, mediators=mediator_mask(index.entities, names))
+    golds = gold_entities(dataset.questions, index.entities, names)
+    out = {}
+    for question, gold in zip(dataset.questions, golds, strict=True):
+        topics = [index.entity_ids.get(t, -1) for t in question.topic_entities]
+        out[question.qid] = evidence_bound(topics, sorted(gold), catalog)
+    return out

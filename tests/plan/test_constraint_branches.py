@@ -1,0 +1,104 @@
+"""Constraint branches and the evidence bound: a second topic's branch narrows the main path's answers to the gold
+set, branches that do not meet the main path are never offered, and the branch tree traces to the intersection."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from stem_jax.data.types import PathStep
+from stem_jax.kg.index import build_index
+from stem_jax.plan.branches import evidence_bound, meeting_branches, schema_with_branches, set_f1
+from stem_jax.plan.relation_paths import PathCatalog
+
+TRIPLES = [("Fury", "film.film.starring", "Logan Lerman"), ("Perks", "film.film.starring", "Logan Lerman"),
+           ("Yuma", "film.film.starring", "Logan Lerman"), ("Fury", "film.film.other_crew", "m.0crew"),
+           ("m.0crew", "film.crew_gig.crew_member", "Candice White"), ("Elsewhere", "film.film.other_crew", "m.0c2"),
+           ("m.0c2", "film.crew_gig.crew_member", "Candice White"), ("Perks", "film.film.genre", "Drama")]
+
+
+@pytest.fixture()
+def catalog():
+    index = build_index(TRIPLES)
+    mediators = np.asarray([e.startswith("m.") for e in index.entities])
+    return index, PathCatalog(index, mediators=mediators)
+
+
+def test_only_the_second_topics_branch_gives_the_exact_answer(catalog):
+    index, paths = catalog
+    ids = index.entity_ids
+    alone = evidence_bound([ids["Logan Lerman"]], [ids["Fury"]], paths)
+    assert not alone.exact and alone.best_f1 == pytest.approx(0.5)
+    both = evidence_bound([ids["Logan Lerman"], ids["Candice White"]], [ids["Fury"]], paths)
+    assert both.exact and both.best_f1 == 1.0
+    assert [topic for topic, _ in both.branches] in ([ids["Candice White"]], [])
+    assert both.main_topic in (ids["Logan Lerman"], ids["Candice White"])
+
+
+def test_branches_that_miss_the_main_paths_answers_are_not_offered(catalog):
+    index, paths = catalog
+    films = np.asarray(sorted(index.entity_ids[f] for f in ("Fury", "Perks", "Yuma")))
+    found = meeting_branches(paths, index.entity_ids["Candice White"], films)
+    assert [b.ends.tolist() for b in found] == [[index.entity_ids["Fury"]]]
+    assert found[0].path == (PathStep("film.crew_gig.crew_member", False), PathStep("film.film.other_crew", False))
+    assert meeting_branches(paths, index.entity_ids["Drama"], np.asarray([index.entity_ids["Yuma"]])) == []
+
+
+def test_a_question_without_a_topic_or_answers_has_a_zero_bound(catalog):
+    index, paths = catalog
+    assert evidence_bound([], [index.entity_ids["Fury"]], paths).best_f1 == 0.0
+    assert evidence_bound([index.entity_ids["Logan Lerman"]], [], paths).best_f1 == 0.0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_set_f1_matches_a_plain_reference(seed):
+    rng = np.random.default_rng(seed)
+    found, gold = (np.unique(rng.integers(0, 8, rng.integers(0, 6))) for _ in range(2))
+    hits = len(set(found.tolist()) & set(gold.tolist()))
+    p = hits / len(found) if len(found) else 0.0
+    r = hits / len(gold) if len(gold) else 0.0
+    assert set_f1(found, gold) == pytest.approx(2 * p * r / (p + r) if hits else 0.0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_bound_is_the_best_over_every_main_path_and_branch_choice(seed):
+    """The exhaustive search over (main path, one branch or none per other topic), written plainly, agrees."""
+    rng = np.random.default_rng(seed)
+    triples = [(f"e{rng.integers(10)}", f"r{rng.integers(3)}", f"e{rng.integers(10)}") for _ in range(30)]
+    index = build_index(triples)
+    paths = PathCatalog(index, max_hops=1)
+    topics = [int(t) for t in rng.choice(index.num_entities, 2, replace=False)]
+    gold = sorted({int(g) for g in rng.choice(index.num_entities, 2)})
+    best = 0.0
+    for main in topics:
+        other = [t for t in topics if t != main][0]
+        for m in paths.paths(main):
+            for b in [None, *paths.paths(other)]:
+                kept = m.ends if b is None else np.intersect1d(m.ends, b.ends)
+                best = max(best, set_f1(np.asarray(kept), np.asarray(gold)))
+    assert evidence_bound(topics, gold, paths).best_f1 == pytest.approx(best)
+
+
+def test_the_branch_tree_meets_at_the_answer_and_traces_from_the_main_topic():
+    schema = schema_with_branches("Logan Lerman", [PathStep("film.film.starring", False)],
+                                  [("Candice White", [PathStep("film.crew_gig.crew_member", False),
+                                                      PathStep("film.film.other_crew", False)])])
+    assert schema.answer == "[ENT1]"
+    assert set(schema.constants()) == {"Logan Lerman", "Candice White"}
+    steps = schema.dfs_order("Logan Lerman")
+    assert [s.child for s in steps] == ["[ENT1]", "[ENT2]", "Candice White"]
+    assert list(itertools.chain.from_iterable((t.head, t.tail) for t in schema.triples)).count("[ENT1]") == 2
+
+
+def test_a_constant_named_exactly_as_a_kg_entity_is_checked_and_a_written_value_is_not():
+    from stem_jax.plan.schema import ground
+
+    index = build_index(TRIPLES)
+    schema = schema_with_branches("Logan Lerman", [PathStep("film.film.starring", False)],
+                                  [("Candice White", [PathStep("film.crew_gig.crew_member", False),
+                                                      PathStep("film.film.other_crew", False)])])
+    plan = ground(schema, "Logan Lerman", index)
+    assert plan.constants == ((3, index.entity_ids["Candice White"]),)
+    written = schema_with_branches("Logan Lerman", [PathStep("film.film.starring", False)],
+                                   [("a crew member", [PathStep("film.film.other_crew", False)])])
+    assert ground(written, "Logan Lerman", index).constants == ((2, -1),)
