@@ -677,9 +677,9 @@ class Engine:
             log(f"  encoder: {info['encoder_compiles']} shapes in {time.perf_counter() - part:.1f}s")
         log(f"  building the {method} method (planner, plans' text table) ...")
         part = time.perf_counter()
-        pipeline = getattr(self.method(method), "pipeline", None)
+        warm_up = getattr(self.method(method), "warm_up", None)  # methods with compiled tracers offer one
         log(f"  {method}: ready in {time.perf_counter() - part:.1f}s")
-        if pipeline is not None:
+        if warm_up is not None:
             if step_buckets is None:
                 templates = getattr(self.planner, "templates", None) if self.planner_spec.plans is None else None
                 step_buckets = sorted({len(t.triples) for t in templates}) if templates else (1, 2, 4)
@@ -688,7 +688,7 @@ class Engine:
             log(f"  compiling the tracer: plans of {', '.join(map(str, step_buckets))} steps, batches up to {runs} runs "
                 "(every capacity of the ladder) ...")
             part = time.perf_counter()
-            info["tracer_shapes"] = pipeline.warm_up(step_buckets, runs)
+            info["tracer_shapes"] = warm_up(step_buckets, runs)
             log(f"  tracer: {info['tracer_shapes']} shapes in {time.perf_counter() - part:.1f}s")
             info["step_buckets"] = list(step_buckets)
             info["max_runs"] = runs
@@ -715,7 +715,7 @@ class Engine:
         count = min(len(questions), calls * batch_questions, max(max_questions, batch_questions))
         sample = questions[:: max(1, len(questions) // count)][:count]
         plan, _ = stem.planner_for(sample)
-        runs, _ = stem.pipeline.plan_all(sample, plan)
+        runs, _ = stem.plan_runs(sample, plan)
         forward = reach_forward_fn(guidance.spec.layers)
         before = forward._cache_size()
         cache_dir, guidance.cache_dir = guidance.cache_dir, None
