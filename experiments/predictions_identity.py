@@ -173,9 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after-flags", default="", help="eval flags for the after side only, e.g. a setting the "
                         "before commit lacks set to its old behaviour ('--encoder.dot_dtype float32'); its folder is "
                         "named with --label")
+    parser.add_argument("--pair", action="append", default=[], metavar="CASE=BEFORE_DIR:AFTER_DIR",
+                        help="compare run folders made elsewhere (repeatable) instead of running eval; --before and "
+                        "--after then only name the commits, --commands-file lists the commands that made them")
+    parser.add_argument("--commands-file", type=Path, default=None, help="with --pair: the commands, one a line")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "identity")
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
     args = parser.parse_args(argv)
+    if args.pair:
+        return compare_pairs(args, argv)
     args.runs.mkdir(parents=True, exist_ok=True)
     trees = dict(before=source_tree(args.before, args.runs), after=source_tree(args.after, args.runs))
     log: list[str] = []
@@ -215,6 +221,33 @@ def main(argv: list[str] | None = None) -> int:
     name = f"predictions-identity-{args.dataset}" + (f"-{args.label}" if args.label else "")
     write_report(args.out, name, {"meta": run_metadata(), "commits": names, "dataset": args.dataset,
                                   "commands": log, "cases": results}, text)
+    print(text)
+    return 0 if all(r["identical"] for r in results.values()) else 1
+
+
+def compare_pairs(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """``--pair`` mode: compare existing run folders case by case and write the report (no eval is run)."""
+    results, rows = {}, []
+    for pair in args.pair:
+        case, _, dirs = pair.partition("=")
+        before, _, after = dirs.partition(":")
+        result = compare(Path(before), Path(after))
+        result.update(folders={"before": shown(Path(before)), "after": shown(Path(after))})
+        results[case] = result
+        for hop in sorted(result["questions"]):
+            rows.append([case, hop, result["questions"][hop], result["differ"].get(hop, 0),
+                         result["answers_differ"].get(hop, 0)])
+    names = {"before": git("rev-parse", "--short=7", args.before), "after": git("rev-parse", "--short=7", args.after)}
+    commands = args.commands_file.read_text().splitlines() if args.commands_file else []
+    table = markdown_table(["case", "hops", "questions", "differ", "answers differ"], rows)
+    text = (f"Run folders made at {names['before']} (before) and {names['after']} (after), compared per question on "
+            f"{', '.join(COMPARED)}.\n\n{table}\n")
+    for case, result in results.items():
+        text += f"\n{case}: {'identical' if result['identical'] else 'DIFFERENT: ' + json.dumps(result['fields'])}\n"
+    if commands:
+        text += "\nCommands:\n\n" + "\n".join(f"    {c}" for c in commands) + "\n"
+    name = "predictions-identity" + (f"-{args.label}" if args.label else "")
+    write_report(args.out, name, {"meta": run_metadata(), "commits": names, "commands": commands, "cases": results}, text)
     print(text)
     return 0 if all(r["identical"] for r in results.values()) else 1
 

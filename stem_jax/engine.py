@@ -34,14 +34,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from stem_jax.config import StemConfig, check, default_cache_dir
+from stem_jax.answer.chains import answer_chains
+from stem_jax.compile_cache import enable_compile_cache
+from stem_jax.config import StemConfig, as_dict, check, default_cache_dir
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.data.types import Dataset, Question
 from stem_jax.errors import StemError
+from stem_jax.eval.loop import evaluate_method
+from stem_jax.eval.records import make_records
+from stem_jax.eval.run_folder import engine_fingerprint, selection_of
 from stem_jax.gc_pause import collector_paused
 from stem_jax.kg.index import KGIndex, build_index
+from stem_jax.kg.linker import EntityLinker
 from stem_jax.methods import MethodContext, RetrievalMethod, build_method
 from stem_jax.plan.factory import PlannerSpec, build_planner, open_plan_store, train_planner_flags
+from stem_jax.plan.oracle import gold_paths
 from stem_jax.validation import (
     checked_cache_dir,
     checked_dataset_spec,
@@ -163,7 +170,6 @@ def load_kg(spec: DatasetSpec, *, log: Log = _quiet) -> tuple[Dataset, KGIndex]:
 def open_embeddings(config: StemConfig, dataset: Dataset, index: KGIndex, cache_root: Path, *, rebuild: bool = False,
                     show_progress: bool = False, log: Log = _quiet) -> tuple[Any, Any, list[list[Any]]]:
     """The encoder, the KG's embedding tables (built once, resumable) and a per-table summary."""
-    from stem_jax.compile_cache import enable_compile_cache
     from stem_jax.encoder import get_encoder
     from stem_jax.kg.embeddings import build_kg_embeddings, cache_folder
 
@@ -482,7 +488,6 @@ class Engine:
         spacing and a final ? aside), a question of the loaded split about the same topic entities
         becomes that question. Another topic keeps the question as asked (the split's gold path
         leaves another entity): it gets no plan, and :attr:`Answer.reason` says why."""
-        from stem_jax.plan.oracle import gold_paths
 
         if gold_paths(question).paths:
             return question
@@ -559,7 +564,6 @@ class Engine:
     def linker(self) -> Any:
         with self._lock:
             if self._linker is None:
-                from stem_jax.kg.linker import EntityLinker
 
                 self._linker = EntityLinker.from_index(self.index, self.dataset.entity_names)
             return self._linker
@@ -580,8 +584,6 @@ class Engine:
             return self._retrieve(items, method)
 
     def _retrieve(self, items: list[str | Question], method: str) -> list[Answer]:
-        from stem_jax.answer.chains import answer_chains
-        from stem_jax.eval.records import make_records
 
         parsed: list[tuple[Question, dict | None]] = [
             self.question(q) if isinstance(q, str) else (q, None) for q in items]
@@ -629,7 +631,6 @@ class Engine:
         """Why the planner made no plan for ``question`` (the oracle: no gold path), else None."""
         if record["prediction"] or record.get("plans") or not self._plans_from_gold():
             return None
-        from stem_jax.plan.oracle import gold_paths
 
         found = gold_paths(question)
         if found.paths:
@@ -677,9 +678,9 @@ class Engine:
             log(f"  encoder: {info['encoder_compiles']} shapes in {time.perf_counter() - part:.1f}s")
         log(f"  building the {method} method (planner, plans' text table) ...")
         part = time.perf_counter()
-        pipeline = getattr(self.method(method), "pipeline", None)
+        warm_up = getattr(self.method(method), "warm_up", None)  # methods with compiled tracers offer one
         log(f"  {method}: ready in {time.perf_counter() - part:.1f}s")
-        if pipeline is not None:
+        if warm_up is not None:
             if step_buckets is None:
                 templates = getattr(self.planner, "templates", None) if self.planner_spec.plans is None else None
                 step_buckets = sorted({len(t.triples) for t in templates}) if templates else (1, 2, 4)
@@ -688,7 +689,7 @@ class Engine:
             log(f"  compiling the tracer: plans of {', '.join(map(str, step_buckets))} steps, batches up to {runs} runs "
                 "(every capacity of the ladder) ...")
             part = time.perf_counter()
-            info["tracer_shapes"] = pipeline.warm_up(step_buckets, runs)
+            info["tracer_shapes"] = warm_up(step_buckets, runs)
             log(f"  tracer: {info['tracer_shapes']} shapes in {time.perf_counter() - part:.1f}s")
             info["step_buckets"] = list(step_buckets)
             info["max_runs"] = runs
@@ -715,7 +716,7 @@ class Engine:
         count = min(len(questions), calls * batch_questions, max(max_questions, batch_questions))
         sample = questions[:: max(1, len(questions) // count)][:count]
         plan, _ = stem.planner_for(sample)
-        runs, _ = stem.pipeline.plan_all(sample, plan)
+        runs, _ = stem.plan_runs(sample, plan)
         forward = reach_forward_fn(guidance.spec.layers)
         before = forward._cache_size()
         cache_dir, guidance.cache_dir = guidance.cache_dir, None
@@ -739,14 +740,11 @@ class Engine:
         refused unless ``overwrite`` (which drops them). Leaves what ``stem-jax eval`` leaves there:
         ``predictions.jsonl``, ``fingerprint.json`` (the settings), ``metrics.json`` (the summary returned,
         with the dataset, split, method, planner, config and machine) and ``metrics.md``."""
-        from stem_jax.config import as_dict
-        from stem_jax.eval.loop import evaluate_method
 
         if not isinstance(out, str | os.PathLike):
             raise StemError(f"out={out!r:.60}: expected a run folder path (str or Path)\n"
                             "  how to fix: pass e.g. \"runs/my-eval\"")
         with self._lock:
-            from stem_jax.eval.run_folder import selection_of
 
             chosen_questions = list(self.dataset.questions if questions is None else questions)
             _check_distinct_ids(chosen_questions, repeats_allowed=False)
@@ -772,6 +770,5 @@ class Engine:
 
     def results_fingerprint(self, method: str = "stem") -> dict[str, Any]:
         """Everything that changes ``method``'s results here: config, method, planner, KG, encoder, data."""
-        from stem_jax.eval.run_folder import engine_fingerprint
 
         return engine_fingerprint(self, method)

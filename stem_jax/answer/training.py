@@ -66,16 +66,11 @@ def gold_entities(questions: Sequence[Question], entities: Sequence[str], names:
 def collect_candidates(method: Any, questions: Sequence[Question], featurizer: CandidateFeaturizer,
                        chunk: int = 256) -> tuple[Candidates, list[Question]]:
     """Run STEM ``method`` over ``questions`` with a collector in the scorer hook; candidates in question order."""
-    pipeline = method.pipeline
-    kept = pipeline.answer_scorer
     collector = CandidateCollector(featurizer)
-    pipeline.answer_scorer = collector
-    try:
+    with method.answer_scorer_as(collector):
         method.prepare(list(questions))
         for start in range(0, len(questions), chunk):
             method.retrieve(list(questions[start:start + chunk]))
-    finally:
-        pipeline.answer_scorer = kept
     by_qid = {q.qid: q for q in questions}
     return concat_candidates(collector.parts), [by_qid[qid] for qid in collector.qids]
 
@@ -131,7 +126,6 @@ def out_of_sample_candidates(engine: Any, dataset_spec: Any, config: Any, questi
     import shutil
     import time
 
-    from stem_jax.engine import Engine
     from stem_jax.plan.factory import PlannerSpec
     from stem_jax.plan.training import train_and_save
 
@@ -149,7 +143,8 @@ def out_of_sample_candidates(engine: Any, dataset_spec: Any, config: Any, questi
         try:
             train_and_save(dataclasses.replace(dataset, questions=rest), "train", config, out,
                            cache_root=engine.cache_root, encoder=engine.encoder, log=lambda _: None)
-            folded = Engine.open(dataset_spec, config=config, planner=PlannerSpec("pattern", path=out),
+            # the engine's own class opens each fold's engine: this package sits below the engine and never imports it
+            folded = type(engine).open(dataset_spec, config=config, planner=PlannerSpec("pattern", path=out),
                                  cache_dir=engine.cache_root)
             part, got = collect_candidates(folded.method("stem"), mine, featurizer)
         finally:
@@ -161,6 +156,13 @@ def out_of_sample_candidates(engine: Any, dataset_spec: Any, config: Any, questi
     return concat_candidates(parts), planned
 
 
+def scorer_engine_config(config: Any) -> Any:
+    """``config`` as the engine that trains an answer scorer needs it: ranking by the tracer, no stored scorer."""
+    from stem_jax.config import apply_overrides
+
+    return apply_overrides(config, {"engine.answer_scorer": "off"})
+
+
 def every_kth(questions: Sequence[Question], limit: int) -> list[Question]:
     """At most ``limit`` of ``questions``, spread evenly over the list (deterministic)."""
     if len(questions) <= limit:
@@ -169,16 +171,19 @@ def every_kth(questions: Sequence[Question], limit: int) -> list[Question]:
     return [questions[int(i * step)] for i in range(limit)]
 
 
-def train_scorer_for_planner(dataset_spec: Any, config: Any, planner_path: Path, *, cache_root: Path,
-                             val_fraction: float = 0.1, max_train: int = 3000, max_held: int = 1000,
-                             folds: int = FOLDS, log: Callable[[str], None] = print) -> dict[str, Any]:
+def train_scorer_for_planner(engine: Any, dataset_spec: Any, planner_path: Path, *, val_fraction: float = 0.1,
+                             max_train: int = 3000, max_held: int = 1000, folds: int = FOLDS,
+                             log: Callable[[str], None] = print) -> dict[str, Any]:
     """``stem-jax train-planner``'s last step: train the KG's answer scorer (:func:`train_kg_scorer`) for the
     planner just saved at ``planner_path``, on candidates for the planner's training questions (at most
     ``max_train``) from out-of-sample beams (:func:`out_of_sample_candidates`, ``folds`` planners; 0: the planner's
     own, in-sample beams), choosing on its held-out ones (at most ``max_held``, planned by the planner itself, which
     never saw them). The scorer is stored only when it adds :data:`MIN_GAIN` held-out Hit@1 without losing F1
     (MetaQA and WorldCup2014, where the tracer's ranking is at the data's bound, keep none; the demo KG keeps
-    one). Returns the scorer's report."""
+    one). Returns the scorer's report.
+
+    ``engine``: a :class:`stem_jax.engine.Engine` over ``dataset_spec`` with that planner and no answer scorer
+    (``engine.answer_scorer=off``, :func:`scorer_engine_config`)."""
     import dataclasses
     import json
     import shutil
@@ -186,13 +191,9 @@ def train_scorer_for_planner(dataset_spec: Any, config: Any, planner_path: Path,
 
     from stem_jax.config import apply_overrides
     from stem_jax.data.splits import hash_split
-    from stem_jax.engine import Engine
-    from stem_jax.plan.factory import PlannerSpec
 
     selection = json.loads((Path(planner_path) / "planner.json").read_text()).get("report", {}).get("selection", {})
-    config = apply_overrides(config, {"engine.answer_scorer": "off"})
-    engine = Engine.open(dataset_spec, config=config, planner=PlannerSpec("pattern", path=Path(planner_path)),
-                         cache_dir=cache_root, log=log)
+    config = engine.config
     folder = scorer_folder(engine.cache_root / engine.dataset.name, engine.encoder.name)
     train, held = hash_split(engine.dataset.questions, val_fraction)
     train, held = every_kth(train, max_train), every_kth(held, max_held)

@@ -107,7 +107,6 @@ class StageTimer:
     def __init__(self, engine: Any):
         self.engine = engine
         self.method = engine.method("stem")
-        self.pipeline = self.method.pipeline
         self.planner = engine.planner if engine.planner_spec.plans is None else None
         guidance = self.method.context.guidance
         if guidance is not None:
@@ -142,24 +141,20 @@ class StageTimer:
         cpu = time.process_time()
         plan = self._plan(batch, times)
         began = time.perf_counter()
-        runs, _ = self.pipeline.plan_all(batch, plan)
+        runs, _ = self.method.plan_runs(batch, plan)
         self.method.embed([t for rs in runs for r in rs for t in r.plan.step_texts()], False)
         times["schema_encoding"] = time.perf_counter() - began
         began = time.perf_counter()
         if self.method.context.guidance is not None:
             self.method.context.guidance.attach(batch, runs, show_progress=False)
         times["gnn"] = time.perf_counter() - began
-        flat = [r for rs in runs for r in rs]
-        outputs, timings = self.pipeline.trace(flat, self.method.hyper)
-        times["anchoring"] = timings["anchor"]
-        times["tracing"] = timings["trace"]
+        scored = self.method.score_grid(batch, [self.method.hyper], runs=runs)
+        times["anchoring"] = scored.seconds["anchor"]
+        times["tracing"] = scored.seconds["trace"]
         began = time.perf_counter()
         # the batch ranked together and its records made together, as Engine.retrieve / serve / eval do
-        starts = np.cumsum([0, *map(len, runs)]).tolist()
-        per_output = [outputs[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True)]
-        make_records(self.pipeline.context, batch, self.pipeline.retrievals(batch, runs, per_output, {},
-                                                                            self.method.hyper), "stem")
-        times["answers"] = time.perf_counter() - began
+        make_records(self.method.context, batch, scored.retrievals[0], "stem")
+        times["answers"] = scored.seconds["answer"] + time.perf_counter() - began
         times["total"] = sum(times[s] for s in STAGES)
         # CPU seconds of this process over the call (all its threads): on a shared machine wall time
         # includes waiting for a core, this does not, so it estimates what an idle machine would take.

@@ -4,7 +4,7 @@ Both tracers get identical inputs (oracle plans, the cached MiniLM embeddings, t
 and the same effective settings: the pipeline's traced λ, τ and (possibly calibrated) θ, its
 preset-resolved relation bonus and ``tau_admits``, each run's strategy as the pipeline traces it,
 and the capacities of the ladder level each run finished at. The JAX side is
-:meth:`StemPipeline.trace`, the call ``stem-jax eval`` makes. Timings exclude compilation, which
+the anchor and trace stages ``stem-jax eval`` runs (:meth:`StemPipeline.trace`). Timings exclude compilation, which
 is reported on its own; the reference is timed over the same runs. Agreement is measured for
 anchors (the reference anchoring with the run's named entities), answers and evidence (JAX vs
 level-order reference: exact up to float summation order), and level vs the literal sequential
@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from stem_jax.methods.stem.pipeline import Run, StemHyper, StemPipeline
+from stem_jax.methods.stem import Run, StemHyper, StemPipeline
 from stem_jax.trace.reference import anchor_reference, trace_reference
 from stem_jax.trace.tracer import anchor_batch, trace_batch
 from stem_jax.trace.types import TraceOptions

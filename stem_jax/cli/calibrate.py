@@ -21,10 +21,10 @@ from stem_jax.errors import StemError
 from stem_jax.methods.stem.calibration import (
     CONVENTION_GRID,
     DEFAULT_GRID,
-    _conventions_key,
-    _rank,
     choose,
+    conventions_key,
     save_calibration,
+    setting_rank,
     sweep_theta,
     tied,
     tied_conventions,
@@ -55,9 +55,9 @@ def _break_ties(rows: list[dict], engine, questions: list) -> tuple[dict[tuple, 
     prefer: dict[tuple, float] = {}
     for conventions in sets:
         bound = engine_bound(questions, engine.index, engine.dataset.entity_names, **conventions)
-        prefer[_conventions_key({"conventions": conventions})] = bound["overall"]["mean"].get("f1", 0.0) if bound else 0.0
-    report["bounds"] = [{"conventions": c, "bound_f1": prefer[_conventions_key({"conventions": c})]} for c in sets]
-    words = "; ".join(f"{', '.join(f'{k}={v}' for k, v in c.items())}: {100 * prefer[_conventions_key({'conventions': c})]:.1f}"
+        prefer[conventions_key({"conventions": conventions})] = bound["overall"]["mean"].get("f1", 0.0) if bound else 0.0
+    report["bounds"] = [{"conventions": c, "bound_f1": prefer[conventions_key({"conventions": c})]} for c in sets]
+    words = "; ".join(f"{', '.join(f'{k}={v}' for k, v in c.items())}: {100 * prefer[conventions_key({'conventions': c})]:.1f}"
                       for c in sets)
     if len(set(prefer.values())) > 1:
         lines.append(f"  the tie goes to the conventions whose walk of the data's own gold paths scores best (bound F1 "
@@ -110,10 +110,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise StemError("no questions to calibrate on: the selection is empty\n  how to fix: check --split and --hops")
     plan, _ = method.planner_for(questions)
     conventions = None if args.keep_conventions else CONVENTION_GRID
-    rows = sweep_theta(method.pipeline, questions, plan, args.grid, conventions=conventions)
+    rows = sweep_theta(method, questions, plan, args.grid, conventions=conventions)
     conv = lambda r: [r["conventions"][k] for k in ("direction", "used_triples", "exclude_topic")] if conventions else []  # noqa: E731
     prefer, ties = _break_ties(rows, engine, questions)
-    ranked = sorted(rows, key=lambda r: _rank(r, 0.6, prefer), reverse=True)
+    ranked = sorted(rows, key=lambda r: setting_rank(r, 0.6, prefer), reverse=True)
     shown = ranked[:SHOWN_ROWS]
     table = markdown_table(["θ"] + (["direction", "used triples", "exclude topic"] if conventions else [])
                            + ["mean F1", "mean Hit"] + [f"{h} F1" for h in rows[0]["hops"]],
@@ -134,7 +134,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.no_save:
         print(f"best {chosen} (not stored)  [{time.perf_counter() - started:.1f}s]")
         return 0
-    path = save_calibration(engine.embeddings, method.pipeline, rows, split=args.split, questions=len(questions),
+    path = save_calibration(engine.embeddings, method, rows, split=args.split, questions=len(questions),
                             prefer=prefer, ties={k: v for k, v in ties.items() if k != "lines"})
     print(f"{chosen} written to {path}  [{time.perf_counter() - started:.1f}s]")
     return 0

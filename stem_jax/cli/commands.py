@@ -198,7 +198,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         with labelled(f"{name} engine"):  # the two runs' bars told apart
             # overwrite: the demo always recomputes, it is the smoke test
             results[name] = engine.evaluate(folder, overwrite=True)
-        thetas[name] = engine.method("stem").pipeline.theta
+        thetas[name] = engine.method("stem").settings.theta
     print("\nGold-path upper bound (follow the gold relation path; percent):\n")
     print(_upper_bound_table(upper))
     tables = []
@@ -366,7 +366,7 @@ def cmd_bench_trace(args: argparse.Namespace) -> int:
     method = engine.method("stem")
     method.prepare(questions, show_progress=not args.no_progress)  # plans, grounds and embeds the schema texts
     runs = [run for question in questions for run in method.runs[question.qid]]
-    pipeline = method.pipeline
+    pipeline = method.resources
     result = bench_trace(pipeline, runs, repeats=args.repeats)
     rows = [[k, round(v, 4) if isinstance(v, float) else v] for k, v in result.items() if not isinstance(v, (dict, list))]
     table = markdown_table(["measure", "value"], rows)

@@ -223,9 +223,9 @@ def cmd_ablate_guidance(args: argparse.Namespace) -> int:
     results = run_guidance_ablation(method, dataset.questions, out, fingerprint=engine.results_fingerprint("stem"),
                                     show_progress=not args.no_progress)
     table = ablation_table(results)
-    hyper, engine_settings = method.hyper, method.pipeline.engine
+    hyper, engine_settings = method.hyper, method.settings.engine
     title = (f"{dataset.name}/{args.split}, planner {engine.planner_spec.label}, guidance K=|T|·{config.guidance.k_prime}, "
-             f"λ={hyper.lam}, τ={hyper.tau}, θ={hyper.theta:g} ({method.pipeline.settings.theta_source}), "
+             f"λ={hyper.lam}, τ={hyper.tau}, θ={hyper.theta:g} ({method.settings.theta_source}), "
              f"relation bonus {'on' if engine_settings.relation_bonus else 'off'} (percent)")
     print(f"\n{title}:\n\n{table}")
     wall = time.perf_counter() - started

@@ -101,12 +101,16 @@ def cmd_train_planner(args: argparse.Namespace) -> int:
     print(f"\nvalidation ({args.val_fraction:.0%} of {dataset.name}/{args.split} by qid hash):\n")
     print(table)
     if args.answer_scorer:
-        from stem_jax.answer.training import train_scorer_for_planner
+        from stem_jax.answer.training import scorer_engine_config, train_scorer_for_planner
         from stem_jax.cli.args import dataset_spec
+        from stem_jax.engine import Engine
+        from stem_jax.plan.factory import PlannerSpec
 
         print()
-        train_scorer_for_planner(dataset_spec(args, config), config, out, cache_root=cache_root(args),
-                                 val_fraction=args.val_fraction)
+        spec = dataset_spec(args, config)
+        engine = Engine.open(spec, config=scorer_engine_config(config), planner=PlannerSpec("pattern", path=Path(out)),
+                             cache_dir=cache_root(args), log=print)
+        train_scorer_for_planner(engine, spec, out, val_fraction=args.val_fraction)
     print(f"\nsaved {out}  [{time.perf_counter() - began:.1f}s]")
     return 0
 

@@ -61,14 +61,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.guidance == "none" and (axes["lams"] or axes["taus"] or axes["k_primes"]):
         print("note: --guidance none: λ, τ and K' have no effect without a guidance graph")
     engine = open_engine(args, config)
-    engine.dataset.questions = subset(engine.dataset.questions, args.subset)
+    # the sweep's own selection: the engine's dataset keeps every loaded question
+    questions = subset(list(engine.dataset.questions), args.subset)
     if args.subset is not None:
-        print(f"stratified subset: {len(engine.dataset.questions)} questions ({args.subset} per hop, lowest sha256(qid))")
+        print(f"stratified subset: {len(questions)} questions ({args.subset} per hop, lowest sha256(qid))")
     out = args.out or Path("runs") / f"sweep-{engine.dataset.name}-{args.split}"
     method = engine.method("stem")
-    points = make_grid(config, **axes, default_theta=method.pipeline.theta)
-    print(f"sweep: {len(points)} grid points x {len(engine.dataset.questions)} questions -> {out}")
-    result = run_sweep(method, engine.dataset.questions, points, out, chunk_size=config.engine.chunk_questions,
+    points = make_grid(config, **axes, default_theta=method.settings.theta)
+    print(f"sweep: {len(points)} grid points x {len(questions)} questions -> {out}")
+    result = run_sweep(method, questions, points, out, chunk_size=config.engine.chunk_questions,
                        points_per_call=args.points_per_call,
                        grid_batch=None if args.grid_batch == 0 else args.grid_batch, fingerprint=engine.results_fingerprint("stem"),
                        overwrite=args.overwrite, show_progress=not args.no_progress)

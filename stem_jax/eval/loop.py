@@ -18,7 +18,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stem_jax.data.types import Question
 from stem_jax.errors import StemError
@@ -33,8 +33,10 @@ from stem_jax.eval.scoring import (
     scored_fields,
 )
 from stem_jax.gc_pause import collector_paused
-from stem_jax.methods.base import RetrievalMethod
 from stem_jax.progress import progress
+
+if TYPE_CHECKING:  # annotations only: methods build on eval, never the other way at run time
+    from stem_jax.methods.base import RetrievalMethod
 
 
 def evaluate_method(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,8 +18,10 @@ from stem_jax.data.types import Question
 from stem_jax.errors import StemError
 from stem_jax.eval.metrics import coverage_rate
 from stem_jax.kg.index import KGIndex
-from stem_jax.methods.base import MethodContext, Retrieval
 from stem_jax.plan.oracle import gold_path_triple_keys, gold_path_triples
+
+if TYPE_CHECKING:  # annotations only: methods build on eval, never the other way at run time
+    from stem_jax.methods.base import MethodContext, Retrieval
 
 MAX_EVIDENCE_LISTED = 256
 # score types whose float64 array holds exactly float(score), so they can be rounded as one array

@@ -49,9 +49,9 @@ def test_small_padded_batch_matches_the_old_minimum(engine, monkeypatch):
     runs, small = _outputs(engine, questions[:1])
     monkeypatch.setattr(evaluator, "MIN_BATCH", 8)
     _, padded = _outputs(engine, questions[:1])
-    assert len(runs) <= 4 and evaluator._fit(64, len(runs)) == 8
+    assert len(runs) <= 4 and evaluator.batch_size(64, len(runs)) == 8
     monkeypatch.setattr(evaluator, "MIN_BATCH", 4)
-    assert evaluator._fit(64, len(runs)) == 4
+    assert evaluator.batch_size(64, len(runs)) == 4
     for a, b in zip(small, padded, strict=True):
         for key in ("nodes", "scores", "via", "parents", "overflow", "capacity"):
             np.testing.assert_array_equal(a[key], b[key])

@@ -2,7 +2,7 @@
 
 The four rows differ only in λ (entity bias, used in anchoring) and τ (triple bias, added to the
 T-Score); both are traced hyper-parameters, so every row is the same :class:`StemMethod` traced at
-another :class:`~stem_jax.methods.stem.pipeline.StemHyper` (θ stays the effective, possibly
+another :class:`~stem_jax.methods.stem.types.StemHyper` (θ stays the effective, possibly
 calibrated one): the device-side KG, the compiled tracers, the prepared plans, the schema-text
 embeddings and the guidance provider's cached GNN outputs are shared, and each row equals
 ``stem-jax eval`` with that row's ``--tracer.lam``/``--tracer.tau``.
@@ -19,7 +19,7 @@ from stem_jax.errors import StemError
 from stem_jax.eval.loop import evaluate_method
 from stem_jax.eval.run_folder import method_fingerprint
 from stem_jax.methods.stem.method import StemMethod
-from stem_jax.methods.stem.pipeline import StemHyper
+from stem_jax.methods.stem.types import StemHyper
 
 # (row name, folder, λ override, τ override); None keeps the configured value
 GUIDANCE_ABLATIONS: tuple[tuple[str, str, float | None, float | None], ...] = (

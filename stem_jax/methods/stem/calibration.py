@@ -2,18 +2,16 @@
 
 The paper's θ = 0.6 was chosen for Qwen3-Embedding; cosines of another encoder live on another
 scale (with MiniLM a placeholder schema triple scores about 0.3 against the right KG triple). The
-sweep traces one dev sample for every θ of a grid through one
-:class:`~stem_jax.methods.stem.pipeline.StemPipeline` (``trace(runs, hyper)`` with the grid's θ:
-no recompilation, planning and encoding done once), answers it with the pipeline's own
-``retrievals`` and records, scores each θ as an eval is scored (:func:`stem_jax.eval.scoring.score_records`),
+sweep traces one dev sample for every θ of a grid through STEM's one grid call
+(:meth:`~stem_jax.methods.stem.method.StemMethod.score_grid` with the grid's θ: no recompilation, planning
+and encoding done once), answers it with the method's own rank stage and records, scores each θ as an eval is scored (:func:`stem_jax.eval.scoring.score_records`),
 and keeps the best F1 over the sample's questions (ties:
 Hit, then the θ closest to the paper's). ``stem-jax calibrate`` runs it.
 
 The KG's conventions are swept with θ (:data:`CONVENTION_GRID`): ``direction`` (undirected | directed
 matching) and ``used_triples`` (run | branch | step) change what is traced, so each pair is one
-more trace per θ (a copy of the pipeline with those engine fields, same device arrays and compiled
-shapes otherwise); ``exclude_topic`` only changes the answers, so both values are scored from the
-same trace. Ties keep the engine's defaults (undirected, once per run, topic excluded), then the θ
+more trace per θ (the same device arrays and compiled shapes, those engine fields changed);
+``exclude_topic`` only changes the answers. Ties keep the engine's defaults (undirected, once per run, topic excluded), then the θ
 closest to the paper's.
 
 The result is stored as ``calibration.json`` beside the KG embeddings of that encoder, with the
@@ -104,40 +102,34 @@ def applies(calibration: dict[str, Any] | None, engine: Any) -> bool:
     return all(settings.get(k) == getattr(engine, k) for k in MATCHED_SETTINGS)
 
 
-def sweep_theta(pipeline: Any, questions: Sequence[Question], planner: Callable, grid: Sequence[float] = DEFAULT_GRID,
+def sweep_theta(method: Any, questions: Sequence[Question], planner: Callable, grid: Sequence[float] = DEFAULT_GRID,
                 log: Callable[[str], None] = print, conventions: Sequence[dict[str, Any]] | None = None,
                 ) -> list[dict[str, Any]]:
     """Mean Hit/Hit@1/F1 per hop of ``questions`` for every θ of ``grid`` (one plan/encode, one trace per θ)
-    through ``pipeline`` (a :class:`~stem_jax.methods.stem.pipeline.StemPipeline`): each θ is
-    ``pipeline.trace(runs, hyper)`` with the pipeline's λ and τ, answered and scored as ``stem-jax eval`` does.
+    through STEM ``method`` (a :class:`~stem_jax.methods.stem.method.StemMethod`): each θ is a point of
+    :meth:`~stem_jax.methods.stem.method.StemMethod.score_grid` with the method's λ and τ, answered and scored
+    as ``stem-jax eval`` does. ``planner`` plans the questions (no guidance is attached).
 
     ``conventions``: engine conventions to sweep with θ (e.g. :data:`CONVENTION_GRID`); each row then
-    carries its ``"conventions"``. Traced conventions run on
-    :meth:`~stem_jax.methods.stem.pipeline.StemPipeline.with_conventions` copies of ``pipeline``."""
-    runs, _ = pipeline.plan_all(questions, planner)
-    texts = [t for rs in runs for r in rs for t in r.plan.step_texts()]
-    if pipeline.text_emb is None or set(texts) - set(pipeline.text_rows):
-        pipeline.embed_texts(texts, show_progress=False)
-    flat = [r for rs in runs for r in rs]
+    carries its ``"conventions"``."""
+    runs, _ = method.plan_runs(questions, planner)
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for conv in conventions or [{}]:
         groups[tuple((k, conv[k]) for k in TRACED_CONVENTIONS if k in conv)].append(dict(conv))
     rows = []
-    for traced, members in groups.items():
-        traced_pipeline = pipeline.with_conventions(**dict(traced)) if traced else pipeline
+    for members in groups.values():
         for theta in grid:
             began = time.perf_counter()
-            hyper = pipeline.hyper.replace(theta=theta)
-            outputs, _ = traced_pipeline.trace(flat, hyper)
+            hyper = method.default_hyper.replace(theta=theta)
             for conv in members:
-                answering = (traced_pipeline.with_conventions(exclude_topic=conv["exclude_topic"])
-                             if "exclude_topic" in conv else traced_pipeline)
-                row = _score(answering, questions, runs, outputs, hyper)
+                scored = method.score_grid(questions, [hyper], runs=runs, conventions=conv or None)
+                row = _score(method, questions, scored.retrievals[0])
                 row.update({"theta": float(theta), "seconds": time.perf_counter() - began})
                 label = ""
                 if conv:
-                    row["conventions"] = {k: getattr(answering.engine, k) for k in ("direction", "used_triples",
-                                                                                     "exclude_topic")}
+                    engine = dataclasses.replace(method.settings.engine, **conv)
+                    row["conventions"] = {k: getattr(engine, k) for k in ("direction", "used_triples",
+                                                                          "exclude_topic")}
                     label = " " + ", ".join(f"{k}={v}" for k, v in row["conventions"].items())
                 log(f"θ={theta:.2f}{label}: mean F1 {100 * row['mean_f1']:.2f}, mean Hit {100 * row['mean_hit']:.2f} "
                     f"({row['seconds']:.0f}s)")
@@ -145,16 +137,10 @@ def sweep_theta(pipeline: Any, questions: Sequence[Question], planner: Callable,
     return rows
 
 
-def _score(pipeline: Any, questions: Sequence[Question], runs: Sequence, outputs: Sequence, hyper: Any) -> dict[str, Any]:
-    """Per hop Hit, Hit@1 and F1 of ``questions`` answered from ``outputs`` as ``stem-jax eval`` answers and
-    scores them (:meth:`~stem_jax.methods.stem.pipeline.StemPipeline.retrievals`, the shared record builder and
-    :func:`~stem_jax.eval.scoring.score_records`), and their means over the hops."""
-    per_output, cursor = [], 0
-    for rs in runs:
-        per_output.append(outputs[cursor : cursor + len(rs)])
-        cursor += len(rs)
-    retrievals = pipeline.retrievals(questions, runs, per_output, hyper=hyper)
-    summary = score_records(make_records(pipeline.context, questions, retrievals, "stem"))
+def _score(method: Any, questions: Sequence[Question], retrievals: Sequence[Any]) -> dict[str, Any]:
+    """Per hop Hit, Hit@1 and F1 of ``questions``' retrievals as ``stem-jax eval`` scores them (the shared record
+    builder and :func:`~stem_jax.eval.scoring.score_records`), and their means over the hops."""
+    summary = score_records(make_records(method.context, questions, retrievals, "stem"))
     row: dict[str, Any] = {"hops": {}}
     for hop, stats in summary["groups"].items():
         row["hops"][hop] = {k: stats["mean"][k] for k in ("hit", "hit_at_1", "f1")}
@@ -198,12 +184,12 @@ def _defaults_kept(row: dict[str, Any]) -> int:
     return sum(v == getattr(defaults, k) for k, v in row.get("conventions", {}).items())
 
 
-def _conventions_key(row: dict[str, Any]) -> tuple:
+def conventions_key(row: dict[str, Any]) -> tuple:
     return tuple(sorted(row.get("conventions", {}).items()))
 
 
-def _rank(row: dict[str, Any], paper_theta: float, prefer: dict[tuple, float] | None) -> tuple:
-    bound = (prefer or {}).get(_conventions_key(row), 0.0)
+def setting_rank(row: dict[str, Any], paper_theta: float, prefer: dict[tuple, float] | None) -> tuple:
+    bound = (prefer or {}).get(conventions_key(row), 0.0)
     return (round(row["mean_f1"], 4), round(row["mean_hit"], 4), round(bound, 4), _defaults_kept(row),
             -abs(row["theta"] - paper_theta))
 
@@ -213,7 +199,7 @@ def choose(rows: Sequence[dict[str, Any]], paper_theta: float = 0.6,
     """The best row: mean F1, then mean Hit, then (``prefer``: conventions -> the data's gold-path bound F1 under
     them, see :func:`tied_conventions`) the conventions the data's own paths reach best with, then the engine's
     default conventions, then θ nearest the paper's."""
-    return max(rows, key=lambda r: _rank(r, paper_theta, prefer))
+    return max(rows, key=lambda r: setting_rank(r, paper_theta, prefer))
 
 
 def tied(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -226,7 +212,7 @@ def tied_conventions(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The distinct convention sets among :func:`tied` rows (several: dev cannot decide between them)."""
     seen: dict[tuple, dict[str, Any]] = {}
     for row in tied(rows):
-        seen.setdefault(_conventions_key(row), dict(row.get("conventions", {})))
+        seen.setdefault(conventions_key(row), dict(row.get("conventions", {})))
     return list(seen.values())
 
 
@@ -234,12 +220,12 @@ def choose_theta(rows: Sequence[dict[str, Any]], paper_theta: float = 0.6) -> fl
     return float(choose(rows, paper_theta)["theta"])
 
 
-def save_calibration(embeddings: Any, pipeline: Any, rows: Sequence[dict[str, Any]], *, split: str,
+def save_calibration(embeddings: Any, method: Any, rows: Sequence[dict[str, Any]], *, split: str,
                      questions: int, prefer: dict[tuple, float] | None = None,
                      ties: dict[str, Any] | None = None) -> Path:
     """Store the :func:`choose` row (``prefer`` breaks its ties) beside the embeddings; ``ties`` records how
     many settings tied and how the tie was broken."""
-    engine = pipeline.engine
+    engine = method.settings.engine
     best = choose(rows, prefer=prefer)
     payload = {
         "theta": float(best["theta"]),
@@ -248,7 +234,7 @@ def save_calibration(embeddings: Any, pipeline: Any, rows: Sequence[dict[str, An
         "questions": questions,
         "engine": {k: getattr(engine, k) for k in MATCHED_SETTINGS},
         "engine_all": dataclasses.asdict(engine),
-        "tau": pipeline.config.tracer.tau,
+        "tau": method.context.config.tracer.tau,
         "sweep": list(rows),
     }
     if ties:

@@ -1,11 +1,11 @@
 """STEM as a :class:`~stem_jax.methods.base.RetrievalMethod`: plan, ground, encode, guide, anchor, trace.
 
-A thin adapter over :class:`~stem_jax.methods.stem.pipeline.StemPipeline`, which holds the
-device-side KG and the compiled tracers. :meth:`StemMethod.prepare` plans every question of a split
-once (so the schema-text cache key is stable across resumed runs), embeds the schema triples and
-attaches the guidance graph; :meth:`StemMethod.retrieve` traces a chunk through
-:meth:`StemPipeline.trace` and answers it with :meth:`StemPipeline.retrieval`, both at the method's
-``hyper`` (default: the configured λ, τ and effective θ). Questions that were not prepared
+The method composes the four stage functions over one holder
+(:class:`~stem_jax.methods.stem.pipeline.StemPipeline`: the device-side KG, encoder and tracer shapes).
+:meth:`StemMethod.prepare` plans every question of a split once (so the schema-text cache key is stable
+across resumed runs), embeds the schema triples and attaches the guidance graph; :meth:`StemMethod.retrieve`
+anchors, traces and ranks a chunk at the method's ``hyper`` (default: the configured λ, τ and effective θ),
+and :meth:`StemMethod.score_grid` does the same at many points at once. Questions that were not prepared
 (``stem-jax ask``) are prepared on the fly.
 
 Thread safety: :meth:`prepare`, :meth:`embed`, :meth:`forget` and :meth:`retrieve` grow state that
@@ -17,11 +17,13 @@ answers it would get alone.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import threading
 import time
 import weakref
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,13 @@ from stem_jax.config import as_dict
 from stem_jax.data.types import Question
 from stem_jax.eval.loop import evaluate_method
 from stem_jax.methods.base import MethodContext, Retrieval
-from stem_jax.methods.stem.pipeline import Planner, Run, StemHyper, StemPipeline
+from stem_jax.methods.stem.anchor import anchor, guidance_rows
+from stem_jax.methods.stem.pipeline import StemPipeline
+from stem_jax.methods.stem.plan import plan as plan_runs
+from stem_jax.methods.stem.rank import rank
+from stem_jax.methods.stem.settings import EffectiveSettings
+from stem_jax.methods.stem.trace import trace
+from stem_jax.methods.stem.types import Planner, Run, StemHyper, split_by_question
 from stem_jax.plan.factory import planned
 
 _LOCKS: weakref.WeakKeyDictionary[StemPipeline, threading.RLock] = weakref.WeakKeyDictionary()
@@ -45,6 +53,16 @@ def pipeline_lock(pipeline: StemPipeline) -> threading.RLock:
         if lock is None:
             lock = _LOCKS[pipeline] = threading.RLock()
         return lock
+
+
+@dataclasses.dataclass(frozen=True)
+class GridScores:
+    """What :meth:`StemMethod.score_grid` gives: per point, per question, a :class:`~stem_jax.methods.base.Retrieval`,
+    and the wall seconds of its anchoring, tracing and answering, and of its compiled trace calls."""
+
+    retrievals: list[list[Retrieval]]  # [P][Q]
+    seconds: dict[str, float]
+    calls: int
 
 
 class StemMethod:
@@ -104,6 +122,114 @@ class StemMethod:
         """What this method traces with: the effective engine and θ source, and the traced λ, τ, θ."""
         return {**self.pipeline.settings.as_dict(), "hyper": self.hyper.as_dict()}
 
+    @property
+    def settings(self) -> EffectiveSettings:
+        """The effective configuration this method traces with (preset-resolved engine, θ and its source)."""
+        return self.pipeline.settings
+
+    @property
+    def resources(self) -> StemPipeline:
+        """The holder of this method's device tables, encoder and schema-text table, for tools that check the
+        stages against their plain references (``stem-jax bench trace``)."""
+        return self.pipeline
+
+    @property
+    def default_hyper(self) -> StemHyper:
+        """The configured λ and τ and the effective θ (what :meth:`retrieve` traces at unless given a ``hyper``)."""
+        return self.pipeline.hyper
+
+    def guidance_width(self) -> int:
+        """G, the guidance entities per run a trace call takes (``engine.guidance``)."""
+        return self.pipeline.shapes[True].guidance
+
+    def guidance_rows(self, questions: Sequence[Question]) -> dict[str, np.ndarray]:
+        """Per prepared question, its runs' guidance entity ids as they stand now (int32 [runs, G], -1 padded)."""
+        return {q.qid: guidance_rows(self.pipeline, self.runs[q.qid]) for q in questions}
+
+    @contextlib.contextmanager
+    def answer_scorer_as(self, scorer: Any) -> Iterator[None]:
+        """Within the block, rank with ``scorer`` (a learned answer scorer, a candidate collector, or None)."""
+        with self.lock:
+            kept = self.pipeline.answer_scorer
+            self.pipeline.answer_scorer = scorer
+            try:
+                yield
+            finally:
+                self.pipeline.answer_scorer = kept
+
+    def plan_runs(self, questions: Sequence[Question], planner: Planner | None = None,
+                  ) -> tuple[list[list[Run]], dict[str, int]]:
+        """Plan ``questions`` into runs now (``planner``: default this method's), without keeping them."""
+        plan = self.planner_for(questions)[0] if planner is None else planner
+        return plan_runs(self.pipeline, questions, plan)
+
+    def warm_up(self, step_buckets: Sequence[int], max_runs: int) -> int:
+        """Compile every tracer a call of at most ``max_runs`` runs can reach (and the device ranking when answers
+        are ranked there), so warm calls never compile; returns the tracer shapes visited."""
+        return self.pipeline.warm_up(step_buckets, max_runs)
+
+    def score_grid(self, questions: Sequence[Question], hypers: Sequence[StemHyper], *,
+                   guidance: Sequence[Mapping[str, np.ndarray]] | None = None,
+                   conventions: Mapping[str, Any] | None = None, runs: Sequence[Sequence[Run]] | None = None,
+                   points_per_call: int | None = None, grid_batch: int | None = -1,
+                   stage_ms: Mapping[str, float] | None = None) -> GridScores:
+        """Answer ``questions`` at every point of ``hypers`` (λ, τ, θ), as :meth:`retrieve` answers them at one.
+
+        The one call behind sweeps, calibration, guidance ablations, benchmarks and the answer scorer's training:
+        the questions are prepared (planned, embedded, guided) once, then anchored, traced and ranked at each
+        point with the same stage functions :meth:`retrieve` uses, so a grid point equals ``eval`` at its flags.
+
+        ``guidance``: per point, per question, guidance rows (int32 [runs, G]; a sweep's K' values), default each
+        run's own. ``conventions``: KG conventions (``direction``, ``used_triples``, ``exclude_topic``) to trace
+        and rank under instead of the effective engine's. ``runs``: the questions' runs, planned by the caller
+        (:meth:`plan_runs`), instead of the prepared ones. ``points_per_call`` caps the points of one compiled
+        trace call (None: all; 1: each point alone), ``grid_batch`` how many of them are vmapped together (-1:
+        :func:`~stem_jax.methods.stem.trace.default_grid_batch`). ``stage_ms`` is copied into every retrieval's
+        timings, beside each point's anchor, trace and answer milliseconds per question."""
+        hypers = list(hypers)
+        with self.lock:
+            if runs is None:
+                self._prepare([q for q in questions if q.qid not in self.runs], False)
+                runs = [self.runs[q.qid] for q in questions]
+            flat = [run for mine in runs for run in mine]
+            texts = [t for run in flat for t in run.plan.step_texts()]
+            if texts and (self.pipeline.text_emb is None or self.pipeline.text_compactions
+                          or any(t not in self.pipeline.text_rows for t in texts)):
+                self._embed(texts, False)
+            resources = self.pipeline.with_conventions(**conventions) if conventions else self.pipeline
+            rules = resources.rank_rules()
+            per_call = len(hypers) if points_per_call is None else max(1, points_per_call)
+            n = max(len(questions), 1)
+            seconds = {"anchor": 0.0, "trace": 0.0, "answer": 0.0}
+            retrievals: list[list[Retrieval]] = []
+            calls = 0
+            for first in range(0, len(hypers), per_call):
+                part = hypers[first : first + per_call]
+                rows = None
+                if guidance is not None:
+                    width = resources.shapes[True].guidance
+                    rows = np.full((len(part), len(flat), width), -1, np.int32)
+                    for j in range(len(part)):
+                        if flat:
+                            rows[j] = np.concatenate([guidance[first + j][q.qid] for q in questions])
+                traced = trace(resources, anchor(resources, flat, part, rows), grid_batch=grid_batch)
+                calls += 1
+                seconds["anchor"] += traced.seconds["anchor"]
+                seconds["trace"] += traced.seconds["trace"]
+                share = {**(stage_ms or {}), "anchor": 1000 * traced.seconds["anchor"] / (n * len(part)),
+                         "trace": 1000 * traced.seconds["trace"] / (n * len(part))}
+                for j, hyper in enumerate(part):
+                    began = time.perf_counter()
+                    answered = rank(resources.index, rules, questions, runs,
+                                    split_by_question(traced.outputs[j], runs), hyper,
+                                    display=resources.context.display, stage_ms=share)
+                    spent = time.perf_counter() - began
+                    seconds["answer"] += spent
+                    for retrieval in answered:
+                        retrieval.stage_ms["answer"] = 1000 * spent / n
+                    retrievals.append(answered)
+        return GridScores(retrievals, seconds, calls)
+
     def fingerprint(self) -> dict[str, Any]:
         config = self.context.config
         info = {"method": self.name, "tracer": as_dict(config.tracer), "engine": as_dict(config.engine),
@@ -133,7 +259,7 @@ class StemMethod:
             return {}
         began = time.perf_counter()
         plan, plan_info = self.planner_for(todo)
-        runs, skipped = self.pipeline.plan_all(todo, plan)
+        runs, skipped = plan_runs(self.pipeline, todo, plan)
         plan_seconds = time.perf_counter() - began
         for reason, n in skipped.items():
             self.skipped[reason] += n
@@ -258,16 +384,15 @@ class StemMethod:
         # have been dropped and are embedded again (no per-call scan of every text before that).
         if chunk_runs and self.pipeline.text_compactions:
             self._embed([t for run in chunk_runs for t in run.plan.step_texts()], False)
-        outputs, timings = self.pipeline.trace(chunk_runs, self.hyper)
+        resources = self.pipeline
+        traced = trace(resources, anchor(resources, chunk_runs, [self.hyper]))
+        timings = traced.seconds
         stage_ms.update({"anchor": 1000 * timings["anchor"] / n, "trace": 1000 * timings["trace"] / n})
         began = time.perf_counter()
-        per_question, per_output, cursor = [], [], 0
-        for question in questions:
-            mine = self.runs[question.qid]
-            per_question.append(mine)
-            per_output.append(outputs[cursor : cursor + len(mine)])
-            cursor += len(mine)
-        results = self.pipeline.retrievals(questions, per_question, per_output, stage_ms, self.hyper)
+        per_question = [self.runs[question.qid] for question in questions]
+        results = rank(resources.index, resources.rank_rules(), questions, per_question,
+                       split_by_question(traced.outputs[0], per_question), self.hyper, display=resources.context.display,
+                       stage_ms=stage_ms)
         answer_ms = 1000 * (time.perf_counter() - began) / n
         for retrieval in results:
             retrieval.stage_ms["answer"] = answer_ms

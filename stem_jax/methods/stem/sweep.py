@@ -2,13 +2,13 @@
 
 A sweep plans, embeds and computes the GNN guidance of every question once (K' is only a rank
 cut-off on the cached GNN rows, so each K' value is one cheap ``attach``). Each chunk of questions is
-then traced at every grid point by :meth:`StemPipeline.trace_points
-<stem_jax.methods.stem.pipeline.StemPipeline.trace_points>`, the pipeline's one trace path with a stacked
+then traced at every grid point by :meth:`StemMethod.score_grid
+<stem_jax.methods.stem.method.StemMethod.score_grid>`, the method's one grid call with a stacked
 hyper-parameter axis: anchoring, batch shapes and the capacity ladder are those of ``stem-jax eval``, and
 the grid is a leading axis of the compiled tracer (vmapped on an accelerator, scanned on CPU), not a
 Python loop over points.
 
-Every point's answers go through :meth:`StemPipeline.retrievals` at the point's own λ, τ and θ (τ included
+Every point's answers go through the rank stage at the point's own λ, τ and θ (τ included
 in the ranking gap) and are written by the eval loop's :class:`~stem_jax.eval.loop.RunWriter` to
 ``<out>/points/<label>/`` (``predictions.jsonl`` one chunk of questions at a time, then ``metrics.json``), so a
 killed sweep keeps every finished (point, chunk) and each point's folder is the one ``stem-jax eval`` with
@@ -33,7 +33,8 @@ from stem_jax.data.types import Question
 from stem_jax.errors import ConfigError, StemError
 from stem_jax.eval.loop import RunWriter, write_metrics
 from stem_jax.eval.run_folder import RunFolder, method_fingerprint
-from stem_jax.methods.stem.pipeline import StemHyper, default_grid_batch
+from stem_jax.methods.stem.trace import default_grid_batch
+from stem_jax.methods.stem.types import StemHyper
 from stem_jax.progress import progress
 
 AXES = ("lam", "tau", "theta", "k_prime")
@@ -116,14 +117,13 @@ def make_grid(config: Any, *, lams: Sequence[float] | None = None, taus: Sequenc
 def guidance_rows_by_k(method: Any, questions: Sequence[Question], k_primes: Sequence[int],
                        show_progress: bool = False) -> dict[int, dict[str, np.ndarray]]:
     """Per K': per question, its runs' guidance rows (int32 [runs, G]) from the cached GNN rows."""
-    pipeline = method.pipeline
-    provider = pipeline.guidance
+    provider = method.context.guidance
     runs_per_q = [method.runs[q.qid] for q in questions]
     result: dict[int, dict[str, np.ndarray]] = {}
     for k in sorted(set(k_primes)):
         if provider is not None:
             provider.with_k_prime(k).attach(list(questions), runs_per_q, show_progress=show_progress)
-        result[k] = {q.qid: pipeline.guidance_rows(runs) for q, runs in zip(questions, runs_per_q, strict=True)}
+        result[k] = method.guidance_rows(questions)
     if provider is not None:  # leave the runs as the method's own K' set them
         provider.attach(list(questions), runs_per_q, show_progress=False)
     return result
@@ -156,9 +156,9 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
     guidance). Each point folder is a locked, fingerprinted :class:`~stem_jax.eval.run_folder.RunFolder`
     (``fingerprint``: the run's, default the method's; the point's values replace λ, τ, θ, K') written
     and scored by the eval loop's :class:`~stem_jax.eval.loop.RunWriter`, with its ``metrics.json``.
-    ``points_per_call`` caps the grid points of one :meth:`StemPipeline.trace_points` call (None: all; 1:
+    ``points_per_call`` caps the grid points of one compiled trace call (None: all; 1:
     the point-by-point loop, for comparison); ``grid_batch`` how many of them are vmapped together inside
-    it (-1: the backend's default, :func:`~stem_jax.methods.stem.pipeline.default_grid_batch`). Returns
+    it (-1: the backend's default, :func:`~stem_jax.methods.stem.trace.default_grid_batch`). Returns
     per-point summaries and timings."""
     if not points:
         raise StemError("the sweep grid is empty")
@@ -188,7 +188,6 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
         guidance_seconds = time.perf_counter() - began
         per_call = len(points) if points_per_call is None else max(1, points_per_call)
         grid_batch = default_grid_batch() if grid_batch == -1 else grid_batch
-        pipeline = method.pipeline
         timings = {"anchor": 0.0, "trace": 0.0, "answer": 0.0}
         calls = 0
         todo_of = [{q.qid for q in w.todo} for w in writers]
@@ -199,37 +198,18 @@ def run_sweep(method: Any, questions: Sequence[Question], points: Sequence[GridP
                 todo = [p for p in range(len(points)) if any(q.qid in todo_of[p] for q in chunk)]
                 if not todo:
                     continue
-                chunk_runs = [run for q in chunk for run in method.runs[q.qid]]
-                width = pipeline.shapes[True].guidance
-                for first in range(0, len(todo), per_call):
-                    part = todo[first : first + per_call]
-                    grid = [points[p] for p in part]
-                    guidance = np.full((len(part), len(chunk_runs), width), -1, np.int32)
-                    for j, point in enumerate(grid):
-                        if chunk_runs:
-                            guidance[j] = np.concatenate([rows_by_k[point.k_prime][q.qid] for q in chunk])
-                    outputs, spent = pipeline.trace_points(chunk_runs, [g.hyper() for g in grid], guidance,
-                                                           grid_batch=grid_batch)
-                    calls += 1
-                    timings["anchor"] += spent["anchor"]
-                    timings["trace"] += spent["trace"]
-                    share = {"anchor": 1000 * spent["anchor"] / (len(chunk) * len(part)),
-                             "trace": 1000 * spent["trace"] / (len(chunk) * len(part))}
-                    answer_began = time.perf_counter()
-                    for j, p in enumerate(part):
-                        mine, per_run, per_output, cursor = [], [], [], 0
-                        for question in chunk:
-                            runs = method.runs[question.qid]
-                            if question.qid in todo_of[p]:
-                                mine.append(question)
-                                per_run.append(runs)
-                                per_output.append(outputs[j][cursor : cursor + len(runs)])
-                            cursor += len(runs)
-                        retrievals = pipeline.retrievals(mine, per_run, per_output, share, points[p].hyper())
-                        writers[p].add(mine, retrievals)  # flushed and fsynced: a kill keeps it
-                        todo_of[p].difference_update(q.qid for q in mine)
-                        bar.update(len(mine))
-                    timings["answer"] += time.perf_counter() - answer_began
+                grid = [points[p] for p in todo]
+                scored = method.score_grid(chunk, [g.hyper() for g in grid],
+                                           guidance=[rows_by_k[g.k_prime] for g in grid],
+                                           points_per_call=per_call, grid_batch=grid_batch)
+                calls += scored.calls
+                for stage in timings:
+                    timings[stage] += scored.seconds[stage]
+                for p, retrievals in zip(todo, scored.retrievals, strict=True):
+                    mine = [(q, r) for q, r in zip(chunk, retrievals, strict=True) if q.qid in todo_of[p]]
+                    writers[p].add([q for q, _ in mine], [r for _, r in mine])  # flushed and fsynced: a kill keeps it
+                    todo_of[p].difference_update(q.qid for q, _ in mine)
+                    bar.update(len(mine))
         results = []
         for point, writer in zip(points, writers, strict=True):
             summary = writer.summary(prepared, prepare_seconds)
