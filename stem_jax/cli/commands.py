@@ -6,6 +6,7 @@ import argparse
 import shlex
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from stem_jax.errors import StemError
 from stem_jax.eval.run_folder import short_hash
 from stem_jax.kg.index import KGIndex
 from stem_jax.kg.stats import question_subgraph_sizes
+from stem_jax.plan.branches import evidence_bounds
 from stem_jax.progress import progress
 
 
@@ -107,6 +109,27 @@ def unscored_lines(questions: list, skipped: dict) -> list[str]:
     return lines
 
 
+# Enumerating every topic's paths and branches is a per-question host loop: split sizes above this print a note.
+EVIDENCE_BOUND_MAX_QUESTIONS = 5000
+
+
+def _evidence_bound(dataset: Any, index: Any) -> dict[str, Any] | None:
+    """The mean evidence bound over every question of the split (``plan.branches.evidence_bounds``), or None
+    when the split has no answers to bound or is too large to enumerate here."""
+    if not any(q.answers for q in dataset.questions):
+        return None
+    if len(dataset.questions) > EVIDENCE_BOUND_MAX_QUESTIONS:
+        print(f"\nevidence bound: not computed for {len(dataset.questions)} questions (over "
+              f"{EVIDENCE_BOUND_MAX_QUESTIONS}); pass --limit to bound a sample")
+        return None
+    bounds = evidence_bounds(dataset, index=index)
+    total = len(dataset.questions) + len(dataset.dropped)
+    return {"n": total, "max_hops": 2,
+            "exact": sum(b.exact for b in bounds.values()) / total,
+            "best_f1": sum(b.best_f1 for b in bounds.values()) / total,
+            "hit": sum(b.best_f1 > 0 for b in bounds.values()) / total}
+
+
 def cmd_data_stats(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     dataset, index = load(args, config)
@@ -135,6 +158,15 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
               f"from {source}):\n")
         print(_upper_bound_table(engine))
         payload["engine_bound"] = {"conventions": conventions, "source": source, **engine}
+    evidence = _evidence_bound(dataset, index)
+    if evidence is not None:
+        print(f"\nEvidence bound (the best schema graph over the KG per question: a main relation path from one "
+              f"topic plus a branch from each other topic, {evidence['max_hops']} steps at most; over every "
+              f"question, a dropped one a miss):\n")
+        print(markdown_table(["questions", "exact gold set %", "best F1 %", "any gold answer %"],
+                             [[evidence["n"], round(100 * evidence["exact"], 1), round(100 * evidence["best_f1"], 1),
+                               round(100 * evidence["hit"], 1)]]))
+        payload["evidence_bound"] = evidence
     if args.out:
         paths = write_report(args.out, f"data-stats-{dataset.name}-{args.split}", payload, _subgraph_table(report))
         print(f"\nwrote {paths[0]} and {paths[1]}")

@@ -86,3 +86,14 @@ def test_empty_gold_path_keeps_the_question_with_a_note(tmp_path):
     assert dataset.skips.total == 0
     assert any("empty gold_path" in reason for reason in dataset.notes.counts)
     assert OraclePlanner().plan(question) == []  # a miss for the oracle, with its reason; other planners plan it
+
+
+def test_data_stats_prints_the_evidence_bound(tmp_path, capsys):
+    from stem_jax.cli.main import main
+
+    load(tmp_path, CONJUNCTION)
+    assert main(["data-stats", "--dataset", "files", "--data-dir", str(tmp_path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "Evidence bound" in out
+    row = next(line for line in out.splitlines() if line.startswith("| 1 |"))
+    assert [float(v) for v in row.strip("| ").split("|")[1:]] == [100.0, 100.0, 100.0]  # the tree yields {Ana}
