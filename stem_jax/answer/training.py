@@ -20,8 +20,8 @@ from stem_jax.answer.scorer import (
     scorer_folder,
     train_answer_scorer,
 )
+from stem_jax.data.answer_names import gold_entities
 from stem_jax.data.types import Question
-from stem_jax.eval.metrics import normalize_entity
 
 
 class CandidateCollector:
@@ -41,26 +41,6 @@ class CandidateCollector:
 
     def fingerprint(self) -> dict[str, Any]:
         return {"collector": True}
-
-
-def gold_entities(questions: Sequence[Question], entities: Sequence[str], names: dict[str, str] | None
-                  ) -> list[set[int]]:
-    """Each question's gold answers as KG entity ids (by id, else by normalised display name)."""
-    names = names or {}
-    by_name: dict[str, set[int]] = {}
-    for i, entity in enumerate(entities):
-        by_name.setdefault(normalize_entity(names.get(entity, entity)), set()).add(i)
-    ids = {e: i for i, e in enumerate(entities)}
-    out = []
-    for q in questions:
-        found: set[int] = set()
-        for answer in q.answers:
-            if answer in ids:
-                found.add(ids[answer])
-            else:
-                found |= by_name.get(normalize_entity(answer), set())
-        out.append(found)
-    return out
 
 
 def collect_candidates(method: Any, questions: Sequence[Question], featurizer: CandidateFeaturizer,

@@ -74,13 +74,12 @@ Strict metrics and graph metrics choices are documented on :func:`strict_metrics
 
 from __future__ import annotations
 
-import functools
 import math
-import re
-import string
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
+
+from stem_jax.data.answer_names import normalize_entity, rog_normalize
 
 Triple = tuple[str, str, str]
 
@@ -107,20 +106,6 @@ __all__ = [
 # RoG-compatible answer metrics
 # --------------------------------------------------------------------------------------------
 
-_DELETE_PUNCTUATION = str.maketrans("", "", string.punctuation)
-_ARTICLE_WORDS = re.compile(r"\b(?:a|an|the)\b")
-
-
-@functools.lru_cache(maxsize=1 << 16)  # pairwise matching normalises each name once per pair: ~35 calls a question
-def rog_normalize(text: str) -> str:
-    """Normalise ``text`` the way RoG's ``normalize`` does (see the module docstring).
-
-    Lower-case, delete ASCII punctuation, replace the words a/an/the by spaces, collapse
-    whitespace. RoG's ``<pad>`` removal never fires, so ``"<pad>"`` becomes ``"pad"`` here too.
-    """
-    text = text.lower().translate(_DELETE_PUNCTUATION)
-    text = _ARTICLE_WORDS.sub(" ", text)
-    return " ".join(text.split())
 
 
 def _normalize_joined(names: Sequence[str], normalize: Callable[[str], str] = rog_normalize) -> str:
@@ -255,26 +240,6 @@ def _rog_question_metrics(prediction: str | Sequence[str], answers: Sequence[str
 # --------------------------------------------------------------------------------------------
 # Strict set metrics
 # --------------------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=1 << 16)  # every question's answers and predictions: names repeat across a split
-def normalize_entity(name: str) -> str:
-    """Normalise an entity name for exact comparison in :func:`strict_metrics`.
-
-    Uses :func:`rog_normalize`. When that leaves nothing (names made only of articles or
-    punctuation, e.g. the answer ``"A"`` or ``"The"``), falls back to the same steps without the
-    article removal (``"A."`` -> ``"a"``), and if that is empty too (``"?"``), to the
-    lower-cased, whitespace-collapsed name, so such answers stay distinct instead of all
-    becoming ``""``. Only an all-whitespace name normalises to ``""``.
-    """
-    normalised = rog_normalize(name)
-    if normalised:
-        return normalised
-    lowered = name.lower()
-    without_punctuation = " ".join(lowered.translate(_DELETE_PUNCTUATION).split())
-    if without_punctuation:
-        return without_punctuation
-    return " ".join(lowered.split())
 
 
 def _normalised_unique(names: Iterable[str], normalize: Callable[[str], str]) -> dict[str, None]:

@@ -213,7 +213,7 @@ def train_branch_model(train: Sequence[Question], held: Sequence[Question], inde
                        log: Callable[[str], None] = print) -> BranchModel | None:
     """A :class:`BranchModel` from ``train``'s answers, its threshold chosen on ``held``; None when too few
     questions name a second topic, or when no threshold raises the held-out questions' mean answer F1."""
-    from stem_jax.answer.training import gold_entities
+    from stem_jax.data.answer_names import gold_entities
     from stem_jax.kg.mediators import mediator_mask
 
     features = BranchFeatures(index, embed, names)

@@ -143,7 +143,7 @@ def evidence_bounds(dataset, *, max_hops: int = 2, index=None) -> dict[str, Evid
     """qid -> :class:`EvidenceBound` for every question of ``dataset`` (a :class:`~stem_jax.data.types.Dataset`);
     gold answers are matched to KG ids by id, else by normalised name; a question the loader dropped (no topic
     entity found) has no entry (it is a miss). ``max_hops``: the length of main paths and branches."""
-    from stem_jax.answer.training import gold_entities
+    from stem_jax.data.answer_names import gold_entities
     from stem_jax.kg.index import build_index
     from stem_jax.kg.mediators import mediator_mask
 
