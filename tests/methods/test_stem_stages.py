@@ -81,3 +81,16 @@ def test_rank_stage_is_what_the_holder_answers(res):
     got = rank(res.index, res.rank_rules(), questions, per_question, outputs, hyper, display=res.context.display)
     want = res.retrievals(questions, per_question, outputs, None, hyper)
     assert [(r.answers, r.evidence, r.info) for r in got] == [(r.answers, r.evidence, r.info) for r in want]
+
+
+def test_plan_stage_counts_a_plan_lost_only_when_no_topic_anchors_it(res):
+    from stem_jax.methods.stem.plan import plan
+
+    def path(topic):
+        return SchemaGraph((SchemaTriple(topic, "rel_0", "[ENT1]"),), "[ENT1]", "Precision")
+
+    question = Question("two", "rel_0 of entity 1 and entity 2", ("entity 1", "entity 2"), ())
+    runs, skipped = plan(res, [question], lambda q, index: [path("entity 1"), path("Rimloumjaith")])
+    # the first plan anchors (the other topic it leaves out is no failure); the second names no topic: lost once
+    assert len(runs[0]) >= 1 and {r.beam for r in runs[0]} == {0}
+    assert skipped == {"no schema node matches a topic entity": 1}

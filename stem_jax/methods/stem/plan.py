@@ -57,6 +57,7 @@ def plan(res: StemResources, questions: Sequence[Question], planner: Planner,
             schema = getattr(entry, "schema", entry)
             prob = float(getattr(entry, "score", 1.0 / (beam + 1)))
             matched = []  # (topic, schema node, exact id, named candidates)
+            unmatched = 0
             for topic in question.topic_entities:
                 anchor, named = named_entities(res, topic)
                 if anchor < 0 and not named:
@@ -67,9 +68,12 @@ def plan(res: StemResources, questions: Sequence[Question], planner: Planner,
                 anchor_name = (topic if topic in schema.constants()
                                else match_anchor(schema, res.display(topic)))
                 if anchor_name is None:
-                    skipped["no schema node matches the topic entity"] += 1
+                    unmatched += 1
                     continue
                 matched.append((topic, anchor_name, anchor, named))
+            if unmatched and not matched:
+                # a plan from one of several topics leaves the others out: only a plan no topic anchors is lost
+                skipped["no schema node matches a topic entity"] += 1
             if len({m[1] for m in matched}) > 1:  # several question entities in one tree: one anchor
                 first = matched[0]
                 entity_of = {name: anchor for _, name, anchor, _ in matched[1:] if name != first[1]}
