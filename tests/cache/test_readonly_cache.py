@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import stem_jax.methods.stem.pipeline as pipeline_module
+import stem_jax.methods.stem.resources as resources_module
 from stem_jax.cli.main import main
 
 
@@ -26,7 +26,7 @@ def test_eval_on_a_read_only_schema_text_cache_encodes_in_memory(tmp_path, monke
     def read_only(folder, *args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system", str(folder))
 
-    monkeypatch.setattr(pipeline_module, "open_or_build", read_only)
+    monkeypatch.setattr(resources_module, "open_or_build", read_only)
     assert _eval(tmp_path, cache, "read-only") == 0
     assert "is not writable (Read-only file system); encoding" in capsys.readouterr().err
     got = (tmp_path / "read-only" / "predictions.jsonl").read_text().splitlines()
@@ -40,7 +40,7 @@ def test_an_unwritable_path_is_one_error_line(tmp_path, monkeypatch, capsys, cod
     def refuse(*args, **kwargs):
         raise OSError(code, "refused by the test", str(tmp_path / "cache" / "somewhere"))
 
-    monkeypatch.setattr(pipeline_module.StemPipeline, "embed_texts", refuse)
+    monkeypatch.setattr(resources_module.StemResources, "embed_texts", refuse)
     assert _eval(tmp_path, tmp_path / "cache", "out") == 2
     err = capsys.readouterr().err
     assert "error: cannot write " in err and "somewhere" in err and "how to fix" in err
@@ -51,6 +51,6 @@ def test_other_os_errors_still_raise(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError(errno.EIO, "I/O error")
 
-    monkeypatch.setattr(pipeline_module.StemPipeline, "embed_texts", broken)
+    monkeypatch.setattr(resources_module.StemResources, "embed_texts", broken)
     with pytest.raises(OSError):
         _eval(tmp_path, tmp_path / "cache", "out")

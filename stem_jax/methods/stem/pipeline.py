@@ -16,7 +16,6 @@ import numpy as np
 
 from stem_jax.answer.rank import ChunkAnswers
 from stem_jax.data.types import Question
-from stem_jax.encoder.cache import open_or_build
 from stem_jax.eval.records import make_record
 from stem_jax.methods.base import Retrieval
 from stem_jax.methods.stem import anchor as anchor_stage
@@ -53,10 +52,6 @@ def trace_points(res: StemResources, runs: Sequence[Run], hypers: Sequence[StemH
 
 class StemPipeline(StemResources):
     """The STEM holder with the stages as methods (each one stage function call)."""
-
-    def embed_texts(self, texts: Sequence[str], show_progress: bool, *, build: Any = None) -> None:
-        """:meth:`StemResources.embed_texts` with this module's table builder (a test may replace it)."""
-        super().embed_texts(texts, show_progress, build=open_or_build if build is None else build)
 
     def plan_all(self, questions: Sequence[Question], planner: Planner) -> tuple[list[list[Run]], dict[str, int]]:
         """:func:`~stem_jax.methods.stem.plan.plan`."""
@@ -131,7 +126,7 @@ class StemPipeline(StemResources):
 
     def fold_chunk(self, questions: Sequence[Question], runs: Sequence[Sequence[Run]],
                    outputs: Sequence[Sequence[Output]]) -> tuple[ChunkAnswers, list[tuple[int, int]]]:
-        chunk, exclude, _ = rank_stage.fold(self.index, self.rank_rules(), questions, runs, outputs)
+        chunk, exclude, _ = self._fold_chunk(questions, runs, outputs)
         return chunk, exclude
 
     def _fold_chunk(self, questions: Sequence[Question], runs: Sequence[Sequence[Run]],

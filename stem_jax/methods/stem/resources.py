@@ -132,17 +132,15 @@ class StemResources:
         return self._folded
 
     # ----- the schema-text table ---------------------------------------------------------------
-    def embed_texts(self, texts: Sequence[str], show_progress: bool, *, build: Any = None) -> None:
-        """Embed schema-triple texts once; cached on disk (resumable) when a cache dir is set (``build``: the
-        table builder, default :func:`~stem_jax.encoder.cache.open_or_build`)."""
-        build = open_or_build if build is None else build
+    def embed_texts(self, texts: Sequence[str], show_progress: bool) -> None:
+        """Embed schema-triple texts once; cached on disk (resumable) when a cache dir is set."""
         unique = sorted(set(texts))
         matrix = None
         if self.cache_dir is not None:
             # keyed by the encoder too: another model's (or max_length's) table sits beside it instead of clashing
             folder = keyed_cache_path(self.cache_dir, "schema-texts", unique, self.encoder)
             try:
-                table = build(folder, unique, self.encoder, self.config.encoder.chunk_rows,
+                table = open_or_build(folder, unique, self.encoder, self.config.encoder.chunk_rows,
                                       progress=show_progress, desc="encode schema triples")
                 matrix = table.array
             except OSError as err:
