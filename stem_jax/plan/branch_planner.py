@@ -26,9 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from stem_jax.atomic import write_text_atomic
+from stem_jax.data.answer_names import gold_entities
 from stem_jax.data.types import Question
 from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex, relation_text
+from stem_jax.kg.linker import EntityLinker
+from stem_jax.kg.mediators import mediator_mask
 from stem_jax.plan.base import ScoredSchema
 from stem_jax.plan.branches import meeting_branches, schema_with_branches, set_f1
 from stem_jax.plan.relation_paths import CandidatePath, PathCatalog
@@ -43,6 +47,15 @@ MIN_QUESTIONS = 20  # training questions with a second topic below which no mode
 MAIN_PATHS = 3  # main paths per training question (the ones with the best answer F1), as a planner's beam offers
 
 
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * z))  # the logistic function, without overflow for large |z|
+
+
+def _mediators(catalog: PathCatalog, names: dict[str, str] | None) -> np.ndarray:
+    """The catalog's mediator mask, else the KG's (training and planning read the same one)."""
+    return catalog.mediators if catalog.mediators is not None else mediator_mask(catalog.index.entities, names)
+
+
 @dataclasses.dataclass(frozen=True)
 class BranchModel:
     """Logistic regression over :data:`FEATURES`: P(the branch narrows the main path's answers toward the gold)."""
@@ -55,12 +68,9 @@ class BranchModel:
     report: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
     def probabilities(self, features: np.ndarray) -> np.ndarray:
-        z = np.asarray(features, np.float64) @ np.asarray(self.weights, np.float64)
-        return 0.5 * (1.0 + np.tanh(0.5 * z))
+        return _sigmoid(np.asarray(features, np.float64) @ np.asarray(self.weights, np.float64))
 
     def save(self, folder: Path) -> None:
-        from stem_jax.atomic import write_text_atomic
-
         Path(folder).mkdir(parents=True, exist_ok=True)
         write_text_atomic(Path(folder) / MODEL_FILE, json.dumps(
             {"kind": "branch-model", "features": list(FEATURES), "weights": list(self.weights),
@@ -136,8 +146,6 @@ class Mentions:
     <stem_jax.kg.linker.EntityLinker.mentions>`), mediators and mentions inside a topic's name left out."""
 
     def __init__(self, index: KGIndex, names: dict[str, str] | None, mediators: np.ndarray) -> None:
-        from stem_jax.kg.linker import EntityLinker
-
         self.index = index
         self.names = names or {}
         self.mediators = mediators
@@ -189,7 +197,7 @@ def _fit(rows: np.ndarray, labels: np.ndarray, steps: int = 500, lr: float = 0.5
     w = np.zeros(x.shape[1])
     balance = np.where(labels > 0, 0.5 / max(labels.mean(), 1e-6), 0.5 / max(1 - labels.mean(), 1e-6))
     for _ in range(steps):
-        p = 0.5 * (1.0 + np.tanh(0.5 * (x @ w)))
+        p = _sigmoid(x @ w)
         w -= lr * (x.T @ ((p - labels) * balance) / len(x) + l2 * w)
     # fold the standardisation into the weights, so the stored model reads raw features
     raw = np.zeros_like(w)
@@ -202,7 +210,7 @@ def _gain(model_weights: np.ndarray, threshold: float, examples) -> float:
     """Mean F1 change over (question, main path) pairs when the best branch above ``threshold`` is attached."""
     total = 0.0
     for rows, f1s, base, _ in examples:
-        p = 0.5 * (1.0 + np.tanh(0.5 * (rows.astype(np.float64) @ model_weights)))
+        p = _sigmoid(rows.astype(np.float64) @ model_weights)
         best = int(np.argmax(p))
         total += (f1s[best] - base) if p[best] >= threshold else 0.0
     return total / max(len(examples), 1)
@@ -213,12 +221,8 @@ def train_branch_model(train: Sequence[Question], held: Sequence[Question], inde
                        log: Callable[[str], None] = print) -> BranchModel | None:
     """A :class:`BranchModel` from ``train``'s answers, its threshold chosen on ``held``; None when too few
     questions name a second topic, or when no threshold raises the held-out questions' mean answer F1."""
-    from stem_jax.data.answer_names import gold_entities
-    from stem_jax.kg.mediators import mediator_mask
-
     features = BranchFeatures(index, embed, names)
-    mentions = Mentions(index, names, catalog.mediators if catalog.mediators is not None
-                        else mediator_mask(index.entities, names))
+    mentions = Mentions(index, names, _mediators(catalog, names))
     features.questions([q for q in [*train, *held] if q.topic_entities])
     examples = _examples(train, gold_entities(train, index.entities, names), catalog, features, mentions)
     held_examples = _examples(held, gold_entities(held, index.entities, names), catalog, features, mentions)
@@ -261,8 +265,7 @@ class BranchPlanner:
         self.catalog = catalog
         self.names = names or {}
         self.features = BranchFeatures(index, embed, names)
-        self.mentions = (Mentions(index, names, catalog.mediators if catalog.mediators is not None
-                                  else np.zeros(index.num_entities, bool))
+        self.mentions = (Mentions(index, names, _mediators(catalog, names))
                          if model.mention_threshold is not None else None)
         self.name = f"{getattr(base, 'name', 'planner')}+branches"
         self.stats: Counter = Counter()

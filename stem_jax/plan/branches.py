@@ -18,7 +18,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from stem_jax.data.answer_names import gold_entities
 from stem_jax.data.types import PathStep
+from stem_jax.kg.index import build_index
+from stem_jax.kg.mediators import mediator_mask
 from stem_jax.plan.oracle import schema_from_constraints
 from stem_jax.plan.relation_paths import CandidatePath, PathCatalog, path_key
 from stem_jax.plan.schema import SchemaGraph, Strategy
@@ -112,10 +115,10 @@ def evidence_bound(topics: Sequence[int], gold: Sequence[int], catalog: PathCata
                 continue
             options = []
             for other in others:
-                found = meeting_branches(catalog, other, ends)
-                found = [b for b in found if len(np.intersect1d(b.ends, goal, assume_unique=True))]
-                found.sort(key=lambda b: (-len(np.intersect1d(b.ends, goal, assume_unique=True)), len(b.ends)))
-                options.append([None, *found[:max_branches]])
+                found = [(len(np.intersect1d(b.ends, goal, assume_unique=True)), b)
+                         for b in meeting_branches(catalog, other, ends)]
+                found = sorted((item for item in found if item[0]), key=lambda item: (-item[0], len(item[1].ends)))
+                options.append([None, *(b for _, b in found[:max_branches])])
             for choice in itertools.product(*options):
                 kept = ends
                 for branch in choice:
@@ -143,10 +146,6 @@ def evidence_bounds(dataset, *, max_hops: int = 2, index=None) -> dict[str, Evid
     """qid -> :class:`EvidenceBound` for every question of ``dataset`` (a :class:`~stem_jax.data.types.Dataset`);
     gold answers are matched to KG ids by id, else by normalised name; a question the loader dropped (no topic
     entity found) has no entry (it is a miss). ``max_hops``: the length of main paths and branches."""
-    from stem_jax.data.answer_names import gold_entities
-    from stem_jax.kg.index import build_index
-    from stem_jax.kg.mediators import mediator_mask
-
     index = index if index is not None else build_index(dataset.triples)
     names = dataset.entity_names
     catalog = PathCatalog(index, max_hops=max_hops, mediators=mediator_mask(index.entities, names))
