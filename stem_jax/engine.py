@@ -37,6 +37,7 @@ from typing import Any
 from stem_jax.answer.chains import answer_chains
 from stem_jax.compile_cache import enable_compile_cache
 from stem_jax.config import StemConfig, as_dict, check, default_cache_dir
+from stem_jax.data.linker import EntityLinker
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.data.types import Dataset, Question
 from stem_jax.errors import StemError
@@ -45,7 +46,6 @@ from stem_jax.eval.records import make_records
 from stem_jax.eval.run_folder import engine_fingerprint, selection_of
 from stem_jax.gc_pause import collector_paused
 from stem_jax.kg.index import KGIndex, build_index
-from stem_jax.kg.linker import EntityLinker
 from stem_jax.methods import MethodContext, RetrievalMethod, build_method
 from stem_jax.plan.factory import PlannerSpec, build_planner, open_plan_store, train_planner_flags
 from stem_jax.plan.oracle import gold_paths
@@ -190,7 +190,7 @@ def open_embeddings(config: StemConfig, dataset: Dataset, index: KGIndex, cache_
         rows.append([f"triples {compact.format} ({compact.bytes_per_row} B/row)", compact.n, compact.width, 0,
                      round(compact.build_seconds, 1), "built" if compact.build_seconds else "cached"])
     if hasattr(encoder, "attach_step_table"):  # the KG's schema-step texts, read online instead of encoded
-        from stem_jax.encoder.step_table import open_step_table
+        from stem_jax.kg.step_table import open_step_table
 
         steps = open_step_table(encoder, index, folder, chunk_rows=config.encoder.chunk_rows,
                                 max_texts=config.encoder.step_table_max, names=dataset.entity_names,

@@ -499,7 +499,7 @@ def question_source(spec: Any) -> dict[str, Any]:
 
 def engine_fingerprint(engine: Any, method: str) -> dict[str, Any]:
     """The results fingerprint of ``engine`` (a :class:`stem_jax.engine.Engine`) evaluating with ``method``."""
-    from stem_jax.kg.embeddings import _names_key, kg_fingerprint
+    from stem_jax.kg.embeddings import kg_fingerprint, names_key
     from stem_jax.plan.factory import default_planner_path
 
     spec = engine.planner_spec
@@ -519,7 +519,7 @@ def engine_fingerprint(engine: Any, method: str) -> dict[str, Any]:
         planner=planner if method in ("stem", "safe") else None,
         # the names too: they are what the encoder embeds (the embedding cache keys on them), so a renamed
         # entity changes results as an edited triple does
-        kg=kg_fingerprint(engine.index) + _names_key(engine.index, engine.dataset.entity_names),
+        kg=kg_fingerprint(engine.index) + names_key(engine.index, engine.dataset.entity_names),
         encoder=engine.encoder.name,
         data={"dataset": engine.dataset.name, "split": engine.dataset_spec.split,
               **question_source(engine.dataset_spec)},
