@@ -171,22 +171,21 @@ def variants(kg):
 
 def split_costs(method, questions, reps: int) -> dict:
     """Each tracer call of the split's retrieval, timed alone, summed by steps and by frontier."""
+    from stem_jax.eval import sharding  # the trace stage's calls reach trace_batch through this module
 
-    from stem_jax.trace import tracer
-
-    calls, plain = [], tracer.trace_batch
+    calls, plain = [], sharding.trace_batch
 
     def record(kg, batch, hyper, **static):
         calls.append((batch, hyper, static))
         return plain(kg, batch, hyper, **static)
 
-    tracer.trace_batch = record
+    sharding.trace_batch = record
     try:
         chunk = method.context.config.engine.chunk_questions
         for start in range(0, len(questions), chunk):
             method.retrieve(questions[start : start + chunk])
     finally:
-        tracer.trace_batch = plain
+        sharding.trace_batch = plain
     kg = method.resources.kg
     by_steps: dict[int, float] = {}
     by_frontier: dict[int, list] = {}

@@ -21,6 +21,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from stem_jax.errors import ConfigError
+
 
 @dataclasses.dataclass(frozen=True)
 class TracerConfig:
@@ -439,7 +441,5 @@ def check(config: Any) -> Any:
     """``config`` itself when :func:`validate` finds nothing, else :class:`~stem_jax.errors.ConfigError`."""
     problems = validate(config)
     if problems:
-        from stem_jax.errors import ConfigError
-
         raise ConfigError(problems)
     return config

@@ -47,8 +47,15 @@ from stem_jax.eval.run_folder import engine_fingerprint, selection_of
 from stem_jax.gc_pause import collector_paused
 from stem_jax.kg.index import KGIndex, build_index
 from stem_jax.methods import MethodContext, RetrievalMethod, build_method
-from stem_jax.plan.factory import PlannerSpec, build_planner, open_plan_store, train_planner_flags
+from stem_jax.plan.factory import (
+    PlannerSpec,
+    build_planner,
+    default_planner_path,
+    open_plan_store,
+    train_planner_flags,
+)
 from stem_jax.plan.oracle import gold_paths
+from stem_jax.plan.training import AUTO_TRAIN_DATASETS, train_default_planner
 from stem_jax.validation import (
     checked_cache_dir,
     checked_dataset_spec,
@@ -380,9 +387,7 @@ class Engine:
 
         Only for :data:`~stem_jax.plan.training.AUTO_TRAIN_DATASETS` (seconds of training) and the default
         planner folder: other datasets, or an explicit ``path``, keep the "run train-planner" error."""
-        from stem_jax.plan.factory import default_planner_path
-        from stem_jax.plan.pattern import PLANNER_FILE
-        from stem_jax.plan.training import AUTO_TRAIN_DATASETS, train_default_planner
+        from stem_jax.plan.pattern import PLANNER_FILE  # loads tensorstore: imported on use
 
         spec = self.planner_spec
         if spec.name not in ("pattern", "hybrid") or spec.path is not None:
