@@ -171,8 +171,8 @@ WHOLE_FILE_BYTES = 256 << 20  # files up to this size are read and decoded in on
 
 def decoded_lines(path: Path) -> list[str] | None:
     """Every line of a plain UTF-8 file, as :func:`raw_lines` + :func:`decode_line` give them (split on
-    "\\n" only, one trailing CR and a leading BOM dropped), read and decoded in one piece: 3-5x less CPU
-    than line by line on MetaQA's KB. None when that cannot be done (a ``.gz`` file, one that cannot be
+    "\\n" only, one trailing CR and a leading BOM dropped), read and decoded in one piece: less CPU
+    than line by line. None when that cannot be done (a ``.gz`` file, one that cannot be
     read, a line that is not UTF-8): the caller then reads line by line, which says what is wrong and where."""
     if path.suffix == ".gz":
         return None
