@@ -60,7 +60,7 @@ def add_train_gnn_parser(sub, add_dataset_flags, add_cache_flags, add_config_fla
     p.add_argument("--preset", choices=("small", "paper"), default="small",
                    help="architecture: small = L=3, d=64 (CPU, the default); paper = L=6, d=512. "
                    "--gnn.layers / --gnn.d_gnn override either")
-    p.add_argument("--steps", type=int, default=300, help="optimisation steps (default 300, a few minutes on CPU)")
+    p.add_argument("--steps", type=int, default=300, help="optimisation steps (default 300)")
     p.add_argument("--graphs-per-step", dest="graphs_per_step", type=int, default=8, help="graphs per step (default 8)")
     p.add_argument("--lr", type=float, default=1e-3, help="peak AdamW learning rate (default 1e-3)")
     p.add_argument("--synthetic-ratio", dest="synthetic_ratio", type=float, default=0.25,
