@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     text = (f"Command: `python experiments/calibrate_answer_ranking.py{flags}`"
             f" (MetaQA dev, pattern planner, default engine, guidance: {info['guidance']}; traced once in"
             f" {info['trace_seconds']} s, re-ranked per point; a guided run's gap is beam_gap + τ, see"
-            " StemPipeline.ranking_gap)."
+            " stem_jax.methods.stem.rank.ranking_gap)."
             f"\n\nMachine: {meta}\n\n{table}\n\nBest by all-hop Hit@1 + F1: beam_gap={best['beam_gap']}, "
             f"answer_cut={best['answer_cut']}: {best['metrics']['all']}\n")
     name = "answer-ranking-calibration-metaqa-dev" + ("-gnn" if args.gnn_checkpoint else "") + (
