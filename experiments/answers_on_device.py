@@ -7,7 +7,7 @@ One engine (MetaQA 2-hop test, pattern planner, encoder memo off: as ``stem-jax 
 :class:`~stem_jax.bench.stages.StageTimer`, ``engine.answers_on`` host and device alternating call by call (on this
 shared machine the load moves within seconds; alternating gives both sides the same load). Every call takes
 questions no call took before. Besides the stage times, the ranking step alone is timed inside the answers stage
-(``ChunkAnswers.ranked`` on the host, ``StemPipeline.rank_on_device`` on the device), and every device ranking is
+(``ChunkAnswers.ranked`` on the host, :func:`stem_jax.methods.stem.rank.rank_on_device` on the device), and every device ranking is
 checked against the host ranking of the same runs (outside the timed region): a difference stops the script.
 Each call also ranks its whole batch in one call on both sides (as ``stem-jax eval`` ranks a chunk), timed apart.
 Reports per side and batch size p50 of the answers stage, of the ranking step and of the total, p95 total,
@@ -33,7 +33,10 @@ from paper_common import fresh_metaqa_2hop, load_averages  # noqa: E402
 from stem_jax.answer.rank import ChunkAnswers  # noqa: E402
 from stem_jax.bench.stages import STAGES, StageTimer  # noqa: E402
 from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
-from stem_jax.methods.stem.pipeline import StemPipeline  # noqa: E402
+from stem_jax.methods.stem import rank as rank_stage  # noqa: E402
+from stem_jax.methods.stem.anchor import anchor  # noqa: E402
+from stem_jax.methods.stem.trace import trace  # noqa: E402
+from stem_jax.methods.stem.types import split_by_question  # noqa: E402
 
 SIDES = ("host", "device")
 WARM = 2  # untimed calls per side and batch size after compiling
@@ -45,7 +48,7 @@ class RankingClock:
     def __init__(self) -> None:
         self.seconds = 0.0
         self.checked = 0
-        host, device = ChunkAnswers.ranked, StemPipeline.rank_on_device
+        host, device = ChunkAnswers.ranked, rank_stage.rank_on_device
         self.host, self.device = host, device
         clock = self
 
@@ -55,19 +58,19 @@ class RankingClock:
             clock.seconds += time.perf_counter() - began
             return out
 
-        def timed_device(pipeline, chunk, gaps, exclude):
+        def timed_device(rules, chunk, gaps, exclude):
             began = time.perf_counter()
-            out = device(pipeline, chunk, gaps, exclude)
+            out = device(rules, chunk, gaps, exclude)
             clock.seconds += time.perf_counter() - began
-            engine = pipeline.engine
-            want = host(chunk, engine.rank, engine.answer_cut, gaps, exclude, never=pipeline.mediators)
+            want = host(chunk, rules.rule, rules.answer_cut, gaps, exclude, never=rules.mediators)
             if out != want:
                 raise SystemExit(f"device ranking differs from the host's: {out} != {want}")
             clock.checked += 1
             return out
 
+        # the rank stage calls rank_on_device by its module name, so the stage's own calls are timed
         ChunkAnswers.ranked = timed_host
-        StemPipeline.rank_on_device = timed_device
+        rank_stage.rank_on_device = timed_device
 
 
 def main() -> int:
@@ -84,22 +87,19 @@ def main() -> int:
     if need > len(questions):
         raise SystemExit(f"{len(questions)} questions cannot give every call its own: {need} needed, use fewer calls")
     timer = StageTimer(engine)
-    pipeline = timer.pipeline
-    if pipeline.answer_scorer is not None:
+    method = timer.method
+    res = method.resources
+    if res.answer_scorer is not None:
         raise SystemExit("this KG has a learned answer scorer: answers are ranked on the host whatever answers_on says")
     clock = RankingClock()
     captured: dict[str, list] = {}
-    plan_all, trace = pipeline.plan_all, pipeline.trace
+    score_grid = method.score_grid
 
-    def capture_plans(*a, **kw):
-        captured["runs"], skipped = plan_all(*a, **kw)
-        return captured["runs"], skipped
+    def capture_runs(questions, hypers, **kw):  # the runs StageTimer plans, ranked again below
+        captured["runs"] = kw.get("runs")
+        return score_grid(questions, hypers, **kw)
 
-    def capture_trace(*a, **kw):
-        captured["outputs"], timings = trace(*a, **kw)
-        return captured["outputs"], timings
-
-    pipeline.plan_all, pipeline.trace = capture_plans, capture_trace
+    method.score_grid = capture_runs
     cursor = 0
 
     def take(n: int) -> list:
@@ -108,25 +108,25 @@ def main() -> int:
         return questions[cursor - n : cursor]
 
     def run(side: str, batch: list) -> dict[str, float]:
-        pipeline.engine = dataclasses.replace(pipeline.engine, answers_on=side)
+        res.engine = dataclasses.replace(res.engine, answers_on=side)
         clock.seconds = 0.0
         times = timer.run(batch)
         times["ranking"] = clock.seconds
-        # the whole batch ranked in one call, as `stem-jax eval` ranks a chunk (StemPipeline.retrievals): both
-        # sides on the same runs, the other side second every other call
-        runs, flat = captured["runs"], captured["outputs"]
-        starts = np.cumsum([0, *map(len, runs)]).tolist()
-        outputs = [flat[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True)]
-        chunk, exclude = pipeline.fold_chunk(batch, runs, outputs)
-        gaps = [pipeline.ranking_gap(mine, timer.method.hyper) for mine in runs]
-        engine = pipeline.engine
+        # the whole batch ranked in one call, as `stem-jax eval` ranks a chunk (the rank stage): both sides on the
+        # same runs (traced again, untimed), the other side second every other call
+        runs = captured["runs"]
+        flat = trace(res, anchor(res, [r for mine in runs for r in mine], [method.hyper])).outputs[0]
+        rules = res.rank_rules()
+        chunk, exclude, _ = rank_stage.fold(res.index, rules, batch, runs, split_by_question(flat, runs))
+        gaps = [rank_stage.ranking_gap(rules, mine, method.hyper) for mine in runs]
+        on_device = dataclasses.replace(rules, mediator_mask=res.mediator_mask())
         got = {}
         for other in (SIDES if side == "host" else SIDES[::-1]):
             began = time.perf_counter()
             if other == "host":
-                got[other] = clock.host(chunk, engine.rank, engine.answer_cut, gaps, exclude, never=pipeline.mediators)
+                got[other] = clock.host(chunk, rules.rule, rules.answer_cut, gaps, exclude, never=rules.mediators)
             else:
-                got[other] = clock.device(pipeline, chunk, gaps, exclude)
+                got[other] = clock.device(on_device, chunk, gaps, exclude)
             times[f"chunk_{other}"] = time.perf_counter() - began
         if got["host"] != got["device"]:
             raise SystemExit("the batch's device ranking differs from its host ranking")
@@ -181,7 +181,7 @@ def main() -> int:
                  "question's record (as `bench stages` does), the ranking column is the "
                  "part of it spent ranking (`ChunkAnswers.ranked` or the jitted `kernels/answers.py` call with its "
                  "padding and transfer); 'batch ranked in one call' ranks the call's whole batch at once, as `stem-jax "
-                 "eval` ranks a chunk (`StemPipeline.retrievals`), on the side named (both sides time it on the same "
+                 "eval` ranks a chunk (the rank stage), on the side named (both sides time it on the same "
                  f"runs every call). Every one of the {clock.checked} device rankings (per question and per batch) was "
                  "checked equal to the host's ranking of the same runs. CPU ms is the process's CPU time per call (all threads). Load "
                  "averages are the 1/5/15-minute ones.\n\n"

@@ -1,7 +1,7 @@
 """Calibrate the answer ranking's beam gap and support cut on MetaQA dev (issue 8): trace once, re-rank many times.
 
 Every dev question is planned, anchored and traced once with the default engine; each chunk's runs are folded
-into a :class:`~stem_jax.answer.rank.ChunkAnswers` by ``StemPipeline.fold_chunk``, what ``retrievals`` ranks, and every
+into a :class:`~stem_jax.answer.rank.ChunkAnswers` by :func:`stem_jax.methods.stem.rank.fold`, what the rank stage ranks, and every
 (``engine.beam_gap``, ``engine.answer_cut``) point of the grid is scored from those, per hop (Hit@1, Hit, F1).
 The tracer does not depend on either value, so one trace serves the whole grid.
 
@@ -25,6 +25,10 @@ from stem_jax import Engine
 from stem_jax.answer.rank import ChunkAnswers
 from stem_jax.eval.metrics import strict_metrics
 from stem_jax.eval.report import markdown_table, run_metadata, write_report
+from stem_jax.methods.stem.anchor import anchor
+from stem_jax.methods.stem.rank import fold, ranking_gap
+from stem_jax.methods.stem.trace import trace
+from stem_jax.methods.stem.types import split_by_question
 
 GAPS = (math.inf, 1.0, 0.75, 0.5, 0.35, 0.25, 0.1)
 CUTS = (0.5, 0.3, 0.7)
@@ -38,7 +42,8 @@ def collect(limit: int | None, chunk: int, gnn: Path | None) -> tuple[list[Folde
     (hops, gold answers, the widening the engine adds to ``engine.beam_gap`` for its runs)."""
     engine = Engine.open("metaqa", planner="pattern", split="dev", limit=limit, log=print, guidance=gnn)
     method = engine.method("stem")
-    pipeline = method.pipeline
+    res = method.resources
+    rules = res.rank_rules()
     folded: list[Folded] = []
     questions = [q for q in engine.dataset.questions if q.answers]
     began = time.perf_counter()
@@ -46,16 +51,11 @@ def collect(limit: int | None, chunk: int, gnn: Path | None) -> tuple[list[Folde
         part = questions[start : start + chunk]
         method.prepare(part)
         runs = [run for q in part for run in method.runs[q.qid]]
-        outputs, _ = pipeline.trace(runs, method.hyper)  # what eval traces
-        per_question, per_output, cursor = [], [], 0
-        for question in part:
-            mine = method.runs[question.qid]
-            per_question.append(mine)
-            per_output.append(outputs[cursor : cursor + len(mine)])
-            cursor += len(mine)
-        answers, exclude = pipeline.fold_chunk(part, per_question, per_output)  # what eval ranks
+        outputs = trace(res, anchor(res, runs, [method.hyper])).outputs[0]  # what eval traces
+        per_question = [method.runs[question.qid] for question in part]
+        answers, exclude, _ = fold(res.index, rules, part, per_question, split_by_question(outputs, per_question))
         # the widening the engine adds to engine.beam_gap for these runs (τ when they are guided)
-        about = [(q.hops, list(q.answers), pipeline.ranking_gap(mine, method.hyper) - pipeline.engine.beam_gap)
+        about = [(q.hops, list(q.answers), ranking_gap(rules, mine, method.hyper) - rules.beam_gap)
                  for q, mine in zip(part, per_question, strict=True)]
         folded.append((answers, exclude, about))
         print(f"\r traced {min(start + chunk, len(questions))}/{len(questions)} questions "
@@ -65,9 +65,9 @@ def collect(limit: int | None, chunk: int, gnn: Path | None) -> tuple[list[Folde
             "theta": float(method.hyper.theta)}
 
     def display(entity: int) -> str:
-        return pipeline.display(pipeline.index.entities[entity])
+        return res.display(res.index.entities[entity])
 
-    return folded, info, display, pipeline.mediators  # mediators: walked through, never returned
+    return folded, info, display, res.mediators  # mediators: walked through, never returned
 
 
 def score(folded, display, never, gap: float, cut: float) -> dict[str, dict[str, float]]:
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     text = (f"Command: `python experiments/calibrate_answer_ranking.py{flags}`"
             f" (MetaQA dev, pattern planner, default engine, guidance: {info['guidance']}; traced once in"
             f" {info['trace_seconds']} s, re-ranked per point; a guided run's gap is beam_gap + τ, see"
-            " StemPipeline.ranking_gap)."
+            " stem_jax.methods.stem.rank.ranking_gap)."
             f"\n\nMachine: {meta}\n\n{table}\n\nBest by all-hop Hit@1 + F1: beam_gap={best['beam_gap']}, "
             f"answer_cut={best['answer_cut']}: {best['metrics']['all']}\n")
     name = "answer-ranking-calibration-metaqa-dev" + ("-gnn" if args.gnn_checkpoint else "") + (

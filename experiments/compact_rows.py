@@ -156,7 +156,7 @@ def block_part(formats: list[str], reps: int = 5, loops: int = 200, rounds: int 
     from kernels.rows import gathered_dots, project_queries
     from stem_jax.config import StemConfig
     from stem_jax.encoder.compact import open_or_build_compact
-    from stem_jax.methods.stem.pipeline import StemHyper
+    from stem_jax.methods.stem.types import StemHyper
     from stem_jax.trace import tracer
 
     index, embeddings = _open("metaqa")

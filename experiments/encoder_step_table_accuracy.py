@@ -4,7 +4,7 @@
 
 For each KG (the demo KG's test split, MetaQA test ``--per-hop`` questions of each hop taken at an even stride
 (0: every question), WorldCup2014 test P1 + P2 + C) and ``encoder.step_table_max`` 0 (no table: every schema text
-encoded) and the default (the KG's step table, stem_jax/encoder/step_table.py): one engine (pattern planner,
+encoded) and the default (the KG's step table, stem_jax/kg/step_table.py): one engine (pattern planner,
 defaults otherwise) whose schema-text table is made online (no disk cache of the split's texts), as a served
 question's is, so every schema text is either encoded by the online forward (bfloat16 matmuls) or read from the
 step table (float32 forwards stored as float16). Records per hop group Hit@1 and F1 of both, their difference,

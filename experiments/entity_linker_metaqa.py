@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
+from stem_jax.data.linker import EntityLinker, _rapidfuzz
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.eval.report import markdown_table, run_metadata, write_report
 from stem_jax.kg.index import build_index
-from stem_jax.kg.linker import EntityLinker, _rapidfuzz
 
 VARIANTS = {"as written": lambda text: text, "lower-cased": str.lower}
 

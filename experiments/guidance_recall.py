@@ -36,7 +36,8 @@ from stem_jax.gnn.recall import recall_by_hop
 from stem_jax.kg.embeddings import build_kg_embeddings, cache_folder
 from stem_jax.kg.index import build_index
 from stem_jax.kg.subgraph import khop_subgraph
-from stem_jax.methods.stem import StemPipeline as Evaluator
+from stem_jax.methods.stem.plan import plan
+from stem_jax.methods.stem.resources import StemResources
 from stem_jax.plan.oracle import OraclePlanner
 
 K_PRIMES = tuple(range(1, 9))
@@ -62,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     factory = gnn_example_factory(config, dataset, index, embeddings, encoder)
     provider = GNNGuidance(spec, params, info, factory, k_prime=config.guidance.k_prime,
                            width=config.engine.guidance, cache_dir=root / "metaqa" / "gnn-guidance")
-    evaluator = Evaluator(dataset, index, embeddings, encoder, config)  # only to plan the runs, as eval does
-    runs, skipped = evaluator.plan_all(dataset.questions, OraclePlanner().plan)
+    resources = StemResources(dataset, index, embeddings, encoder, config)  # only to plan the runs, as eval does
+    runs, skipped = plan(resources, dataset.questions, OraclePlanner().plan)
     pairs, _ = provider.queries(dataset.questions, runs)
     t0 = time.perf_counter()
     table = provider.table(pairs, show_progress=True)

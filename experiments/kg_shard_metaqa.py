@@ -7,15 +7,16 @@ Command (repo root; MetaQA index and pattern planner ready):
 
 The engine answers the first ``--limit`` test questions per hop twice in one process with ``--devices``
 forced host devices (8): first as it does today (batches split over the local devices, the KG replicated),
-then with the pipeline's tracing collaborator replaced by :class:`stem_jax.shard.KGShardedTracing` (the KG
+then with the STEM holder's tracing collaborator replaced by :class:`stem_jax.shard.KGShardedTracing` (the KG
 cut over every device by :func:`stem_jax.shard.shard_kg`, each device scoring the triples it holds, the
 candidates merged with collectives), and compares every record: answers in order, answer scores, evidence
 triples, evidence count, coverage, overflow and θ. ``--processes 2`` runs it as a ``jax.distributed`` job
 of 2 processes with ``--devices`` / 2 devices each, the mesh spanning both; each process answers the same
 questions (the sharded trace is one SPMD program) and compares its own records.
 
-The swap is the one line a pipeline needs to opt in (``pipeline.sharding = KGShardedTracing(...)``): the
-pipeline calls ``self.sharding.trace(...)`` for every traced batch and ``anchor``/``round_up`` for the rest.
+The swap is the one line a holder needs to opt in (``method.resources.sharding = KGShardedTracing(...)``, what
+``--engine.kg_shards`` sets up): the trace stage calls ``res.sharding.trace(...)`` for every traced batch and
+``anchor``/``round_up`` for the rest.
 
 Writes experiments/results/kg-shard-metaqa[-LABEL].{json,md}; exits 1 if any record differs.
 """
@@ -51,12 +52,12 @@ def child(args: argparse.Namespace) -> dict:
     began = time.perf_counter()
     reference = engine.retrieve(questions)
     reference_s = time.perf_counter() - began
-    pipeline = engine.method("stem").pipeline
+    res = engine.method("stem").resources
     mesh = kg_mesh()
     began = time.perf_counter()
-    kg, layout = shard_kg(pipeline.index, pipeline.embeddings.trace_rows(), mesh)
+    kg, layout = shard_kg(res.index, res.embeddings.trace_rows(), mesh)
     shard_s = time.perf_counter() - began
-    pipeline.sharding = KGShardedTracing(kg, mesh, pipeline.sharding)
+    res.sharding = KGShardedTracing(kg, mesh, res.sharding)
     began = time.perf_counter()
     sharded = engine.retrieve(questions)
     sharded_s = time.perf_counter() - began
@@ -69,8 +70,8 @@ def child(args: argparse.Namespace) -> dict:
     return {"questions": len(questions), "hops": sorted({q.hops for q in questions}), "differ": differ,
             "identical": not differ, "devices": jax.device_count(), "local_devices": jax.local_device_count(),
             "processes": jax.process_count(), "process": jax.process_index(),
-            "triples": int(pipeline.index.num_triples), "row_format": getattr(pipeline.embeddings.trace_rows(),
-                                                                             "format", "float16"),
+            "triples": int(res.index.num_triples), "row_format": getattr(res.embeddings.trace_rows(), "format",
+                                                                        "float16"),
             "rows_per_shard": layout.rows_per_shard, "shard_seconds": round(shard_s, 2),
             "reference_seconds": round(reference_s, 1), "sharded_seconds": round(sharded_s, 1),
             "reference_trace_ms_sum": round(trace_ms[0], 1), "sharded_trace_ms_sum": round(trace_ms[1], 1),
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
           f"cores shared; commit {meta['commit']}, jax {meta['jax']}).\n\nCommand: "
           f"`python experiments/kg_shard_metaqa.py {' '.join(argv)}`\n\n"
           "reference = batches split over the local devices, KG replicated (the engine's default); sharded = "
-          "the same engine with pipeline.sharding = KGShardedTracing over every device of the job (each device "
+          "the same engine with its holder's sharding = KGShardedTracing over every device of the job (each device "
           "holds rows_per_shard triples); s = wall time of engine.retrieve over the sample (planning, encoding, "
           "anchoring, tracing, answers), trace ms = the records' trace stage summed; identical = prediction, "
           "scores, evidence, evidence count, coverage, overflow and θ equal for every question.\n\n"

@@ -62,7 +62,7 @@ def run(dataset: str, field: str, value: str, per_hop: int | None, out: Path) ->
     config = apply_overrides(StemConfig(), {field: value})
     name, fields = open_args(dataset)
     engine = Engine.open(name, config=config, planner="pattern", **fields)
-    engine.method("stem").pipeline.cache_dir = None  # schema texts made online, under the value tested
+    engine.method("stem").resources.cache_dir = None  # schema texts made online, under the value tested
     questions = sample(engine.dataset.questions, per_hop)
     metrics = engine.evaluate(out, questions=questions, show_progress=False, overwrite=True)
     predictions = {}

@@ -55,22 +55,24 @@ def _timed(call, reps: int) -> tuple[float, float]:
 def metaqa_batches(batch_sizes: list[int]):
     """MetaQA 2-hop test questions planned by the pattern planner: (kg, hyper, shapes, switches, batch of each size)."""
     from stem_jax.engine import Engine
+    from stem_jax.methods.stem.anchor import anchor
+    from stem_jax.methods.stem.trace import make_batch
 
     engine = Engine.open("metaqa", planner="pattern", split="test", hops=2, limit=max(batch_sizes))
     method = engine.method("stem")
     questions = list(engine.dataset.questions)
     method.prepare(questions)
-    pipeline = method.pipeline
-    runs = [r for q in questions for r in method.runs[q.qid] if not pipeline.is_precision(r)]
-    guidance = pipeline.guidance_rows(runs)
-    anchors, scores = pipeline.anchor(runs, guidance, {"anchor": 0.0})
+    res = method.resources
+    runs = [r for q in questions for r in method.runs[q.qid] if not res.is_precision(r)]
+    anchored = anchor(res, runs, [res.hyper])  # the configured λ, each run's own guidance rows
+    anchors, scores, guidance = anchored.entity[0], anchored.score[0], anchored.guidance[0]
     batches = {}
     for size in batch_sizes:
         chunk = runs[:size]
         bucket = max(r.bucket for r in chunk)
-        batches[size] = (len(chunk), pipeline.trace_batch(chunk, anchors[:size], scores[:size], size, bucket,
-                                                          guidance[:size]))
-    return (pipeline.kg, pipeline.resolve(method.hyper).traced(), pipeline.ladder[0], pipeline.tracer_switches(),
+        batches[size] = (len(chunk), make_batch(res, chunk, anchors[:size], scores[:size], size, bucket,
+                                                guidance[:size]))
+    return (res.kg, res.resolve(method.hyper).traced(), res.ladder[0], res.tracer_switches(),
             batches, "MetaQA 2-hop test questions (pattern planner")
 
 

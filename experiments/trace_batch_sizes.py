@@ -6,8 +6,8 @@ Command (repo root; MetaQA index ready):
         --configs 64/256,128/512,256/1024 --reps 5 [--label L]
 
 Each config is ``breadth/precision``: runs per compiled Breadth / Precision batch (``engine.batch_breadth`` /
-``engine.batch_precision``). One process, one pipeline: the configs differ only in the batch capacities the
-pipeline pads to, so they share the KG on device, the plans and the schema-text table. Every config first runs
+``engine.batch_precision``). One process, one STEM holder: the configs differ only in the batch capacities the
+holder pads to, so they share the KG on device, the plans and the schema-text table. Every config first runs
 the split once untimed (compiles its shapes) and its ranked answers (entities and scores) are compared with the
 first config's; then the timed rounds run the configs in turn (same window, same load), each timing the whole
 split in the eval's chunks (`StemMethod.retrieve`), wall and process CPU seconds, and counting the compiled
@@ -48,11 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     engine = Engine.open("metaqa", planner="oracle")
     method = engine.method("stem")
     questions = list(engine.dataset.questions)
-    pipe = method.pipeline
+    res = method.resources
     calls = [0]
     by_level: dict[tuple[int, int], dict[str, int]] = {}  # config -> "precision|breadth F=..." -> calls
     level_calls: dict[str, int] = {}
-    trace = pipe.sharding.trace
+    trace = res.sharding.trace
 
     def counted(*a, **k):
         calls[0] += 1
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         level_calls[key] = level_calls.get(key, 0) + 1
         return trace(*a, **k)
 
-    pipe.sharding.trace = counted
+    res.sharding.trace = counted
     method.prepare(questions)
     chunk = method.context.config.engine.chunk_questions
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         return out
 
     def use(config: tuple[int, int]) -> None:
-        pipe.batch = {True: pipe.sharding.round_up(config[1]), False: pipe.sharding.round_up(config[0])}
+        res.batch = {True: res.sharding.round_up(config[1]), False: res.sharding.round_up(config[0])}
 
     first, identical = None, {}
     for config in configs:  # untimed: every config's tracer shapes, and its answers against the first's

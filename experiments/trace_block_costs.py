@@ -36,6 +36,8 @@ sys.path.insert(0, str(ROOT))
 from paper_common import best_seconds, open_metaqa_stem  # noqa: E402
 
 from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
+from stem_jax.methods.stem.anchor import anchor  # noqa: E402
+from stem_jax.methods.stem.trace import make_batch  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
 
@@ -44,24 +46,23 @@ def batch_costs(method, questions, batches: int, reps: int) -> dict:
     """Part 1: each level-0 Breadth batch timed alone, against its number of edge blocks."""
     import jax
 
-    pipeline = method.pipeline
-    traced = pipeline.resolve(method.hyper).traced()
-    degree = np.diff(np.asarray(pipeline.index.csr_offsets))
-    shapes = pipeline.ladder[0]
-    size = pipeline.batch[False]
+    res = method.resources
+    traced = res.resolve(method.hyper).traced()
+    degree = np.diff(np.asarray(res.index.csr_offsets))
+    shapes = res.ladder[0]
+    size = res.batch[False]
     rows = []
     for hops in (1, 2, 3):
         runs = [r for q in questions for r in method.runs[q.qid] if r.plan.num_steps == hops][: size * batches]
-        guidance = pipeline.guidance_rows(runs)
-        anchors, scores = pipeline.anchor(runs, guidance, {"anchor": 0.0})
+        anchored = anchor(res, runs, [res.hyper])  # the configured λ, each run's own guidance rows
+        anchors, scores, guidance = anchored.entity[0], anchored.score[0], anchored.guidance[0]
         for start in range(0, len(runs) - size + 1, size):
             part = slice(start, start + size)
-            batch = pipeline.trace_batch(runs[part], anchors[part], scores[part], size, runs[start].bucket,
-                                         guidance[part])
+            batch = make_batch(res, runs[part], anchors[part], scores[part], size, runs[start].bucket, guidance[part])
 
             def call(batch=batch):
-                return pipeline.sharding.trace(pipeline.kg, batch, traced, shapes=shapes, precision=False,
-                                               halt_overflowed=True, **pipeline.tracer_switches())
+                return res.sharding.trace(res.kg, batch, traced, shapes=shapes, precision=False,
+                                          halt_overflowed=True, **res.tracer_switches())
 
             seconds = best_seconds(call, reps)
             nodes = jax.device_get(call()).nodes
@@ -92,22 +93,22 @@ def block_costs(method, reps: int, loops: int = 64) -> dict:
     from kernels.membership import row_contains, sorted_rows
     from stem_jax.trace import tracer
 
-    pipeline = method.pipeline
-    kg = pipeline.kg
+    res = method.resources
+    kg = res.kg
     rng = np.random.default_rng(0)
-    runs, frontier, window = pipeline.batch[False], pipeline.ladder[0].frontier, pipeline.ladder[0].window
+    runs, frontier, window = res.batch[False], res.ladder[0].frontier, res.ladder[0].window
     n_pairs = runs * frontier
-    degree = np.diff(np.asarray(pipeline.index.csr_offsets))
+    degree = np.diff(np.asarray(res.index.csr_offsets))
     pair_nodes = np.where(rng.random(n_pairs) < 0.3, rng.integers(0, len(degree), n_pairs), -1).astype(np.int32)
     cum = np.concatenate([[0], np.cumsum(np.where(pair_nodes >= 0, degree[np.maximum(pair_nodes, 0)], 0))])
     blocks = int(cum[-1]) // window
     runs_of_pair = jnp.asarray(np.repeat(np.arange(runs), frontier).astype(np.int32))
     via = np.full((runs, 5, frontier), -1, np.int32)
-    via[:, 1, :8] = rng.integers(0, pipeline.index.num_triples, (runs, 8))
+    via[:, 1, :8] = rng.integers(0, res.index.num_triples, (runs, 8))
     used = tracer.UsedMasks(tracer.sorted_used(jnp.asarray(via)), jnp.bool_(True), runs_of_pair, None)
     dim = kg.triple_emb.shape[1]
     queries = jnp.asarray(rng.standard_normal((runs, dim)).astype(np.float32) / np.sqrt(dim))
-    relation = jnp.asarray(rng.integers(0, pipeline.index.num_relations, runs).astype(np.int32))
+    relation = jnp.asarray(rng.integers(0, res.index.num_relations, runs).astype(np.int32))
     guidance = (sorted_rows(jnp.full((runs, 64), -1, jnp.int32)), jnp.bool_(False))
     hyper = method.hyper.traced()
     cum, pair_nodes = jnp.asarray(cum.astype(np.int32)), jnp.asarray(pair_nodes)

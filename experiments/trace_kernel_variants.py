@@ -49,6 +49,8 @@ sys.path.insert(0, str(ROOT))
 from paper_common import open_metaqa_stem  # noqa: E402
 
 from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
+from stem_jax.methods.stem.anchor import anchor  # noqa: E402
+from stem_jax.methods.stem.trace import make_batch  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
 STATIC = ("shapes", "precision", "relation_bonus", "tau_admits", "direction", "used", "halt_overflowed", "backend")
@@ -169,23 +171,22 @@ def variants(kg):
 
 def split_costs(method, questions, reps: int) -> dict:
     """Each tracer call of the split's retrieval, timed alone, summed by steps and by frontier."""
+    from stem_jax.eval import sharding  # the trace stage's calls reach trace_batch through this module
 
-    from stem_jax.trace import tracer
-
-    calls, plain = [], tracer.trace_batch
+    calls, plain = [], sharding.trace_batch
 
     def record(kg, batch, hyper, **static):
         calls.append((batch, hyper, static))
         return plain(kg, batch, hyper, **static)
 
-    tracer.trace_batch = record
+    sharding.trace_batch = record
     try:
         chunk = method.context.config.engine.chunk_questions
         for start in range(0, len(questions), chunk):
             method.retrieve(questions[start : start + chunk])
     finally:
-        tracer.trace_batch = plain
-    kg = method.pipeline.kg
+        sharding.trace_batch = plain
+    kg = method.resources.kg
     by_steps: dict[int, float] = {}
     by_frontier: dict[int, list] = {}
     for batch, hyper, static in calls:
@@ -225,17 +226,17 @@ def main(argv: list[str] | None = None) -> int:
     method.retrieve(questions[:2048])  # compiles what the split reaches
     load_split = os.getloadavg()[0]
     split = split_costs(method, questions, args.split_reps)
-    pipeline = method.pipeline
-    kg, shapes, size = pipeline.kg, pipeline.ladder[0], pipeline.batch[False]
+    res = method.resources
+    kg, shapes, size = res.kg, res.ladder[0], res.batch[False]
     runs = [r for q in questions for r in method.runs[q.qid] if r.plan.num_steps == 3][: size * args.batches]
-    guidance = pipeline.guidance_rows(runs)
-    anchors, scores = pipeline.anchor(runs, guidance, {"anchor": 0.0})
-    batches = [pipeline.trace_batch(runs[s : s + size], anchors[s : s + size], scores[s : s + size], size,
-                                    runs[s].bucket, guidance[s : s + size])
+    anchored = anchor(res, runs, [res.hyper])  # the configured λ, each run's own guidance rows
+    anchors, scores, guidance = anchored.entity[0], anchored.score[0], anchored.guidance[0]
+    batches = [make_batch(res, runs[s : s + size], anchors[s : s + size], scores[s : s + size], size, runs[s].bucket,
+                          guidance[s : s + size])
                for s in range(0, len(runs) - size + 1, size)]
-    traced = pipeline.resolve(method.hyper).traced()
+    traced = res.resolve(method.hyper).traced()
     static = {"shapes": shapes, "precision": False, "halt_overflowed": True, "backend": "blocks",
-              **pipeline.tracer_switches()}
+              **res.tracer_switches()}
 
     table = variants(kg)
     plain = tracer.trace_batch.__wrapped__

@@ -2,7 +2,7 @@
 
     STEM_DATA_DIR=../shared/data python experiments/webqsp_rog_format.py
 
-Writes webqsp-r's train and dev splits as RoG-format JSONL (`stem_jax.data.rog.write_rog`: each question's graph is
+Writes webqsp-r's train and dev splits as RoG-format JSONL (`stem_jax.kg.subgraph.write_rog`: each question's graph is
 its topic's 2-hop neighbourhood in the KG, hubs over 2,000 triples reached but not expanded, the gold path kept)
 under ``runs/webqsp-r-rog/`` (data, never committed), then runs README's "your own KG" path on it
 (`index`, `train-planner`, `eval --split dev`, defaults) and sets the dev metrics over every question beside the
@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from stem_jax.data.registry import DatasetSpec, load_dataset  # noqa: E402
-from stem_jax.data.rog import write_rog  # noqa: E402
 from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
+from stem_jax.kg.subgraph import write_rog  # noqa: E402
 
 
 def stem(*args: str) -> None:

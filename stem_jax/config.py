@@ -21,6 +21,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from stem_jax.errors import ConfigError
+
 
 @dataclasses.dataclass(frozen=True)
 class TracerConfig:
@@ -93,8 +95,8 @@ class EncoderConfig:
     max_length: int = 64  # longest token bucket; longer strings are truncated (counted)
     chunk_rows: int = 4096  # rows per TensorStore chunk (also the resume granularity)
     # Matmul operands of the online encodes (questions, schema texts, mentions): "bfloat16" (float32 accumulation;
-    # 1.3-1.8x faster end to end on CPUs with AVX512-BF16, Hit@1 and F1 unchanged on MetaQA, WorldCup2014 and the
-    # demo KG: experiments/results/encoder-precision-accuracy.md) or "float32" (CPUs without bfloat16 matmuls).
+    # faster on CPUs with bfloat16 matmuls, answers unchanged on the KGs tested: experiments/results/
+    # encoder-precision-accuracy.md) or "float32" (CPUs without bfloat16 matmuls).
     # Embedding caches are always built in float32.
     dot_dtype: str = "bfloat16"
     # How the tracer stores and reads triple rows (stem_jax/encoder/compact.py): float16 (768 B a row at d=384),
@@ -104,7 +106,7 @@ class EncoderConfig:
     row_format: str = "pca128-int8"
     # Schema-step texts naming an entity (``Kismet directed by [ENT1]``: every (entity, relation) pair of the KG,
     # both orientations) encoded once per KG into a cache and read online instead of encoded, when the KG has at
-    # most this many (MetaQA: 219,678; 0: never). Questions are always encoded (stem_jax/encoder/step_table.py)
+    # most this many (MetaQA: 219,678; 0: never). Questions are always encoded (stem_jax/kg/step_table.py)
     step_table_max: int = 250_000
 
 
@@ -142,7 +144,7 @@ class EngineConfig:
     strategy: str = "breadth"  # "breadth": trace every plan as Breadth (MetaQA dev evidence); "planner": its own
     calibrated: bool = True  # use the encoder's dev-calibrated θ (stem_jax.methods.stem.settings) when one is stored
     guidance_admits: bool = False  # True (paper): τ counts in Breadth's θ test; False: θ tests T without τ
-    # Per-KG conventions (DESIGN stage 6); `stem-jax calibrate` stores the ones a KG's dev split prefers, and
+    # Per-KG conventions: `stem-jax calibrate` stores the ones a KG's dev split prefers, and
     # they apply where these and exclude_topic are left at their defaults (methods/stem/settings.py).
     direction: str = "undirected"  # "directed": a schema triple matches KG triples of its own orientation only
     used_triples: str = "run"  # a KG triple is used once per "run" (Algorithm 2), per "branch", or per "step"
@@ -153,7 +155,7 @@ class ScrConfig:
     """SCR, stepwise contrastive reasoning (the SCR paper; departures in stem_jax/methods/scr)."""
 
     layers: int = 3  # L relational message-passing (GAT-style) layers
-    dim: int = 128  # d of the GNN and question head (paper: BERT's 768; 384 ran ~20 s/step on the shared 2-core CPU)
+    dim: int = 128  # d of the GNN and question head (paper: BERT's 768; smaller keeps CPU training short)
     head_layers: int = 1  # trainable attention layers over the frozen MiniLM segments of the context
     tau: float = 0.05  # InfoNCE / selection temperature τ (eq. 11)
     beam: int = 10  # K: beam width and number of (path, answer) hypotheses kept (eqs. 12-15)
@@ -162,7 +164,7 @@ class ScrConfig:
     neighbours: int = 256  # candidate cap per entity (hubs: deterministic sample) and GNN in-degree cap
     batch_questions: int = 64  # questions per jitted search batch
     lr: float = 1e-3
-    steps: int = 400  # optimiser steps (batches of train_batch questions; ~10-15 min on a shared CPU)
+    steps: int = 400  # optimiser steps (batches of train_batch questions)
     train_batch: int = 128  # questions per training batch (all their steps; the whole-KG GNN pass dominates a step)
     eval_every: int = 25  # validation loss/accuracy every N steps (also the checkpoint interval)
     min_hops: int = 1  # search: no stop before this many hops (a topic answer is dropped anyway); 0 = paper
@@ -185,7 +187,7 @@ class SafeConfig:
     k_ent: int = 3  # |SimEnt|: KG entities per named query node (value retrieval)
     k_rel: int = 10  # |SimRel|: KG relations per query relation
     k_typ: int = 8  # |SimTyp|: entity types a variable node may take
-    k_retrieval: int = 100  # top matches per query graph (MetaQA dev: 10 -> 100 lifts 3-hop F1 76.5 -> 93.0; 7x slower)
+    k_retrieval: int = 100  # top matches per query graph (more: better 3-hop recall, a slower search)
     beams: int = 1  # planner beams used as pseudo query graphs (the paper's LLM writes one)
     containment: float = 0.75  # merge relation roles into one entity type when this share of the smaller overlaps
     min_support: int = 1  # θ_supp: schema edges need this many KG triples (paper C.2)
@@ -439,7 +441,5 @@ def check(config: Any) -> Any:
     """``config`` itself when :func:`validate` finds nothing, else :class:`~stem_jax.errors.ConfigError`."""
     problems = validate(config)
     if problems:
-        from stem_jax.errors import ConfigError
-
         raise ConfigError(problems)
     return config

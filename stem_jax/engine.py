@@ -37,6 +37,7 @@ from typing import Any
 from stem_jax.answer.chains import answer_chains
 from stem_jax.compile_cache import enable_compile_cache
 from stem_jax.config import StemConfig, as_dict, check, default_cache_dir
+from stem_jax.data.linker import EntityLinker
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.data.types import Dataset, Question
 from stem_jax.errors import StemError
@@ -45,10 +46,16 @@ from stem_jax.eval.records import make_records
 from stem_jax.eval.run_folder import engine_fingerprint, selection_of
 from stem_jax.gc_pause import collector_paused
 from stem_jax.kg.index import KGIndex, build_index
-from stem_jax.kg.linker import EntityLinker
 from stem_jax.methods import MethodContext, RetrievalMethod, build_method
-from stem_jax.plan.factory import PlannerSpec, build_planner, open_plan_store, train_planner_flags
+from stem_jax.plan.factory import (
+    PlannerSpec,
+    build_planner,
+    default_planner_path,
+    open_plan_store,
+    train_planner_flags,
+)
 from stem_jax.plan.oracle import gold_paths
+from stem_jax.plan.training import AUTO_TRAIN_DATASETS, train_default_planner
 from stem_jax.validation import (
     checked_cache_dir,
     checked_dataset_spec,
@@ -190,7 +197,7 @@ def open_embeddings(config: StemConfig, dataset: Dataset, index: KGIndex, cache_
         rows.append([f"triples {compact.format} ({compact.bytes_per_row} B/row)", compact.n, compact.width, 0,
                      round(compact.build_seconds, 1), "built" if compact.build_seconds else "cached"])
     if hasattr(encoder, "attach_step_table"):  # the KG's schema-step texts, read online instead of encoded
-        from stem_jax.encoder.step_table import open_step_table
+        from stem_jax.kg.step_table import open_step_table
 
         steps = open_step_table(encoder, index, folder, chunk_rows=config.encoder.chunk_rows,
                                 max_texts=config.encoder.step_table_max, names=dataset.entity_names,
@@ -380,9 +387,7 @@ class Engine:
 
         Only for :data:`~stem_jax.plan.training.AUTO_TRAIN_DATASETS` (seconds of training) and the default
         planner folder: other datasets, or an explicit ``path``, keep the "run train-planner" error."""
-        from stem_jax.plan.factory import default_planner_path
-        from stem_jax.plan.pattern import PLANNER_FILE
-        from stem_jax.plan.training import AUTO_TRAIN_DATASETS, train_default_planner
+        from stem_jax.plan.pattern import PLANNER_FILE  # loads tensorstore: imported on use
 
         spec = self.planner_spec
         if spec.name not in ("pattern", "hybrid") or spec.path is not None:

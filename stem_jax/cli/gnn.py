@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,8 @@ from stem_jax.cli.args import (
 )
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import GNNConfig, StemConfig, as_dict
-from stem_jax.data.types import Dataset, Question
+from stem_jax.data.sampling import sample_per_hop
+from stem_jax.data.types import Dataset
 from stem_jax.errors import ConfigError
 from stem_jax.kg.index import KGIndex
 
@@ -32,21 +32,6 @@ def add_guidance_flags(parser: argparse.ArgumentParser, *, required: bool = Fals
                            help="none (λ, τ unused), or gnn: the top |T|·K' entities of a trained Triple-GNN")
     group.add_argument("--gnn-checkpoint", type=Path, default=None, metavar="DIR",
                        help="a `stem-jax train-gnn` run folder")
-
-
-def subset(questions: list[Question], per_hop: int | None) -> list[Question]:
-    """Deterministic stratified subset: per hop count, the ``per_hop`` questions with the lowest
-    sha256(qid), in their original order (None keeps everything)."""
-    if per_hop is None:
-        return questions
-    groups: dict[Any, list[Question]] = {}
-    for q in questions:
-        groups.setdefault(q.hops, []).append(q)
-    keep = set()
-    for group in groups.values():
-        ranked = sorted(group, key=lambda q: hashlib.sha256(q.qid.encode()).hexdigest())
-        keep.update(q.qid for q in ranked[:per_hop])
-    return [q for q in questions if q.qid in keep]
 
 
 def example_factory(config: StemConfig, dataset: Dataset, index: KGIndex, embeddings, encoder):
@@ -75,7 +60,7 @@ def add_train_gnn_parser(sub, add_dataset_flags, add_cache_flags, add_config_fla
     p.add_argument("--preset", choices=("small", "paper"), default="small",
                    help="architecture: small = L=3, d=64 (CPU, the default); paper = L=6, d=512. "
                    "--gnn.layers / --gnn.d_gnn override either")
-    p.add_argument("--steps", type=int, default=300, help="optimisation steps (default 300, a few minutes on CPU)")
+    p.add_argument("--steps", type=int, default=300, help="optimisation steps (default 300)")
     p.add_argument("--graphs-per-step", dest="graphs_per_step", type=int, default=8, help="graphs per step (default 8)")
     p.add_argument("--lr", type=float, default=1e-3, help="peak AdamW learning rate (default 1e-3)")
     p.add_argument("--synthetic-ratio", dest="synthetic_ratio", type=float, default=0.25,
@@ -213,7 +198,7 @@ def cmd_ablate_guidance(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     engine = open_engine(args, config, force_guidance=True)
     dataset = engine.dataset
-    dataset.questions = subset(dataset.questions, args.subset)
+    dataset.questions = sample_per_hop(dataset.questions, args.subset, rule="lowest_hash")
     if args.subset is not None:
         print(f"stratified subset: {len(dataset.questions)} questions ({args.subset} per hop, lowest sha256(qid))")
     method = engine.method("stem")

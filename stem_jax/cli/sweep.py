@@ -9,6 +9,7 @@ from pathlib import Path
 from stem_jax.cli.args import config_from_args
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import as_dict
+from stem_jax.data.sampling import sample_per_hop
 
 
 def add_sweep_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags) -> None:
@@ -46,7 +47,6 @@ def add_sweep_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags) 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from stem_jax.cli.engine_args import open_engine
-    from stem_jax.cli.gnn import subset
     from stem_jax.errors import StemError
     from stem_jax.methods.stem.sweep import make_grid, parse_values, plot_sweep, run_sweep, sweep_table
 
@@ -62,7 +62,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print("note: --guidance none: λ, τ and K' have no effect without a guidance graph")
     engine = open_engine(args, config)
     # the sweep's own selection: the engine's dataset keeps every loaded question
-    questions = subset(list(engine.dataset.questions), args.subset)
+    questions = sample_per_hop(list(engine.dataset.questions), args.subset, rule="lowest_hash")
     if args.subset is not None:
         print(f"stratified subset: {len(questions)} questions ({args.subset} per hop, lowest sha256(qid))")
     out = args.out or Path("runs") / f"sweep-{engine.dataset.name}-{args.split}"

@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 
 from stem_jax.data.types import Dataset, PathStep, Question, Triple
+from stem_jax.errors import DataError
 
 _ONSETS = ["b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "st", "th", "ch"]
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ea", "ou"]
@@ -197,8 +198,6 @@ def generate_demo_questions(
 def load_demo(*, split: str = "test", seed: int = 0, per_hop: int = 150) -> Dataset:
     """The embedded default dataset: generated KG plus templated questions of one split."""
     if split not in SPLITS:
-        from stem_jax.errors import DataError
-
         raise DataError(f"unknown demo split {split!r}", fix=f"use one of {', '.join(SPLITS)}")
     triples = generate_demo_kg(seed)
     questions = generate_demo_questions(triples, seed=seed, per_hop=per_hop)[split]

@@ -20,7 +20,7 @@ and the encoder, the linker and the answers read the names. A relation name repl
 id everywhere (KG, gold paths, evidence chains), as MetaQA's relations are words already; two
 relations that would end up with one label (two ids with one name, or a name that is the id of an
 unnamed relation) are an error, as the two would merge. Without a name, the text of a relation is derived from its id by
-:func:`stem_jax.kg.index.relation_text` (``film.film.directed_by`` -> "film directed by").
+:func:`stem_jax.data.types.relation_text` (``film.film.directed_by`` -> "film directed by").
 
 Questions, JSONL: one object per line::
 
@@ -60,6 +60,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from stem_jax.data.linker import EntityLinker
 from stem_jax.data.types import Dataset, PathStep, Question, SkipReport, Triple, read_lines
 from stem_jax.errors import DataError
 
@@ -299,8 +300,6 @@ class _QuestionBuilder:
     @property
     def linker(self):
         if self._linker is None:
-            from stem_jax.kg.linker import EntityLinker
-
             self._linker = EntityLinker.from_triples(self.triples, self.entity_names)
         return self._linker
 

@@ -2,8 +2,8 @@
 
 Each record carries ``id, question, answer, q_entity, a_entity, graph`` where ``graph`` is the
 question's own subgraph as ``[[head, relation, tail], ...]``; an optional ``gold_path`` (relation ids, ``^r``
-backward, as in the ``files`` format) gives the oracle planner its plan. :func:`write_rog` writes any loaded
-dataset in this format, each question's graph its topics' k-hop neighbourhood in the KG.
+backward, as in the ``files`` format) gives the oracle planner its plan. :func:`stem_jax.kg.subgraph.write_rog`
+writes any loaded dataset in this format, each question's graph its topics' k-hop neighbourhood in the KG.
 """
 
 from __future__ import annotations
@@ -169,36 +169,3 @@ def load_rog(path: Path, *, split: str = "test", name: str = "rog", strict: bool
     if not questions:
         raise DataError("no usable questions", path=str(path), fix="see the skip reasons above: " + "; ".join(skips.lines()))
     return Dataset(name=name, questions=questions, triples=list(union), skips=skips)
-
-
-def write_rog(path: Path, dataset: Dataset, *, hops: int = 2, hub_cap: int = 2000) -> dict[str, int]:
-    """Write ``dataset``'s questions as RoG-format JSONL at ``path``: each question's graph is the triples within
-    ``hops`` undirected hops of its topic entities in the dataset's KG (a node with more than ``hub_cap`` incident
-    triples is reached but not expanded, :func:`stem_jax.kg.subgraph.khop_subgraph`), its gold path kept. Questions
-    whose topics the KG lacks are left out and counted. Returns counts (questions, left_out, triples)."""
-    from stem_jax.data.files import question_record
-    from stem_jax.kg.index import build_index
-    from stem_jax.kg.subgraph import khop_subgraph
-
-    index = build_index(dataset.triples)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    counts = {"questions": 0, "left_out": 0, "triples": 0}
-    with path.open("w", encoding="utf-8", newline="\n") as handle:
-        for question in dataset.questions:
-            seeds = [index.entity_ids[t] for t in question.topic_entities if t in index.entity_ids]
-            if not seeds:
-                counts["left_out"] += 1
-                continue
-            sub = khop_subgraph(index, seeds, hops, hub_cap)
-            rows = index.triples[sub.triple_ids].tolist()
-            graph = [[index.entities[h], index.relations[r], index.entities[t]] for h, r, t in rows]
-            record = question_record(question)
-            out = {"id": record["id"], "question": record["question"], "answer": record["answers"],
-                   "q_entity": record["topic_entities"], "a_entity": record["answers"], "graph": graph}
-            if "gold_path" in record:
-                out["gold_path"] = record["gold_path"]
-            handle.write(json.dumps(out, ensure_ascii=False) + "\n")
-            counts["questions"] += 1
-            counts["triples"] += len(graph)
-    return counts

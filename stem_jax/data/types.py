@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
+import re
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from stem_jax.errors import DataError
@@ -169,8 +171,8 @@ WHOLE_FILE_BYTES = 256 << 20  # files up to this size are read and decoded in on
 
 def decoded_lines(path: Path) -> list[str] | None:
     """Every line of a plain UTF-8 file, as :func:`raw_lines` + :func:`decode_line` give them (split on
-    "\\n" only, one trailing CR and a leading BOM dropped), read and decoded in one piece: 3-5x less CPU
-    than line by line on MetaQA's KB. None when that cannot be done (a ``.gz`` file, one that cannot be
+    "\\n" only, one trailing CR and a leading BOM dropped), read and decoded in one piece: less CPU
+    than line by line. None when that cannot be done (a ``.gz`` file, one that cannot be
     read, a line that is not UTF-8): the caller then reads line by line, which says what is wrong and where."""
     if path.suffix == ".gz":
         return None
@@ -215,3 +217,45 @@ def read_lines(path: Path, skips: SkipReport, *, strict: bool = False) -> Iterat
             skips.skip(UNDECODABLE, f"{path}:{lineno}")
             continue
         yield lineno, text
+
+
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def relation_text(relation: str, names: Mapping[str, str] | None = None) -> str:
+    """The text the encoder sees for a relation: its readable name when ``names`` has one, else derived.
+
+    Derivation from the identifier (a relation that already contains a space is a name and stays as is):
+
+    * ``directed_by`` -> ``directed by`` (MetaQA; unchanged from earlier versions, so caches stay valid);
+    * Freebase, dotted or slashed: the type and the property, ``film.film.directed_by`` and
+      ``/film/film/directed_by`` -> ``film directed by`` (a compound such as
+      ``/people/person/spouse_s./people/marriage/type_of_union`` keeps its last type: ``marriage type of union``);
+      the type is dropped when the property repeats it (``film.film.film_format`` -> ``film format``);
+    * a URI or a prefixed name: its fragment or last segment, ``http://dbpedia.org/ontology/director`` and
+      ``dbo:director`` -> ``director``;
+    * camelCase is split: ``directedBy`` -> ``directed by``.
+    """
+    if names and relation in names:
+        return names[relation]
+    return _derived_relation_text(relation)
+
+
+@functools.lru_cache(maxsize=1 << 14)  # every traced run's schema texts pass here, a few relations many times
+def _derived_relation_text(relation: str) -> str:
+    text = relation.strip()
+    if not text or any(c.isspace() for c in text):
+        return text
+    if "://" in text or (text.startswith("<") and text.endswith(">")):
+        text = re.split(r"[/#]", text.strip("<>").rstrip("/#"))[-1]
+    elif ":" in text:
+        text = text.rsplit(":", 1)[-1]
+    segments = [s for s in re.split(r"[./]+", text) if s] or [text]
+    if len(segments) >= 2:
+        kind, prop = segments[-2], segments[-1]
+        text = prop if prop == kind or prop.startswith(kind + "_") else f"{kind}_{prop}"
+    else:
+        text = segments[0]
+    if "_" not in text and _CAMEL_BOUNDARY.search(text):
+        text = _CAMEL_BOUNDARY.sub(" ", text).lower()
+    return text.replace("_", " ")

@@ -79,7 +79,7 @@ def _dense(features: int, name: str, dot_dtype: str) -> nn.Module:
     return _LowPrecisionDense(features, dot_dtype, name=name)
 
 
-class _Layer(nn.Module):
+class EncoderLayer(nn.Module):
     cfg: BertConfig
     dot_dtype: str = "float32"
 
@@ -125,7 +125,7 @@ def run_layers(layers: Sequence[dict[str, Any]], cfg: BertConfig, x: jax.Array, 
                dot_dtype: str = "float32") -> jax.Array:
     """``x`` [rows, T, h] through the transformer layers whose parameter trees are ``layers`` (a slice of
     :func:`layer_params`, or trained copies of some), with the additive attention ``bias``."""
-    layer = _Layer(cfg, dot_dtype, parent=None)
+    layer = EncoderLayer(cfg, dot_dtype, parent=None)
     for p in layers:
         x = layer.apply({"params": p}, x, bias)
     return x
@@ -183,7 +183,7 @@ class MiniLM(nn.Module):
         x = jnp.zeros((*tokens.shape, cfg.hidden_size), jnp.float32)
         nn.LayerNorm(cfg.layer_norm_eps, name="embed_ln")(x)
         for i in range(cfg.num_hidden_layers):
-            _Layer(cfg, self.dot_dtype, name=f"layer_{i}")(x, jnp.zeros((), jnp.float32))
+            EncoderLayer(cfg, self.dot_dtype, name=f"layer_{i}")(x, jnp.zeros((), jnp.float32))
 
 
 def load_params(safetensors_path: Path, cfg: BertConfig) -> dict[str, Any]:
@@ -244,7 +244,8 @@ def cast_kernels(params: dict[str, Any], dot_dtype: str) -> dict[str, Any]:
     return jax.tree_util.tree_map_with_path(cast, params)
 
 
-def _fingerprint(model_dir: Path) -> str:
+def model_fingerprint(model_dir: Path) -> str:
+    """A short digest of the model folder's config, tokenizer and weights: part of the encoder's name and cache keys."""
     digest = hashlib.sha256()
     for name in ("config.json", "tokenizer.json", "model.safetensors"):
         with open(model_dir / name, "rb") as f:
@@ -283,7 +284,7 @@ class MiniLMEncoder:
     builds) neither read nor fill it. ``memo_hits`` / ``memo_misses`` count texts.
 
     Step table: the KG's schema-step texts that name an entity (``Kismet directed by [ENT1]``), encoded once per
-    KG into a cache (:mod:`stem_jax.encoder.step_table`) and attached by the engine; :meth:`encode` reads them
+    KG into a cache (:mod:`stem_jax.kg.step_table`) and attached by the engine; :meth:`encode` reads them
     instead of running a forward, whatever ``memo`` (a question wording is never in it).
     """
 
@@ -304,7 +305,7 @@ class MiniLMEncoder:
         self.batch_size = batch_size
         self.max_length = max_length
         self.dim = self.cfg.hidden_size
-        self.name = f"all-MiniLM-L6-v2:{_fingerprint(model_dir)}:len{max_length}"
+        self.name = f"all-MiniLM-L6-v2:{model_fingerprint(model_dir)}:len{max_length}"
         self.tokenizer = TruncatingTokenizer(model_dir / "tokenizer.json", max_length)
         full = max(1, batch_size * 16 // max_length)
         # Powers of two up to a full batch: a single query runs one row, and the last batch of
@@ -392,7 +393,7 @@ class MiniLMEncoder:
         return self.tokenizer.truncated
 
     def attach_step_table(self, table: Any) -> None:
-        """Read texts of ``table`` (a :class:`~stem_jax.encoder.step_table.StepTable` of this encoder's float32
+        """Read texts of ``table`` (a :class:`~stem_jax.kg.step_table.StepTable` of this encoder's float32
         rows, or None to detach) in :meth:`encode` instead of encoding them."""
         if table is not None and table.table.encoder_name != self.name:
             raise ValueError(f"step table of {table.table.encoder_name}, this encoder is {self.name}")

@@ -35,6 +35,7 @@ from stem_jax.data.types import Question
 from stem_jax.errors import DataError
 from stem_jax.eval.metrics import schema_prf
 from stem_jax.kg.index import KGIndex
+from stem_jax.kg.paths import follow_relation_path
 from stem_jax.plan.oracle import metaqa_gold_path, strategy_for
 from stem_jax.plan.schema import SchemaGraph, is_placeholder
 
@@ -141,7 +142,6 @@ def load_qtype_questions(path: Path, index: KGIndex, *, name: str | None = None)
     """
     import re
 
-    from stem_jax.kg.paths import follow_relation_path
 
     path = Path(path)
     if not path.is_file():

@@ -11,6 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stem_jax import atomic
+from stem_jax.errors import StemError
+
 
 def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
     def cell(value: Any) -> str:
@@ -78,16 +81,13 @@ def write_report(out_dir: Path, name: str, payload: dict[str, Any], markdown: st
       StemError: the folder or a file cannot be written (read-only, full disk): one line naming the
         file, and that the work already in the folder (a run's predictions) is kept.
     """
-    from stem_jax.atomic import write_text_atomic
-    from stem_jax.errors import StemError
-
     json_path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
     text = json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n"
     target = out_dir
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         for target, body in ((json_path, text), (md_path, markdown + "\n")):
-            write_text_atomic(target, body)
+            atomic.write_text_atomic(target, body)
     except OSError as err:
         kept = " (the predictions beside it are kept)" if (out_dir / "predictions.jsonl").is_file() else ""
         raise StemError(f"{target}: cannot write the {name} report ({err.strerror or err}){kept}\n"

@@ -37,8 +37,10 @@ from typing import Any
 
 from stem_jax.atomic import write_json_atomic, write_text_atomic
 from stem_jax.config import as_dict
+from stem_jax.data.files import find_questions
 from stem_jax.errors import StemError
 from stem_jax.locks import acquire_folder_lock
+from stem_jax.plan.factory import default_planner_path
 
 PREDICTIONS = "predictions.jsonl"
 FINGERPRINT = "fingerprint.json"
@@ -488,8 +490,6 @@ def question_source(spec: Any) -> dict[str, Any]:
         if value is not None:
             source[key] = str(Path(value).resolve())
     if "questions" not in source and getattr(spec, "name", None) == "files":
-        from stem_jax.data.files import find_questions
-
         folder = spec.data_dir or (Path(spec.triples).parent if spec.triples is not None else None)
         found = find_questions(Path(folder), spec.split) if folder is not None else None
         if found is not None:
@@ -499,9 +499,7 @@ def question_source(spec: Any) -> dict[str, Any]:
 
 def engine_fingerprint(engine: Any, method: str) -> dict[str, Any]:
     """The results fingerprint of ``engine`` (a :class:`stem_jax.engine.Engine`) evaluating with ``method``."""
-    from stem_jax.kg.embeddings import _names_key, kg_fingerprint
-    from stem_jax.plan.factory import default_planner_path
-
+    from stem_jax.kg.embeddings import kg_fingerprint, names_key
     spec = engine.planner_spec
     planner = dataclasses.asdict(spec)
     planner["path_stamp"] = path_stamp(spec.path)
@@ -519,7 +517,7 @@ def engine_fingerprint(engine: Any, method: str) -> dict[str, Any]:
         planner=planner if method in ("stem", "safe") else None,
         # the names too: they are what the encoder embeds (the embedding cache keys on them), so a renamed
         # entity changes results as an edited triple does
-        kg=kg_fingerprint(engine.index) + _names_key(engine.index, engine.dataset.entity_names),
+        kg=kg_fingerprint(engine.index) + names_key(engine.index, engine.dataset.entity_names),
         encoder=engine.encoder.name,
         data={"dataset": engine.dataset.name, "split": engine.dataset_spec.split,
               **question_source(engine.dataset_spec)},

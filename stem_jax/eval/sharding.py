@@ -22,6 +22,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from stem_jax.trace.tracer import anchor_batch, trace_batch
+
 BATCH = "batch"
 
 
@@ -63,8 +65,6 @@ class BatchSharding:
 
     def trace(self, kg: Any, batch: Any, hyper: Any, **static: Any) -> Any:
         """:func:`trace_batch` with the batch split over the devices (identity with one device)."""
-        from stem_jax.trace.tracer import trace_batch
-
         if not self.active:
             return trace_batch(kg, batch, hyper, **static)
         return _sharded_trace(self.mesh, tuple(sorted(static.items())))(kg, self.shard_batch(batch), hyper)
@@ -72,8 +72,6 @@ class BatchSharding:
     def anchor(self, entity_emb: Any, mentions: Any, guidance: Any, lam: Any, named: Any, named_level: Any, *,
                top_n: int) -> Any:
         """:func:`anchor_batch` with the runs split over the devices (identity with one device)."""
-        from stem_jax.trace.tracer import anchor_batch
-
         if not self.active:
             return anchor_batch(entity_emb, mentions, guidance, lam, named, named_level, top_n=top_n)
         rows = self.shard_batch((mentions, guidance, named, named_level))
@@ -82,8 +80,6 @@ class BatchSharding:
 
 @functools.lru_cache(maxsize=64)
 def _sharded_trace(mesh: Mesh, static: tuple[tuple[str, Any], ...]) -> Any:
-    from stem_jax.trace.tracer import trace_batch
-
     def local(kg, batch, hyper):
         return trace_batch(kg, batch, hyper, **dict(static))
 
@@ -94,8 +90,6 @@ def _sharded_trace(mesh: Mesh, static: tuple[tuple[str, Any], ...]) -> Any:
 
 @functools.lru_cache(maxsize=16)
 def _sharded_anchor(mesh: Mesh, top_n: int) -> Any:
-    from stem_jax.trace.tracer import anchor_batch
-
     def local(entity_emb, mentions, guidance, named, named_level, lam):
         return anchor_batch(entity_emb, mentions, guidance, lam, named, named_level, top_n=top_n)
 

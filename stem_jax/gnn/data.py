@@ -99,7 +99,7 @@ class ExampleFactory:
         edge order (receivers ascending), from one vectorised expansion of all pairs
         (:func:`stem_jax.gnn.multihop.graph_set`); otherwise discovery order, from one expansion per
         distinct (seeds, radius) with stamp arrays (:func:`stem_jax.gnn.expand.graph_set_unordered`,
-        about 9x faster on MetaQA 3-hop), which the reach-aware forward takes.
+        no sort), which the reach-aware forward takes.
         """
         where, seeds, radii, blocks = [], [], [], []
         features: dict[str, np.ndarray] = {}

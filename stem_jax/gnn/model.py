@@ -90,7 +90,7 @@ class TripleGNN(nn.Module):
     d_gnn: int = 512
     # "receiver": edges arrive sorted by receiver (sorted segment sums, what training uses);
     # "sender": sorted by sender, which makes the per-edge gather h[senders] read memory in
-    # order (about 3x faster on CPU) at the price of an unsorted segment sum. Same parameters.
+    # order (faster on CPU) at the price of an unsorted segment sum. Same parameters.
     edge_order: str = "receiver"
 
     @nn.compact

@@ -34,6 +34,7 @@ from stem_jax.checkpoints import CheckpointStore
 from stem_jax.data.sampling import sample_per_hop
 from stem_jax.data.types import Question
 from stem_jax.errors import ConfigError, StemError
+from stem_jax.eval.run_folder import lock_folder
 from stem_jax.gnn.batching import GraphExample, pad_batch
 from stem_jax.gnn.checkpoint import CHECKPOINTS, MODEL_FILE, params_fingerprint, restore_latest_good
 from stem_jax.gnn.data import ExampleFactory
@@ -285,8 +286,6 @@ def train(
     latest checkpoint is moved to ``out_dir/damaged-checkpoints/`` (kept, not deleted) and the run
     resumes from the newest checkpoint that reads.
     """
-    from stem_jax.eval.run_folder import lock_folder
-
     config.check()
     began = time.perf_counter()
     out_dir = Path(out_dir)

@@ -53,7 +53,7 @@ def kg_fingerprint(index: KGIndex) -> str:
     return index.fingerprint
 
 
-def _names_key(index: KGIndex, names: dict[str, str] | None) -> str:
+def names_key(index: KGIndex, names: dict[str, str] | None) -> str:
     """``""``, or ``-names-<sha>`` when ``names`` change what the encoder sees for some entity: the KG
     fingerprint covers the triples' ids, and two loads of one KG with other display names must not
     share rows."""
@@ -78,7 +78,7 @@ def cache_folder(cache_root: Path, dataset: str, index: KGIndex, encoder: TextEn
     dataset's own first, else another dataset's whose stored strings are exactly this KG's texts.
     """
     root = Path(cache_root)
-    key, slug = f"kg-{kg_fingerprint(index)}{_names_key(index, names)}", _slug(encoder)
+    key, slug = f"kg-{kg_fingerprint(index)}{names_key(index, names)}", _slug(encoder)
     folder = root / key / slug
     if folder.exists():
         return folder

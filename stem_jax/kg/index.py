@@ -7,12 +7,11 @@ import functools
 import hashlib
 import itertools
 import operator
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 import numpy as np
 
-from stem_jax.data.types import Triple
+from stem_jax.data.types import Triple, relation_text  # noqa: F401  (relation_text: importers read it here too)
 from stem_jax.errors import DataError
 
 
@@ -255,45 +254,3 @@ def serialize_triple(head: str, relation: str, tail: str) -> str:
     """
     rel = relation.rstrip("/").split("/")[-1].split(".")[-1]
     return f"{head} {rel.replace('_', ' ')} {tail}"
-
-
-_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-
-
-def relation_text(relation: str, names: Mapping[str, str] | None = None) -> str:
-    """The text the encoder sees for a relation: its readable name when ``names`` has one, else derived.
-
-    Derivation from the identifier (a relation that already contains a space is a name and stays as is):
-
-    * ``directed_by`` -> ``directed by`` (MetaQA; unchanged from earlier versions, so caches stay valid);
-    * Freebase, dotted or slashed: the type and the property, ``film.film.directed_by`` and
-      ``/film/film/directed_by`` -> ``film directed by`` (a compound such as
-      ``/people/person/spouse_s./people/marriage/type_of_union`` keeps its last type: ``marriage type of union``);
-      the type is dropped when the property repeats it (``film.film.film_format`` -> ``film format``);
-    * a URI or a prefixed name: its fragment or last segment, ``http://dbpedia.org/ontology/director`` and
-      ``dbo:director`` -> ``director``;
-    * camelCase is split: ``directedBy`` -> ``directed by``.
-    """
-    if names and relation in names:
-        return names[relation]
-    return _derived_relation_text(relation)
-
-
-@functools.lru_cache(maxsize=1 << 14)  # every traced run's schema texts pass here, a few relations many times
-def _derived_relation_text(relation: str) -> str:
-    text = relation.strip()
-    if not text or any(c.isspace() for c in text):
-        return text
-    if "://" in text or (text.startswith("<") and text.endswith(">")):
-        text = re.split(r"[/#]", text.strip("<>").rstrip("/#"))[-1]
-    elif ":" in text:
-        text = text.rsplit(":", 1)[-1]
-    segments = [s for s in re.split(r"[./]+", text) if s] or [text]
-    if len(segments) >= 2:
-        kind, prop = segments[-2], segments[-1]
-        text = prop if prop == kind or prop.startswith(kind + "_") else f"{kind}_{prop}"
-    else:
-        text = segments[0]
-    if "_" not in text and _CAMEL_BOUNDARY.search(text):
-        text = _CAMEL_BOUNDARY.sub(" ", text).lower()
-    return text.replace("_", " ")

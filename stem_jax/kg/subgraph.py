@@ -1,13 +1,18 @@
-"""Per-question subgraphs: k-hop neighbourhoods with a hub cap, and their statistics."""
+"""Per-question subgraphs: k-hop neighbourhoods with a hub cap, their statistics, and a dataset written as RoG-format
+JSONL with each question's neighbourhood as its graph."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
-from stem_jax.kg.index import KGIndex
+from stem_jax.data.files import question_record
+from stem_jax.data.types import Dataset
+from stem_jax.kg.index import KGIndex, build_index
 
 
 def csr_ranges(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -87,3 +92,32 @@ def sorted_unique(keys: np.ndarray) -> np.ndarray:
     keep[0] = True
     np.not_equal(keys[1:], keys[:-1], out=keep[1:])
     return keys[keep]
+
+
+def write_rog(path: Path, dataset: Dataset, *, hops: int = 2, hub_cap: int = 2000) -> dict[str, int]:
+    """Write ``dataset``'s questions as RoG-format JSONL (:mod:`stem_jax.data.rog` reads it) at ``path``: each question's graph is the triples within
+    ``hops`` undirected hops of its topic entities in the dataset's KG (a node with more than ``hub_cap`` incident
+    triples is reached but not expanded, :func:`khop_subgraph`), its gold path kept. Questions
+    whose topics the KG lacks are left out and counted. Returns counts (questions, left_out, triples)."""
+    index = build_index(dataset.triples)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    counts = {"questions": 0, "left_out": 0, "triples": 0}
+    with path.open("w", encoding="utf-8", newline="\n") as handle:
+        for question in dataset.questions:
+            seeds = [index.entity_ids[t] for t in question.topic_entities if t in index.entity_ids]
+            if not seeds:
+                counts["left_out"] += 1
+                continue
+            sub = khop_subgraph(index, seeds, hops, hub_cap)
+            rows = index.triples[sub.triple_ids].tolist()
+            graph = [[index.entities[h], index.relations[r], index.entities[t]] for h, r, t in rows]
+            record = question_record(question)
+            out = {"id": record["id"], "question": record["question"], "answer": record["answers"],
+                   "q_entity": record["topic_entities"], "a_entity": record["answers"], "graph": graph}
+            if "gold_path" in record:
+                out["gold_path"] = record["gold_path"]
+            handle.write(json.dumps(out, ensure_ascii=False) + "\n")
+            counts["questions"] += 1
+            counts["triples"] += len(graph)
+    return counts

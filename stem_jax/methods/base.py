@@ -21,9 +21,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from stem_jax.answer.scorer import ScoredAnswers
 from stem_jax.config import StemConfig
 from stem_jax.data.types import Dataset, Question
 from stem_jax.kg.index import KGIndex
+from stem_jax.kg.mediators import mediator_mask
 
 
 @dataclasses.dataclass
@@ -73,7 +75,6 @@ class MethodContext:
         returned as answers; None when the KG has none or ``engine.skip_mediators`` is off. Made once."""
         if not self.config.engine.skip_mediators:
             return None
-        from stem_jax.kg.mediators import mediator_mask
 
         mask = mediator_mask(self.index.entities, self.dataset.entity_names)
         return mask if mask.any() else None
@@ -86,7 +87,6 @@ class MethodContext:
         engine = self.config.engine
         if engine.answer_scorer == "off" or engine.preset == "paper" or self.cache_dir is None:
             return None
-        from stem_jax.answer.scorer import ScoredAnswers
 
         return ScoredAnswers.stored(self.cache_dir, self.index, self.dataset.entity_names, self.encoder)
 

@@ -38,7 +38,8 @@ from jax.sharding import Mesh, PartitionSpec
 from kernels.candidates import rank_runs
 from kernels.flat import breadth_flat, flat_width, precision_flat
 from kernels.rows import project_queries
-from stem_jax.shard.partition import KG_AXIS, ShardedKG, replicate
+from stem_jax.errors import StemError
+from stem_jax.shard.partition import KG_AXIS, ShardedKG, kg_mesh, replicate, shard_kg
 from stem_jax.trace import tracer as one
 from stem_jax.trace.tracer import BIG, NEG_INF, Hyper, KGArrays, TraceBatch, TraceOutput, TracerShapes
 
@@ -218,9 +219,6 @@ class KGShardedTracing:
 def sharded_tracing(index: Any, triple_rows: Any, count: int, batches: Any) -> KGShardedTracing:
     """The KG's triples cut over the first ``count`` devices (every process's, in JAX's order) as the pipeline's
     tracing collaborator, ``batches`` (its BatchSharding) anchoring and padding as before."""
-    from stem_jax.errors import StemError
-    from stem_jax.shard.partition import kg_mesh, shard_kg
-
     devices = jax.devices()
     if count > len(devices):
         raise StemError(f"--engine.kg_shards={count}: only {len(devices)} device(s) are visible\n  how to fix: use at "

@@ -2,8 +2,9 @@
 
 import json
 
-from stem_jax.data.rog import load_rog, write_rog
+from stem_jax.data.rog import load_rog
 from stem_jax.data.types import Dataset, PathStep, Question
+from stem_jax.kg.subgraph import write_rog
 
 TRIPLES = [("A", "r1", "B"), ("B", "r2", "C"), ("C", "r3", "D"), ("E", "r1", "A"), ("X", "r9", "Y")]
 

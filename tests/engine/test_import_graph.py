@@ -134,12 +134,13 @@ def test_no_import_cycles_between_stem_jax_modules():
 
 
 # Packages (and root modules) from the bottom up: a module may import its own package and those below it.
-# Names on one line share a layer and may not import each other either way unless listed in KNOWN_TWO_WAY.
+# Names on one line share a layer and may not import each other either way.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
     ("atomic", "locks", "config", "coordination", "progress", "gc_pause", "compile_cache", "ragged"),
     ("zarr_table", "checkpoints", "jraph_compat"),
-    ("data", "encoder", "kg"),
+    ("data", "encoder"),
+    ("kg",),
     ("text",),
     ("plan",),
     ("validation", "trace"),
@@ -153,15 +154,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("bench", "serve"),
     ("cli",),
 )
-# Two-way pairs still to cut (data.files and kg.linker, encoder.step_table and kg.embeddings): this list only
-# shrinks; a new pair fails the test.
-KNOWN_TWO_WAY = {("data", "kg"), ("encoder", "kg")}
-# Private names still imported across packages (modules owned elsewhere): this list only shrinks.
-KNOWN_PRIVATE = {
-    "stem_jax.methods.scr.model: from stem_jax.encoder.minilm import _Layer",
-    "stem_jax.methods.scr.text: from stem_jax.encoder.minilm import _fingerprint",
-    "stem_jax.eval.run_folder: from stem_jax.kg.embeddings import _names_key",
-}
 
 
 def _package(module: str) -> str:
@@ -186,21 +178,28 @@ def test_every_package_has_a_layer():
     assert not found - set(layer_of), f"packages without a layer in LAYERS: {sorted(found - set(layer_of))}"
 
 
-def test_packages_import_only_downwards():
+def upward_imports(edges: dict[tuple[str, str], list[str]]) -> list[str]:
+    """The package edges that import a package of the same layer or one above (with one module edge behind each)."""
     layer_of = {name: i for i, layer in enumerate(LAYERS) for name in layer}
-    wrong = []
-    for (a, b), why in sorted(package_edges(import_graph()).items()):
-        if tuple(sorted((a, b))) in KNOWN_TWO_WAY:
-            continue
-        if layer_of.get(b, -1) >= layer_of.get(a, len(LAYERS)):
-            wrong.append(f"{a} -> {b} ({why[0]})")
+    return [f"{a} -> {b} ({why[0]})" for (a, b), why in sorted(edges.items())
+            if layer_of.get(b, -1) >= layer_of.get(a, len(LAYERS))]
+
+
+def test_packages_import_only_downwards():
+    wrong = upward_imports(package_edges(import_graph()))
     assert not wrong, "imports against the layer order:\n" + "\n".join(wrong)
 
 
-def test_no_two_way_package_pairs_beyond_the_known_ones():
+def test_no_two_way_package_pairs():
     edges = package_edges(import_graph())
     pairs = {tuple(sorted((a, b))) for a, b in edges if (b, a) in edges}
-    assert pairs <= KNOWN_TWO_WAY, f"packages importing each other: {sorted(pairs - KNOWN_TWO_WAY)}"
+    assert not pairs, f"packages importing each other: {sorted(pairs)}"
+
+
+def test_the_layer_check_catches_an_upward_and_a_same_layer_import():
+    graph = {"stem_jax.data.x": {"stem_jax.kg.y", "stem_jax.encoder.z"}, "stem_jax.kg.y": {"stem_jax.data.x"}}
+    assert upward_imports(package_edges(graph)) == ["data -> encoder (stem_jax.data.x -> stem_jax.encoder.z)",
+                                                    "data -> kg (stem_jax.data.x -> stem_jax.kg.y)"]
 
 
 def test_no_module_imports_another_packages_underscore_names():
@@ -214,6 +213,6 @@ def test_no_module_imports_another_packages_underscore_names():
                 private = alias.name.startswith("_") or any(p.startswith("_") and p != "__init__"
                                                             for p in node.module.split("."))
                 line = f"{module}: from {node.module} import {alias.name}"
-                if private and _package(node.module) != _package(module) and line not in KNOWN_PRIVATE:
+                if private and _package(node.module) != _package(module):
                     wrong.append(line)
     assert not wrong, "imports of another package's private names:\n" + "\n".join(wrong)

@@ -1,4 +1,4 @@
-"""θ / answer-cut calibration: choice rules, stored file matching, the offline cut sweep."""
+"""θ calibration: the choice rule and stored-file matching."""
 
 import json
 from pathlib import Path
@@ -11,18 +11,17 @@ from stem_jax.errors import StemError
 from stem_jax.methods.stem.calibration import (
     CALIBRATION_FILE,
     applies,
-    choose_theta,
+    choose,
     load_calibration,
     shipped_calibrations,
-    sweep_cut,
 )
 
 
 def test_best_f1_wins_and_ties_go_to_the_papers_theta():
     rows = [{"theta": t, "mean_f1": f, "mean_hit": 0.9} for t, f in ((0.4, 0.80), (0.6, 0.85), (0.8, 0.85), (1.0, 0.7))]
-    assert choose_theta(rows) == 0.6
+    assert choose(rows)["theta"] == 0.6
     rows[2]["mean_f1"] = 0.86
-    assert choose_theta(rows) == 0.8
+    assert choose(rows)["theta"] == 0.8
 
 
 def test_stored_calibration_applies_only_to_matching_engine_settings(tmp_path: Path):
@@ -69,16 +68,6 @@ def test_shipped_calibrations_match_their_committed_sweeps():
         assert chosen["theta"] == shipped["theta"], shipped["source"]
         if "conventions" in chosen:
             assert chosen["conventions"] == shipped["conventions"], shipped["source"]
-
-
-def test_cut_sweep_from_support_scores():
-    records = [  # beam support, best first: the top beam (0.9) is right, a 0.1 beam adds noise
-        {"hops": 1, "ground_truth": ["a"], "prediction": ["a", "x"], "scores": [0.9, 0.1]},
-        {"hops": 1, "ground_truth": ["b", "c"], "prediction": ["b", "c"], "scores": [0.6, 0.6]},
-    ]
-    rows = {r["cut"]: r["hops"]["1-hop"] for r in sweep_cut(records, grid=(0.0, 0.5))}
-    assert rows[0.0]["hit"] == rows[0.5]["hit"] == 1.0
-    assert rows[0.5]["f1"] == 1.0 > rows[0.0]["f1"]
 
 
 def test_calibrate_command_stores_theta_that_eval_then_uses(tmp_path: Path, capsys):

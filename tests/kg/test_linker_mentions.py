@@ -1,7 +1,7 @@
 """Every entity a question mentions: one link per span, the best-ranked span first, each a constraint anchor."""
 
+from stem_jax.data.linker import EntityLinker
 from stem_jax.kg.index import build_index
-from stem_jax.kg.linker import EntityLinker
 
 TRIPLES = [("Fury", "film.film.starring", "Logan Lerman"), ("Fury", "film.film.other_crew", "m.0crew"),
            ("m.0crew", "film.crew_gig.crew_member", "Candice White"), ("Perks", "film.film.starring", "Logan Lerman"),

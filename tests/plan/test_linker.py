@@ -2,8 +2,8 @@
 
 import pytest
 
+from stem_jax.data.linker import EntityLinker, normalise
 from stem_jax.kg.index import build_index
-from stem_jax.kg.linker import EntityLinker, normalise
 
 TRIPLES = [
     ("Harriet the Spy", "starred_actors", "Michelle Trachtenberg"),

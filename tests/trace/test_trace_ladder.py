@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tracer_checks import random_triples
 
 from stem_jax.kg.index import build_index
 from stem_jax.trace.tracer import (
@@ -44,13 +45,7 @@ def case(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     fixed = [(f"e{i}", "r0", f"e{i}") for i in range(0, N_NODES, 4)]  # self-loops
     fixed += [(f"e{i}", "r1", f"e{(i + 1) % N_NODES}") for i in range(N_NODES)]  # every entity present
-    triples = []
-    for _ in range(60):
-        h, t, r = int(rng.integers(0, N_NODES)), int(rng.integers(0, N_NODES)), int(rng.integers(0, N_REL))
-        h = 0 if rng.random() < 0.3 else h  # a hub
-        triples.append((f"e{h}", f"r{r}", f"e{t}"))
-        if rng.random() < 0.4:
-            triples.append((f"e{t}", f"r{r}_inverse", f"e{h}"))
+    triples = random_triples(rng, N_NODES, N_REL, draws=60, inverse=0.4)
     triples = list(dict.fromkeys(fixed + triples))[:N_TRIPLES]
     k = 0
     while len(triples) < N_TRIPLES:  # a fixed size, so examples share compiled shapes

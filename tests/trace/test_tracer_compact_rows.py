@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tracer_checks import assert_row_equals_reference
 
 from stem_jax.config import TracerConfig
 from stem_jax.encoder.compact import CompactRows, compact_from_array
@@ -91,13 +92,7 @@ def test_jax_tracer_equals_reference_on_compact_rows(shapes, seed, fmt, precisio
     step_emb = (rng.integers(-2, 3, (n_steps, DIM)) / 4).astype(np.float32)
     guidance = rng.choice(index.num_entities, size=int(rng.integers(0, 6)), replace=False).tolist()
     ref, out = _trace_both(index, rows, step_emb, steps, precision, theta, shapes, guidance)
-    for slot in range(n_steps + 1):
-        live = np.asarray(out.nodes[0, slot]) >= 0
-        assert np.asarray(out.nodes[0, slot])[live].tolist() == ref.nodes[slot], slot
-        assert np.asarray(out.via[0, slot])[live].tolist() == ref.via[slot], slot
-        assert np.asarray(out.parents[0, slot])[live].tolist() == ref.parents[slot], slot
-        np.testing.assert_allclose(np.asarray(out.scores[0, slot])[live], ref.scores[slot], atol=1e-5)
-    assert int(out.overflow[0]) == ref.overflow
+    assert_row_equals_reference(out, ref, n_steps)
 
 
 def test_float16_rows_take_the_plain_path():

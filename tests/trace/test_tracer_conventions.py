@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tracer_checks import assert_row_equals_reference, random_triples
 
 from stem_jax.config import TracerConfig
 from stem_jax.kg.index import build_index
@@ -25,13 +26,7 @@ N_NODES, N_TRIPLES, DIM, MAX_STEPS, N_REL = 12, 48, 8, 4, 3
 @st.composite
 def case(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    triples = []
-    for _ in range(40):
-        h, t, r = int(rng.integers(0, N_NODES)), int(rng.integers(0, N_NODES)), int(rng.integers(0, N_REL))
-        h = 0 if rng.random() < 0.3 else h  # a hub
-        triples.append((f"e{h}", f"r{r}", f"e{t}"))
-        if rng.random() < 0.5:
-            triples.append((f"e{t}", f"r{r}_inverse", f"e{h}"))  # paired inverse
+    triples = random_triples(rng, N_NODES, N_REL, draws=40, inverse=0.5)
     # self-loops and a ring first (every entity present), then the random part, cut to a fixed size so
     # every example shares the compiled shapes
     fixed = [(f"e{i}", "r0", f"e{i}") for i in range(0, N_NODES, 4)]
@@ -90,13 +85,7 @@ def test_jax_tracer_equals_reference_under_every_convention(shapes, c):
     out = trace_batch(KGArrays.from_index(index, c["triple_emb"]), batch, Hyper(jnp.float32(0.0), jnp.float32(c["theta"])),
                       shapes=shapes, precision=c["precision"], relation_bonus=c["bonus"], direction=c["direction"],
                       used=c["used"])
-    for slot in range(n_steps + 1):
-        live = np.asarray(out.nodes[0, slot]) >= 0
-        assert np.asarray(out.nodes[0, slot])[live].tolist() == ref.nodes[slot], slot
-        assert np.asarray(out.via[0, slot])[live].tolist() == ref.via[slot], slot
-        assert np.asarray(out.parents[0, slot])[live].tolist() == ref.parents[slot], slot
-        np.testing.assert_allclose(np.asarray(out.scores[0, slot])[live], ref.scores[slot], atol=1e-5)
-    assert int(out.overflow[0]) == ref.overflow
+    assert_row_equals_reference(out, ref, n_steps)
 
 
 def test_directed_needs_orientation():

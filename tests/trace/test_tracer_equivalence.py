@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tracer_checks import assert_row_equals_reference
 
 from stem_jax.config import TracerConfig
 from stem_jax.kg.index import build_index
@@ -111,10 +112,4 @@ def test_jax_tracer_equals_level_reference(shapes, case):
     kg = KGArrays.from_index(index, case["triple_emb"])
     out = trace_batch(kg, batch, Hyper(jnp.float32(config.tau), jnp.float32(config.theta)), shapes=shapes,
                       precision=case["precision"], relation_bonus=case["bonus"], tau_admits=case["tau_admits"])
-    for slot in range(n_steps + 1):
-        live = np.asarray(out.nodes[0, slot]) >= 0
-        assert np.asarray(out.nodes[0, slot])[live].tolist() == ref.nodes[slot], slot
-        assert np.asarray(out.via[0, slot])[live].tolist() == ref.via[slot], slot
-        assert np.asarray(out.parents[0, slot])[live].tolist() == ref.parents[slot], slot
-        np.testing.assert_allclose(np.asarray(out.scores[0, slot])[live], ref.scores[slot], atol=1e-5)
-    assert int(out.overflow[0]) == ref.overflow
+    assert_row_equals_reference(out, ref, n_steps)

@@ -32,6 +32,7 @@ import numpy as np
 
 from stem_jax.config import SafeConfig, as_dict
 from stem_jax.data.types import Question
+from stem_jax.errors import StemError
 from stem_jax.kg.index import relation_text
 from stem_jax.methods.base import MethodContext, Retrieval
 from stem_jax.methods.safe.adj import (
@@ -48,6 +49,7 @@ from stem_jax.methods.safe.apsp import floyd_warshall, schema_adjacency
 from stem_jax.methods.safe.matching import MatchIndex, QueryEdge, QueryGraph, QueryNode, rank_matches, to_cost
 from stem_jax.methods.safe.phrases import render
 from stem_jax.methods.safe.schema import KGSchema, derive_schema
+from stem_jax.plan.factory import planned
 from stem_jax.plan.schema import SchemaGraph, is_placeholder
 
 VALUE_BATCH = 256  # constants per jitted value-retrieval call (bounds the [batch, E] distance block)
@@ -197,11 +199,8 @@ class SafeMethod:
     def _plans(self, questions: Sequence[Question]) -> tuple[Any, dict[str, Any]]:
         if self.planner_fn is not None:
             return self.planner_fn, {}
-        from stem_jax.plan.factory import planned
 
         if self.context.planner is None:
-            from stem_jax.errors import StemError
-
             raise StemError("SAFE needs a planner for its pseudo query graphs\n  how to fix: pass --planner oracle "
                             "or --planner pattern")
         log = self.context.options.get("log")

@@ -38,7 +38,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from stem_jax.encoder.minilm import BertConfig, _Layer, attention_bias, embed, layer_params, run_layers
+from stem_jax.encoder.minilm import BertConfig, EncoderLayer, attention_bias, embed, layer_params, run_layers
 from stem_jax.jraph_compat import jraph
 
 # Segment types of the question context sequence.
@@ -173,7 +173,7 @@ class ContextEncoder(nn.Module):
         cfg = self.cfg
         if self.is_initializing():  # declare the layers' parameters; the forward below reads them
             for i in range(self.first, cfg.num_hidden_layers):
-                _Layer(cfg, name=f"layer_{i}")(hidden, jnp.zeros((), hidden.dtype))
+                EncoderLayer(cfg, name=f"layer_{i}")(hidden, jnp.zeros((), hidden.dtype))
         segments = _segments(mask)
         layers = layer_params(self.variables.get("params", {}), self.first, cfg.num_hidden_layers)  # none: no layers
         hidden = run_layers(layers, cfg, hidden, attention_bias(segments, hidden.dtype))

@@ -61,13 +61,13 @@ class Pretrained:
 
 
 def _pretrained(folder: Path, cfg: BertConfig, variables: dict[str, Any]) -> Pretrained:
-    from stem_jax.encoder.minilm import _fingerprint
+    from stem_jax.encoder.minilm import model_fingerprint
 
     tokenizer = TruncatingTokenizer(folder / "tokenizer.json", cfg.max_position_embeddings)
     ids = [tokenizer._tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")]
     if ids != [CLS_ID, SEP_ID, PAD_ID]:
         raise ValueError(f"{folder}: [CLS]/[SEP]/[PAD] are {ids}, expected {[CLS_ID, SEP_ID, PAD_ID]}")
-    return Pretrained(cfg, variables, tokenizer, f"all-MiniLM-L6-v2:{_fingerprint(folder)}")
+    return Pretrained(cfg, variables, tokenizer, f"all-MiniLM-L6-v2:{model_fingerprint(folder)}")
 
 
 @functools.lru_cache(maxsize=2)

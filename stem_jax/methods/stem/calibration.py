@@ -158,27 +158,6 @@ def _with_means(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def sweep_cut(records: Sequence[dict[str, Any]], grid: Sequence[float] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
-              ) -> list[dict[str, Any]]:
-    """Mean Hit/Hit@1/F1 per hop for every support cut of ``grid``, from records written with
-    ``--engine.answer_cut=0 --engine.rank=beam`` (their scores are the beam support, best first), so
-    the cut is calibrated offline from one traced dev run."""
-    rows = []
-    for cut in grid:
-        kept = []
-        for record in records:
-            scores = record["scores"]
-            kept.append({"overflow": 0, **record, "prediction": [p for p, s in zip(record["prediction"], scores, strict=True)
-                                                                 if scores and s >= cut * scores[0] - 1e-6]})
-        summary = score_records(kept)
-        row: dict[str, Any] = {"cut": float(cut), "hops": {}}
-        for hop, stats in summary["groups"].items():
-            row["hops"][hop] = {k: stats["mean"][k] for k in ("hit", "hit_at_1", "f1")}
-            row["hops"][hop]["n"] = stats["n"]
-        rows.append({k: v for k, v in _with_means(row).items() if k != "mean_hit"})
-    return rows
-
-
 def _defaults_kept(row: dict[str, Any]) -> int:
     defaults = EngineConfig()
     return sum(v == getattr(defaults, k) for k, v in row.get("conventions", {}).items())
@@ -214,10 +193,6 @@ def tied_conventions(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in tied(rows):
         seen.setdefault(conventions_key(row), dict(row.get("conventions", {})))
     return list(seen.values())
-
-
-def choose_theta(rows: Sequence[dict[str, Any]], paper_theta: float = 0.6) -> float:
-    return float(choose(rows, paper_theta)["theta"])
 
 
 def save_calibration(embeddings: Any, method: Any, rows: Sequence[dict[str, Any]], *, split: str,

@@ -82,7 +82,6 @@ class StemMethod:
         self.pipeline.answer_scorer = context.answer_scorer
         self.runs: dict[str, list[Run]] = {}
         self.stage_seconds: dict[str, float] = defaultdict(float)
-        self.prepared_questions = 0
         self.prepared_ms: dict[str, float] = {}
         self.skipped: dict[str, int] = defaultdict(int)
         self.planner_fn = context.options.get("planner_fn")  # per-question planner (plan store), if any
@@ -280,7 +279,6 @@ class StemMethod:
         self.stage_seconds["plan"] += plan_seconds
         self.stage_seconds["encode"] += encode_seconds
         self.stage_seconds["gnn"] += gnn_seconds
-        self.prepared_questions += len(todo)
         return stats
 
     def embed(self, texts: list[str], show_progress: bool) -> None:

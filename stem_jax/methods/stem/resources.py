@@ -31,6 +31,7 @@ from stem_jax.kg.index import KGIndex
 from stem_jax.methods.base import MethodContext
 from stem_jax.methods.stem.settings import EffectiveSettings, effective_settings
 from stem_jax.methods.stem.types import RankRules, Run, StemHyper, fold_name, run_buckets
+from stem_jax.shard.trace import sharded_tracing
 from stem_jax.trace.tracer import KGArrays, TracerShapes, capacity_ladder
 
 
@@ -77,8 +78,6 @@ class StemResources:
         self.sharding = local_sharding()
         self.kg, self.entity_emb = self.sharding.replicate((self.kg, self.entity_emb))
         if config.engine.kg_shards > 1:  # the KG cut over devices, each scoring the triples it holds
-            from stem_jax.shard.trace import sharded_tracing  # multi-device only
-
             self.sharding = sharded_tracing(index, embeddings.trace_rows(), config.engine.kg_shards, self.sharding)
         engine = config.engine
         node_matches = config.tracer.breadth_cap or engine.node_matches

@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 from stem_jax.config import EncoderConfig
 from stem_jax.encoder import get_encoder
-from stem_jax.encoder.step_table import (
+from stem_jax.kg.index import build_index, relation_text
+from stem_jax.kg.step_table import (
     PLACEHOLDER,
     count_step_texts,
     open_step_table,
     step_pairs,
     step_texts,
 )
-from stem_jax.kg.index import build_index, relation_text
 
 KG = [("Kismet", "directed_by", "William Dieterle"), ("Kismet", "starred_actors", "Ronald Colman"),
       ("Dieterle Story", "written_by", "William Dieterle"), ("Kismet", "release_year", "1944")]
