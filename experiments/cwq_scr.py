@@ -62,7 +62,7 @@ def main() -> int:
                        "training": {"seconds": train.get("seconds"), "steps": train.get("steps"),
                                     "best_step": (train.get("best") or {}).get("step"),
                                     "skipped": train.get("skipped"), "params_sha": train.get("params_sha"),
-                                    "command": train.get("command")}}
+                                    "command": portable(str(train.get("command")), data)}}
     header = ["row", *[f"{k} ({rows[next(iter(rows))]['by_kind'][k]['n']}) {m}" for k in ("all", *KINDS)
                        for m in ("Hit", "Hit@1", "F1")], "mids returned", "settings (chosen on train's validation)"]
     table = []
