@@ -164,7 +164,7 @@ def enumerate_paths(index: KGIndex, topic: int, *, max_hops: int = 2, fan_cap: i
         answer = ~is_mediator[targets]
         answers_before = np.r_[0, np.cumsum(answer)]
         grown: list[RelationPath] = []
-        for g, (begin, end) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)):
+        for begin, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
             code = int(codes[begin])
             path = (*prefixes[int(step_owner[begin])], PathStep(relations[code // 2], bool(code % 2)))
             grown.append(path)
