@@ -272,9 +272,10 @@ class CandidateFeaturizer:
         np.maximum.at(near, owner, self.name_matches(other, cue_words))  # scores >= 0: max(..., default=0.0)
         joined = np.isin(other, np.asarray(sorted(joins), np.int64))
         if joined.any():
-            pairs = np.unique(np.stack([owner[joined], other[joined]], axis=1), axis=0)  # (candidate, join)
-            hop, far = self._neighbours(pairs[:, 1], JOIN_DEGREE)
-            candidate, join = pairs[hop, 0], pairs[hop, 1]
+            span = self.index.num_entities
+            pairs = np.unique(owner[joined] * span + other[joined])  # (candidate, join), each once
+            hop, far = self._neighbours(pairs % span, JOIN_DEGREE)
+            candidate, join = pairs[hop] // span, pairs[hop] % span
             keep = (far != entities[candidate]) & (far != join) & ~np.isin(far, barred)
             np.maximum.at(through, candidate[keep], self.name_matches(far[keep], cue_words))
         return through, near
