@@ -381,6 +381,33 @@ class PathRanker:
                 out.append((cands, probs[bounds[qi] : bounds[qi + 1]], float(breadth[qi])))
         return out
 
+    def scoring_shapes(self, max_batch: int) -> list[tuple[int, int]]:
+        """(question rows, candidate rows) of every scoring call a batch of up to ``max_batch`` questions can
+        make: a bounded set (a power of eight by a power of two between :data:`MIN_ROWS` and :data:`MAX_ROWS`)."""
+        shapes = []
+        width = 1
+        while True:
+            most = min(MAX_ROWS, max(min(max_batch, width), 1) * self.config.max_paths)
+            rows = MIN_ROWS
+            while rows <= candidate_bucket(most):
+                shapes.append((width, rows))
+                rows *= 2
+            if width >= question_bucket(max_batch):
+                return shapes
+            width *= 8
+
+    def warm_up(self, max_batch: int) -> int:
+        """Compile :meth:`scoring_shapes` (one call each on empty rows); returns how many shapes."""
+        forward, params, table = self._scorer()
+        hops, shapes = self.config.max_hops, self.scoring_shapes(max_batch)
+        for width, rows in shapes:
+            forward(params, table, np.zeros((width, self.dim), np.float32),
+                    np.full((rows, hops), self.index.num_relations, np.int32), np.zeros((rows, hops, N_STEP), np.float32),
+                    np.zeros((rows, N_EXTRA), np.float32), np.zeros(rows, np.int32), np.zeros(rows, bool),
+                    np.float32(self.temperature))
+        self._word_relations()
+        return len(shapes)
+
     def score_reference(self, questions: Sequence[Question]) -> list[tuple[list[CandidatePath], np.ndarray, float]]:
         """:meth:`score` written plainly: one question at a time, its candidates padded on their own."""
         import jax
