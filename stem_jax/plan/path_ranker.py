@@ -29,7 +29,7 @@ import dataclasses
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -495,6 +495,36 @@ class PathRanker:
         for key, value in overrides.items():
             setattr(ranker, key, value)
         return ranker
+
+
+def planner_parts(planner: Any) -> Iterator[Any]:
+    """``planner`` and the planners it wraps or mixes (branch planner -> mixed planner -> template, path ranker)."""
+    seen: set[int] = set()
+    stack = [planner]
+    while stack:
+        part = stack.pop()
+        if part is None or id(part) in seen:
+            continue
+        seen.add(id(part))
+        yield part
+        for name in ("base", "first", "second", "fallback"):
+            inner = part.__dict__.get(name) if hasattr(part, "__dict__") else None
+            if inner is not None:
+                stack.append(inner)
+
+
+def warm_path_planner(planner: Any, max_batch: int, *, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Compile the scoring shapes of the path planner inside ``planner`` (if any) for batches of up to
+    ``max_batch`` questions; returns how many shapes and how long it took (empty without a path planner)."""
+    info: dict[str, Any] = {}
+    for part in planner_parts(planner):
+        if isinstance(part, PathRanker):
+            began = time.perf_counter()
+            log(f"  compiling the path planner's scoring call for batches of up to {max_batch} questions ...")
+            info["path_planner_shapes"] = part.warm_up(max_batch)
+            info["path_planner_seconds"] = round(time.perf_counter() - began, 3)
+            log(f"  path planner: {info['path_planner_shapes']} shapes in {info['path_planner_seconds']:.1f}s")
+    return info
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -11,24 +11,12 @@ nothing. Each step is printed as it ends.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
+from stem_jax.plan.path_ranker import planner_parts, warm_path_planner
 
-def planner_parts(planner: Any) -> Iterator[Any]:
-    """``planner`` and the planners it wraps or mixes (branch planner -> mixed planner -> template, path ranker)."""
-    seen: set[int] = set()
-    stack = [planner]
-    while stack:
-        part = stack.pop()
-        if part is None or id(part) in seen:
-            continue
-        seen.add(id(part))
-        yield part
-        for name in ("base", "first", "second", "fallback"):
-            inner = part.__dict__.get(name) if hasattr(part, "__dict__") else None
-            if inner is not None:
-                stack.append(inner)
+__all__ = ["batch_sizes", "planner_parts", "warm_by_example", "warm_path_planner"]
 
 
 def batch_sizes(max_batch: int) -> list[int]:
@@ -44,17 +32,7 @@ def warm_by_example(engine: Any, max_batch: int, *, method: str = "stem",
                     log: Callable[[str], None] = print) -> dict[str, Any]:
     """Compile the path planner's scoring shapes (when the engine plans with one), then answer ``1, 2, 4, ...
     max_batch`` questions of the loaded split; returns what ran and how long each part took."""
-    from stem_jax.plan.path_ranker import PathRanker
-
-    info: dict[str, Any] = {}
-    planner = getattr(engine, "planner", None)
-    for part in planner_parts(planner):
-        if isinstance(part, PathRanker):
-            began = time.perf_counter()
-            log(f"  compiling the path planner's scoring call for batches of up to {max_batch} questions ...")
-            info["path_planner_shapes"] = part.warm_up(max_batch)
-            info["path_planner_seconds"] = round(time.perf_counter() - began, 3)
-            log(f"  path planner: {info['path_planner_shapes']} shapes in {info['path_planner_seconds']:.1f}s")
+    info = warm_path_planner(getattr(engine, "planner", None), max_batch, log=log)
     questions = [q for q in getattr(engine.dataset, "questions", ()) if q.topic_entities]
     done = []
     for size in batch_sizes(max_batch):
