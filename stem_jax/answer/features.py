@@ -14,7 +14,9 @@ them. Per candidate (the first :data:`MAX_CANDIDATES` of the tracer's ranking) t
   year, a number, name words that the question repeats);
 * the question embedding, so that a learned bilinear term can match the question against the type bag.
 
-Everything is numpy on the host, one pass over the traced runs per chunk of questions.
+Everything is numpy on the host, one pass over the traced runs per chunk of questions; the neighbour-name cues
+(``join_match``, ``neighbour_match``) of a question's candidates are array passes over all their neighbours at once
+(:meth:`CandidateFeaturizer.cue_matches`; ``_cue_matches`` is the plain per-candidate reference).
 """
 
 from __future__ import annotations
@@ -170,6 +172,8 @@ class CandidateFeaturizer:
         self._relation_rows: dict[int, np.ndarray] = {}
         self._name_words: dict[int, tuple[str, ...]] = {}
         self._ties: TieTable | None = None
+        self._words: tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._name_cues: dict[int, tuple[str, list[str]]] = {}
 
     @property
     def ties(self) -> TieTable:
@@ -213,6 +217,76 @@ class CandidateFeaturizer:
                 if n != entity and n != join and n not in topics:
                     through = max(through, self._name_match(n, cue_words))
         return through, near
+
+    def _name_word_table(self) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray]:
+        """(word -> id, CSR offsets [n + 1], word ids, word count per entity) of every entity's name words (stop words
+        aside, repeats kept): what :meth:`_name_match` reads, for all entities at once."""
+        if self._words is None:
+            vocabulary: dict[str, int] = {}
+            ids: list[int] = []
+            sizes = np.zeros(self.index.num_entities, np.int64)
+            for entity, key in enumerate(self.index.entities):
+                words = [w for w in _WORD.findall(self.names.get(key, key).lower()) if w not in _STOP]
+                ids.extend(vocabulary.setdefault(w, len(vocabulary)) for w in words)
+                sizes[entity] = len(words)
+            offsets = np.r_[0, np.cumsum(sizes)].astype(np.int64)
+            self._words = (vocabulary, offsets, np.asarray(ids, np.int64), sizes)
+        return self._words
+
+    def name_matches(self, entities: np.ndarray, cue_words: set[str]) -> np.ndarray:
+        """float64 [k]: :meth:`_name_match` of each of ``entities`` (ids, repeats allowed) for ``cue_words``."""
+        vocabulary, offsets, ids, sizes = self._name_word_table()
+        entities = np.asarray(entities, np.int64)
+        cue = np.zeros(len(vocabulary) + 1, bool)
+        cue[[vocabulary[w] for w in cue_words if w in vocabulary]] = True
+        lengths = sizes[entities]
+        owner = np.repeat(np.arange(len(entities)), lengths)
+        position = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        hits = cue[ids[offsets[entities][owner] + position]]
+        counts = np.bincount(owner, weights=hits, minlength=len(entities))
+        return np.divide(counts, lengths, out=np.zeros(len(entities)), where=lengths > 0)
+
+    def _neighbours(self, nodes: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        """(owner, other end) of (at most ``limit`` of) each node's triples, as :meth:`_ends` of each node."""
+        offsets = np.asarray(self.index.csr_offsets, np.int64)
+        take = np.minimum(offsets[nodes + 1] - offsets[nodes], limit)
+        owner = np.repeat(np.arange(len(nodes)), take)
+        position = np.arange(int(take.sum())) - np.repeat(np.cumsum(take) - take, take)
+        rows = np.asarray(self.index.triples, np.int64)[
+            np.asarray(self.index.csr_triples, np.int64)[offsets[nodes][owner] + position]]
+        at = nodes[owner]
+        return owner, np.where(rows[:, 0] == at, rows[:, 2], rows[:, 0])
+
+    def cue_matches(self, entities: np.ndarray, joins: set[int], topics: set[int], cue_words: set[str]
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_cue_matches` of each of ``entities`` (float64 [k] each: through a join node, direct), in array
+        passes over all their neighbours."""
+        entities = np.asarray(entities, np.int64)
+        through, near = np.zeros(len(entities)), np.zeros(len(entities))
+        if not cue_words or not len(entities):
+            return through, near
+        barred = np.asarray(sorted(topics), np.int64)
+        owner, other = self._neighbours(entities, NEIGHBOURS)
+        keep = (other != entities[owner]) & ~np.isin(other, barred)
+        owner, other = owner[keep], other[keep]
+        np.maximum.at(near, owner, self.name_matches(other, cue_words))  # scores >= 0: max(..., default=0.0)
+        joined = np.isin(other, np.asarray(sorted(joins), np.int64))
+        if joined.any():
+            span = self.index.num_entities
+            pairs = np.unique(owner[joined] * span + other[joined])  # (candidate, join), each once
+            hop, far = self._neighbours(pairs % span, JOIN_DEGREE)
+            candidate, join = pairs[hop] // span, pairs[hop] % span
+            keep = (far != entities[candidate]) & (far != join) & ~np.isin(far, barred)
+            np.maximum.at(through, candidate[keep], self.name_matches(far[keep], cue_words))
+        return through, near
+
+    def _name_cue(self, entity: int) -> tuple[str, list[str]]:
+        """(name, its lower-cased words) of ``entity``, kept."""
+        cached = self._name_cues.get(entity)
+        if cached is None:
+            name = self.names.get(self.index.entities[entity], self.index.entities[entity])
+            cached = self._name_cues[entity] = (name, _WORD.findall(name.lower()))
+        return cached
 
     def mentioned(self, question: Question) -> tuple[int, ...]:
         """KG ids of the entities the question text mentions (:meth:`EntityLinker.mentions
@@ -336,11 +410,11 @@ class CandidateFeaturizer:
             joins = {j for j in joins if self.raw_degree[j] <= JOIN_DEGREE}
             n_beams = max((r.beam for r in runs[qi]), default=0) + 1
             top = float(vals[0]) if len(vals) else 1.0
+            through, near = self.cue_matches(ents[:m], joins, topics, cue_words)
             for ci, (entity, support) in enumerate(zip(ents[:m].tolist(), vals[:m].tolist(), strict=False)):
                 fair, cumulative, beams, best_beam, plan_answers, rels, best_prob, paths, exact, min_depth = seen.get(
                     entity, [0.0, 0.0, set(), n_beams, 0, set(), 0.0, set(), False, 0])
-                name = self.names.get(self.index.entities[entity], self.index.entities[entity])
-                name_words = _WORD.findall(name.lower())
+                name, name_words = self._name_cue(entity)
                 cos = max((float(qvec[qi] @ self._relation_rows[r]) for r in rels), default=0.0)
                 path_cos = max((float(np.mean([qvec[qi] @ self._relation_rows[r] for r in p])) for p in paths if p),
                                default=0.0)
@@ -354,7 +428,7 @@ class CandidateFeaturizer:
                     np.log1p(len(name_words)), self.degree[entity], np.log1p(len(ents)),
                     best_prob, path_cos, exact, min_depth, bool(years),
                     bool(years.intersection(_YEAR_WORD.findall(name))),
-                    *self._cue_matches(entity, joins, topics, cue_words),
+                    float(through[ci]), float(near[ci]),
                     *self._constraints(entity, topics - anchors.get(entity, set()) if len(topics) > 1 else set(),
                                       qvec[qi]),
                     *(mention[i] for i in (0, 1, 2, 4)))  # count, share, all, cos (no "missed")

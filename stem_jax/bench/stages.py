@@ -6,7 +6,7 @@ GNN guidance (when on), anchoring, tracing, answers (the batch's ranking, eviden
 over the batch, as ``Engine.retrieve``, ``serve`` and ``eval`` make them). For each batch
 size the first call (which compiles new shapes) is timed on its own; then the engine precompiles
 what a call of that size can reach (:meth:`~stem_jax.engine.Engine.warm_up`), and ``repeats`` warm
-calls on *other* questions of the split, each planned afresh, give p50/p95/p99 per stage and end
+calls on *other* questions of the split, each planned afresh (the path planner's scoring shapes precompiled too), give p50/p95/p99 per stage and end
 to end, and throughput. GNN guidance is computed, not read from its disk cache (the timer turns
 that cache off on the engine's provider). The encoder's in-memory memo (repeated question wordings and schema
 triples) stays on unless turned off (``encoder.memo_size = 0``); its hits are reported, and so are the schema-step
@@ -27,6 +27,7 @@ import numpy as np
 
 from stem_jax.data.types import Question
 from stem_jax.eval.records import make_records
+from stem_jax.plan.path_ranker import warm_path_planner
 
 STAGES = ("question_encoding", "planning", "schema_encoding", "gnn", "anchoring", "tracing", "answers")
 
@@ -201,6 +202,8 @@ def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Seq
         first = timer.run(take(size))
         after_first = _compiles(encoder, guidance)
         precompiled = engine.warm_up(size) if precompile else None
+        if precompile and timer.planner is not None:  # the path planner's scoring shapes, as `serve` warms them
+            precompiled = {**precompiled, **warm_path_planner(timer.planner, size, log=lambda _: None)}
         after_precompile = _compiles(encoder, guidance)
         for _ in range(warmup):
             timer.run(take(size))

@@ -84,6 +84,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from stem_jax.serve import create_app
+        from stem_jax.serve.warm import warm_by_example
     except ImportError as err:
         raise StemError(f"stem-jax serve needs FastAPI and uvicorn ({err})\n"
                         "  how to fix: pip install 'stem-jax[serve]'") from None
@@ -96,6 +97,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
               "reach, so that no request compiles; --no-warm-up skips it) ...", flush=True)
         with _heartbeat(began):
             warm = engine.warm_up(args.max_batch, method=args.method, log=lambda line: print(line, flush=True))
+            warm["by_example"] = warm_by_example(engine, args.max_batch, method=args.method,
+                                                 log=lambda line: print(line, flush=True))
         print(f"warm-up done in {time.perf_counter() - began:.1f}s", flush=True)
     app = create_app(engine, method=args.method, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                      queue_size=args.queue_size, warm_up=warm, keep_prepared=args.keep_prepared)

@@ -28,7 +28,8 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,22 @@ def _init_params(d: int, config: PathRankerConfig) -> dict[str, np.ndarray]:
 
 
 _WORD = re.compile(r"[a-z0-9]+")
+MIN_ROWS = 256  # the smallest candidate-row bucket of a scoring call
+MAX_ROWS = 1 << 15  # candidate rows one scoring call takes at most (a larger batch is scored in several)
+
+
+def candidate_bucket(n: int) -> int:
+    """Rows of a scoring call for ``n`` candidates: the next power of two, at least :data:`MIN_ROWS`."""
+    return max(MIN_ROWS, 1 << max(n - 1, 0).bit_length())
+
+
+def question_bucket(q: int) -> int:
+    """Question rows of a scoring call for a batch of ``q``: the next power of eight (the question side is cheap,
+    so padding it costs little and keeps the shapes few)."""
+    width = 1
+    while width < q:
+        width *= 8
+    return width
 
 
 def words_of(text: str) -> set[str]:
@@ -137,6 +154,8 @@ class PathRanker:
     _forward: Any = dataclasses.field(default=None, repr=False)
     _table: Any = dataclasses.field(default=None, repr=False)
     _property_words: dict[str, set[str]] = dataclasses.field(default_factory=dict, repr=False)
+    _arrays: OrderedDict = dataclasses.field(default_factory=OrderedDict, repr=False)  # topic -> topic_arrays
+    _words: Any = dataclasses.field(default=None, repr=False)  # (index, word -> relation ids, words per relation)
     tower: Any = None  # a QuestionTower with fine-tuned top layers: the question side (None: the frozen encoder)
 
     # ----- inputs -------------------------------------------------------------------------------
@@ -225,24 +244,175 @@ class PathRanker:
         own = self._property_words[relation]
         return len(own & words) / len(own) if own else 0.0
 
+    # ----- batched inputs ------------------------------------------------------------------------
+    def topic_arrays(self, topic: int) -> tuple[list[CandidatePath], np.ndarray, np.ndarray, np.ndarray]:
+        """(candidates, relation ids [C, L] (R where there is no step), orientation [C, L] (+1, -1, 0), extras
+        [C, E]) of ``topic``: the question-independent part of :meth:`path_arrays`, made once per topic and kept as
+        long as the catalog keeps the topic's paths."""
+        candidates = self.catalog.paths(topic)
+        cached = self._arrays.get(topic)
+        if cached is not None and cached[0] is candidates:
+            self._arrays.move_to_end(topic)
+            return cached
+        hops, ids = self.config.max_hops, self.index.relation_ids
+        count = len(candidates)
+        rel = np.full((count, hops), self.index.num_relations, np.int32)
+        forward = np.zeros((count, hops), np.float32)
+        extra = np.zeros((count, N_EXTRA), np.float32)
+        for i, cand in enumerate(candidates):
+            for j, step in enumerate(cand.path[:hops]):
+                rel[i, j] = ids[step.relation]
+                forward[i, j] = 1.0 if step.forward else -1.0
+            extra[i] = (len(cand.path) / hops, np.log1p(len(cand.ends)), float(len(cand.path) == 1))
+        entry = (candidates, rel, forward, extra)
+        self._arrays[topic] = entry
+        while len(self._arrays) > max(len(self.catalog), 1):  # no more topics than the catalog holds
+            self._arrays.popitem(last=False)
+        return entry
+
+    def _word_relations(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """word -> ids of the relations whose property words include it; property word count per relation id
+        ([R + 1], the last: no step, no words)."""
+        if self._words is None or self._words[0] is not self.index:
+            postings: dict[str, list[int]] = {}
+            sizes = np.zeros(self.index.num_relations + 1, np.float64)
+            for rid, relation in enumerate(self.index.relations):
+                self._overlap(relation, set())  # fills the relation's property words
+                own = self._property_words[relation]
+                sizes[rid] = len(own)
+                for word in own:
+                    postings.setdefault(word, []).append(rid)
+            self._words = (self.index, {w: np.asarray(r, np.int64) for w, r in postings.items()}, sizes)
+        return self._words[1], self._words[2]
+
+    def overlap_table(self, questions: Sequence[Question]) -> np.ndarray:
+        """float32 [Q, R + 1]: per question and relation id, the share of the relation's property words that the
+        question uses (:meth:`_overlap` for every relation at once; 0 for the no-step row)."""
+        postings, sizes = self._word_relations()
+        width = self.index.num_relations + 1
+        rows, cols = [], []
+        for qi, question in enumerate(questions):
+            hits = [postings[w] for w in words_of(question.text) if w in postings]
+            if hits:
+                ids = np.concatenate(hits)
+                rows.append(np.full(len(ids), qi, np.int64))
+                cols.append(ids)
+        counts = np.zeros(len(questions) * width, np.float64)
+        if rows:
+            counts = np.bincount(np.concatenate(rows) * width + np.concatenate(cols),
+                                 minlength=len(questions) * width).astype(np.float64)
+        counts = counts.reshape(len(questions), width)
+        return np.divide(counts, sizes, out=np.zeros_like(counts), where=sizes > 0).astype(np.float32)
+
     # ----- scoring --------------------------------------------------------------------------------
     def _scorer(self):
         if self._forward is None:
             import jax
+            import jax.numpy as jnp
 
             @jax.jit
-            def forward(params, table, q, rel, fwd, extra, mask, temperature):
-                logits = _logits(params, table, q, rel, fwd, extra) / temperature
-                logits = jax.numpy.where(mask, logits, -1e9)
-                breadth = jax.nn.sigmoid(q @ params["wb"] + params["bb"][0])
-                return jax.nn.softmax(logits, axis=-1), breadth
+            def forward(params, table, qvec, rel, steps, extra, segment, mask, temperature):
+                # rows are candidates of any question (``segment``: its row of ``qvec``); _logits reads each as a
+                # question with one candidate, and the softmax runs over each question's rows
+                q = qvec[segment]
+                logits = _logits(params, table, q, rel[:, None], steps[:, None], extra[:, None])[:, 0] / temperature
+                logits = jnp.where(mask, logits, -1e9)
+                top = jax.ops.segment_max(logits, segment, num_segments=qvec.shape[0])
+                e = jnp.where(mask, jnp.exp(logits - top[segment]), 0.0)
+                total = jax.ops.segment_sum(e, segment, num_segments=qvec.shape[0])
+                breadth = jax.nn.sigmoid(qvec @ params["wb"] + params["bb"][0])
+                return e / jnp.maximum(total[segment], 1e-30), breadth
 
             self._forward = (forward, jax.device_put(self.params), jax.device_put(self.relation_table()))
         return self._forward
 
+    def batch_arrays(self, questions: Sequence[Question]) -> tuple[list[list[CandidatePath]], tuple[np.ndarray, ...]]:
+        """Per question its candidates, and the batch's flat candidate arrays: relation ids [N, L], step flags
+        [N, L, S], extras [N, E], question row [N] (N: all the questions' candidates, in question order)."""
+        topics = [self.index.entity_ids.get(q.topic_entities[0]) if q.topic_entities else None for q in questions]
+        per_topic = {t: self.topic_arrays(t) for t in dict.fromkeys(t for t in topics if t is not None)}
+        empty = ([], np.zeros((0, self.config.max_hops), np.int32), np.zeros((0, self.config.max_hops), np.float32),
+                 np.zeros((0, N_EXTRA), np.float32))
+        parts = [per_topic[t] if t is not None else empty for t in topics]
+        rel = np.concatenate([p[1] for p in parts]) if parts else empty[1]
+        forward = np.concatenate([p[2] for p in parts]) if parts else empty[2]
+        extra = np.concatenate([p[3] for p in parts]) if parts else empty[3]
+        segment = np.repeat(np.arange(len(parts), dtype=np.int32), [len(p[0]) for p in parts])
+        overlap = self.overlap_table(questions)
+        steps = np.stack([forward, overlap[segment[:, None], rel]], axis=-1) if len(rel) else \
+            np.zeros((0, self.config.max_hops, N_STEP), np.float32)
+        return [p[0] for p in parts], (rel, steps.astype(np.float32), extra, segment)
+
     def score(self, questions: Sequence[Question]) -> list[tuple[list[CandidatePath], np.ndarray, float]]:
-        """Per question: its candidate paths, their probabilities, and P(Breadth)."""
+        """Per question: its candidate paths, their probabilities, and P(Breadth).
+
+        The batch is one call of the jitted scorer: every question's candidates as rows of one array padded to a
+        power of two (the questions to a power of eight), so a few shapes serve every batch."""
+        if not questions:
+            return []
         forward, params, table = self._scorer()
+        qvec = self.question_vectors(questions)
+        candidates, (rel, steps, extra, segment) = self.batch_arrays(questions)
+        bounds = np.r_[0, np.cumsum([len(c) for c in candidates])]
+        probs = np.zeros(len(rel), np.float32)
+        breadth = np.zeros(len(questions), np.float32)
+        begin = 0
+        while begin < len(questions):  # chunks of at most MAX_ROWS candidates (or one question that has more)
+            end = begin + 1
+            while end < len(questions) and bounds[end + 1] - bounds[begin] <= MAX_ROWS:
+                end += 1
+            lo, hi = int(bounds[begin]), int(bounds[end])
+            n, q = hi - lo, end - begin
+            rows, width = candidate_bucket(n), question_bucket(q)
+            pad = rows - n
+            p, b = forward(
+                params, table, np.pad(qvec[begin:end], ((0, width - q), (0, 0))),
+                np.pad(rel[lo:hi], ((0, pad), (0, 0)), constant_values=self.index.num_relations),
+                np.pad(steps[lo:hi], ((0, pad), (0, 0), (0, 0))), np.pad(extra[lo:hi], ((0, pad), (0, 0))),
+                np.pad(segment[lo:hi] - begin, (0, pad)), np.arange(rows) < n, np.float32(self.temperature))
+            probs[lo:hi] = np.asarray(p)[:n]
+            breadth[begin:end] = np.asarray(b)[:q]
+            begin = end
+        out = []
+        for qi, cands in enumerate(candidates):
+            if not cands:
+                out.append(([], np.zeros(0, np.float32), 0.5))
+            else:
+                out.append((cands, probs[bounds[qi] : bounds[qi + 1]], float(breadth[qi])))
+        return out
+
+    def scoring_shapes(self, max_batch: int) -> list[tuple[int, int]]:
+        """(question rows, candidate rows) of every scoring call a batch of up to ``max_batch`` questions can
+        make: a bounded set (a power of eight by a power of two between :data:`MIN_ROWS` and :data:`MAX_ROWS`)."""
+        shapes = []
+        width = 1
+        while True:
+            most = min(MAX_ROWS, max(min(max_batch, width), 1) * self.config.max_paths)
+            rows = MIN_ROWS
+            while rows <= candidate_bucket(most):
+                shapes.append((width, rows))
+                rows *= 2
+            if width >= question_bucket(max_batch):
+                return shapes
+            width *= 8
+
+    def warm_up(self, max_batch: int) -> int:
+        """Compile :meth:`scoring_shapes` (one call each on empty rows); returns how many shapes."""
+        forward, params, table = self._scorer()
+        hops, shapes = self.config.max_hops, self.scoring_shapes(max_batch)
+        for width, rows in shapes:
+            forward(params, table, np.zeros((width, self.dim), np.float32),
+                    np.full((rows, hops), self.index.num_relations, np.int32), np.zeros((rows, hops, N_STEP), np.float32),
+                    np.zeros((rows, N_EXTRA), np.float32), np.zeros(rows, np.int32), np.zeros(rows, bool),
+                    np.float32(self.temperature))
+        self._word_relations()
+        return len(shapes)
+
+    def score_reference(self, questions: Sequence[Question]) -> list[tuple[list[CandidatePath], np.ndarray, float]]:
+        """:meth:`score` written plainly: one question at a time, its candidates padded on their own."""
+        import jax
+
+        table = self.relation_table()
         qvec = self.question_vectors(questions)
         out = []
         for question, q in zip(questions, qvec, strict=True):
@@ -251,9 +421,11 @@ class PathRanker:
             if not candidates:
                 out.append(([], np.zeros(0, np.float32), 0.5))
                 continue
-            width = 1 << max(3, int(np.ceil(np.log2(len(candidates)))))  # power-of-two buckets: few compiles
+            width = 1 << max(3, int(np.ceil(np.log2(len(candidates)))))
             rel, fwd, extra, mask = self.path_arrays(candidates, width, words_of(question.text))
-            probs, breadth = forward(params, table, q, rel, fwd, extra, mask, np.float32(self.temperature))
+            logits = _logits(self.params, table, q, rel, fwd, extra) / np.float32(self.temperature)
+            probs = jax.nn.softmax(jax.numpy.where(mask, logits, -1e9), axis=-1)
+            breadth = jax.nn.sigmoid(q @ self.params["wb"] + self.params["bb"][0])
             out.append((candidates, np.asarray(probs)[: len(candidates)], float(breadth)))
         return out
 
@@ -323,6 +495,36 @@ class PathRanker:
         for key, value in overrides.items():
             setattr(ranker, key, value)
         return ranker
+
+
+def planner_parts(planner: Any) -> Iterator[Any]:
+    """``planner`` and the planners it wraps or mixes (branch planner -> mixed planner -> template, path ranker)."""
+    seen: set[int] = set()
+    stack = [planner]
+    while stack:
+        part = stack.pop()
+        if part is None or id(part) in seen:
+            continue
+        seen.add(id(part))
+        yield part
+        for name in ("base", "first", "second", "fallback"):
+            inner = part.__dict__.get(name) if hasattr(part, "__dict__") else None
+            if inner is not None:
+                stack.append(inner)
+
+
+def warm_path_planner(planner: Any, max_batch: int, *, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Compile the scoring shapes of the path planner inside ``planner`` (if any) for batches of up to
+    ``max_batch`` questions; returns how many shapes and how long it took (empty without a path planner)."""
+    info: dict[str, Any] = {}
+    for part in planner_parts(planner):
+        if isinstance(part, PathRanker):
+            began = time.perf_counter()
+            log(f"  compiling the path planner's scoring call for batches of up to {max_batch} questions ...")
+            info["path_planner_shapes"] = part.warm_up(max_batch)
+            info["path_planner_seconds"] = round(time.perf_counter() - began, 3)
+            log(f"  path planner: {info['path_planner_shapes']} shapes in {info['path_planner_seconds']:.1f}s")
+    return info
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -14,13 +14,17 @@ Fan-out is bounded twice, so a hub cannot blow up the enumeration:
   through a hub such as a country only by one of the hub's own few relations, which the hub's side
   of a one-step path already lists).
 
-Enumeration per topic is cached (:class:`PathCatalog`), so a topic asked about twice costs one walk.
+:func:`enumerate_paths` walks each hop in a few array passes over all the frontier's nodes at once;
+:func:`enumerate_paths_reference` is the same walk written node by node, which the property test compares it
+against. Enumeration per topic is cached (:class:`PathCatalog`, least recently used topics dropped past a bound
+on the paths held), so a topic asked about twice costs one walk.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -71,12 +75,10 @@ def _steps_from(index: KGIndex, nodes: np.ndarray, hub_cap: int) -> tuple[np.nda
     return np.concatenate(sources), np.concatenate(codes), np.concatenate(targets)
 
 
-def enumerate_paths(index: KGIndex, topic: int, *, max_hops: int = 2, fan_cap: int = 64, hub_cap: int = 2000,
-                    mediators: np.ndarray | None = None, max_paths: int = 4096) -> list[CandidatePath]:
-    """The candidate paths of ``topic`` (see the module docstring), one-step paths first, then by key.
-
-    ``max_paths`` caps the list (the first ones in that order); ``mediators`` is a bool mask over entities.
-    """
+def enumerate_paths_reference(index: KGIndex, topic: int, *, max_hops: int = 2, fan_cap: int = 64,
+                              hub_cap: int = 2000, mediators: np.ndarray | None = None, max_paths: int = 4096
+                              ) -> list[CandidatePath]:
+    """:func:`enumerate_paths` written plainly: one prefix and one node at a time."""
     is_mediator = mediators if mediators is not None else np.zeros(index.num_entities, bool)
     found: list[CandidatePath] = []
     frontier: list[tuple[RelationPath, np.ndarray]] = [((), np.asarray([topic], np.int64))]
@@ -108,17 +110,112 @@ def enumerate_paths(index: KGIndex, topic: int, *, max_hops: int = 2, fan_cap: i
     return found[:max_paths]
 
 
+def enumerate_paths(index: KGIndex, topic: int, *, max_hops: int = 2, fan_cap: int = 64, hub_cap: int = 2000,
+                    mediators: np.ndarray | None = None, max_paths: int = 4096) -> list[CandidatePath]:
+    """The candidate paths of ``topic`` (see the module docstring), one-step paths first, then by key.
+
+    ``max_paths`` caps the list (the first ones in that order); ``mediators`` is a bool mask over entities.
+    Each hop is one gather of every frontier node's incident triples and one sort that groups them by
+    (prefix, step), so the Python work is one object per path found.
+    """
+    is_mediator = mediators if mediators is not None else np.zeros(index.num_entities, bool)
+    offsets = np.asarray(index.csr_offsets, np.int64)
+    incident = np.asarray(index.csr_triples, np.int64)
+    triples = np.asarray(index.triples, np.int64)
+    relations = index.relations
+    found: list[CandidatePath] = []
+    prefixes: list[RelationPath] = [()]
+    # the frontier as flat arrays: the prefix each node continues, and the node
+    owner = np.zeros(1, np.int64)
+    nodes = np.asarray([topic], np.int64)
+    for hop in range(max_hops):
+        if hop:  # a prefix continues from its first fan_cap ends (ends are sorted, so: by entity id)
+            first = np.r_[0, np.flatnonzero(owner[1:] != owner[:-1]) + 1]
+            rank = np.arange(len(owner)) - np.repeat(first, np.diff(np.r_[first, len(owner)]))
+            keep = rank < fan_cap
+            owner, nodes = owner[keep], nodes[keep]
+        cap = hub_cap if hop else max(hub_cap, len(triples))
+        degree = offsets[nodes + 1] - offsets[nodes]
+        live = degree <= cap
+        owner, nodes, degree = owner[live], nodes[live], degree[live]
+        total = int(degree.sum())
+        if not total:
+            break
+        at = np.repeat(np.arange(len(nodes)), degree)
+        position = np.arange(total) - np.repeat(np.cumsum(degree) - degree, degree)
+        rows = triples[incident[offsets[nodes][at] + position]]
+        node, step_owner = nodes[at], owner[at]
+        out, back = rows[:, 0] == node, rows[:, 2] == node  # a self-loop is both
+        step_owner = np.concatenate([step_owner[out], step_owner[back]])
+        codes = np.concatenate([rows[out, 1] * 2 + 1, rows[back, 1] * 2])
+        targets = np.concatenate([rows[out, 2], rows[back, 0]])
+        keep = targets != topic
+        step_owner, codes, targets = step_owner[keep], codes[keep], targets[keep]
+        if not len(codes):
+            break
+        order = np.lexsort((targets, codes, step_owner))
+        step_owner, codes, targets = step_owner[order], codes[order], targets[order]
+        distinct = np.r_[True, (step_owner[1:] != step_owner[:-1]) | (codes[1:] != codes[:-1])
+                         | (targets[1:] != targets[:-1])]
+        step_owner, codes, targets = step_owner[distinct], codes[distinct], targets[distinct]
+        group = np.r_[True, (step_owner[1:] != step_owner[:-1]) | (codes[1:] != codes[:-1])]
+        starts = np.flatnonzero(group)
+        bounds = np.r_[starts, len(codes)]
+        answer = ~is_mediator[targets]
+        answers_before = np.r_[0, np.cumsum(answer)]
+        grown: list[RelationPath] = []
+        for begin, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            code = int(codes[begin])
+            path = (*prefixes[int(step_owner[begin])], PathStep(relations[code // 2], bool(code % 2)))
+            grown.append(path)
+            if answers_before[end] > answers_before[begin]:
+                ends = targets[begin:end]
+                found.append(CandidatePath(path, ends[answer[begin:end]].astype(np.int32)))
+        prefixes = grown
+        owner = np.cumsum(group) - 1
+        nodes = targets
+        if len(found) >= max_paths:
+            break
+    found.sort(key=lambda c: (c.hops, path_key(c.path)))
+    return found[:max_paths]
+
+
+CACHED_PATHS = 1 << 18  # candidate paths a catalog keeps (about 100-200 bytes each, plus its end set)
+
+
 class PathCatalog:
-    """Per-topic candidate paths, enumerated once and reused (the planner asks per question)."""
+    """Per-topic candidate paths, enumerated once and reused across calls (the planner asks per batch).
+
+    The cache is bounded: past ``cached_paths`` paths held, the least recently asked topics are dropped (and
+    enumerated again when asked again)."""
 
     def __init__(self, index: KGIndex, *, max_hops: int = 2, fan_cap: int = 64, hub_cap: int = 2000,
-                 mediators: np.ndarray | None = None, max_paths: int = 4096) -> None:
+                 mediators: np.ndarray | None = None, max_paths: int = 4096, cached_paths: int = CACHED_PATHS) -> None:
         self.index = index
         self.options = dict(max_hops=max_hops, fan_cap=fan_cap, hub_cap=hub_cap, max_paths=max_paths)
         self.mediators = mediators
-        self._cache: dict[int, list[CandidatePath]] = {}
+        self.cached_paths = cached_paths
+        self._cache: OrderedDict[int, list[CandidatePath]] = OrderedDict()
+        self._held = 0
+        self.enumerated = 0  # topics walked (a topic dropped and asked again counts again)
 
     def paths(self, topic: int) -> list[CandidatePath]:
-        if topic not in self._cache:
-            self._cache[topic] = enumerate_paths(self.index, topic, mediators=self.mediators, **self.options)
-        return self._cache[topic]
+        found = self._cache.get(topic)
+        if found is not None:
+            self._cache.move_to_end(topic)
+            return found
+        found = enumerate_paths(self.index, topic, mediators=self.mediators, **self.options)
+        self.enumerated += 1
+        self._cache[topic] = found
+        self._held += len(found)
+        while self._held > self.cached_paths and len(self._cache) > 1:
+            _, dropped = self._cache.popitem(last=False)
+            self._held -= len(dropped)
+        return found
+
+    def paths_of(self, topics: Iterable[int]) -> dict[int, list[CandidatePath]]:
+        """Each distinct topic's paths, enumerated once however many questions share it."""
+        return {t: self.paths(t) for t in dict.fromkeys(int(t) for t in topics)}
+
+    def __len__(self) -> int:
+        return len(self._cache)

@@ -1,0 +1,113 @@
+"""How long `stem-jax serve` takes from start to its first answer, on a cold and on a warm compilation cache.
+
+Command (repo root; the KG's index, embeddings and trained planner already in the cache):
+
+    STEM_DATA_DIR=../shared/data python experiments/serve_start.py --data-dir ../shared/data/webqsp-r \\
+        --compile-cache runs/serve-start-xla --name serve-start-webqsp-r
+
+Starts ``stem-jax serve --dataset files --data-dir DIR --split dev --port 0`` twice with ``STEM_COMPILE_CACHE`` set
+to ``--compile-cache``: first emptied (a cold start: every program compiles), then as the first start left it (a
+warm restart: programs are read back). For each start it records the seconds from launch to the "serving" line,
+and to the answer of the first request (``POST /v1/ask`` with the first question of the split that has a topic
+entity), and the warm-up lines it printed. Writes ``experiments/results/<name>.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
+
+SERVING = re.compile(r"serving .* on http://(\S+):(\d+)")
+
+
+def first_qid(data_dir: Path, split: str) -> str:
+    with open(data_dir / f"{split}.jsonl") as f:
+        for line in f:
+            record = json.loads(line)
+            if record.get("topic_entities"):
+                return record["id"]
+    raise SystemExit(f"{data_dir}/{split}.jsonl: no question with topic entities")
+
+
+def start(data_dir: Path, split: str, cache: Path, extra: list[str], timeout: float) -> dict:
+    env = {**os.environ, "STEM_COMPILE_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "stem_jax.cli.main", "serve", "--dataset", "files", "--data-dir", str(data_dir),
+               "--split", split, "--port", "0", "--no-progress", "--log-level", "warning", *extra]
+    began = time.perf_counter()
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    lines, url = [], None
+    try:
+        for line in proc.stdout:
+            lines.append(f"{time.perf_counter() - began:7.1f}s  {line.rstrip()}")
+            found = SERVING.search(line)
+            if found:
+                url = f"http://{found.group(1).strip('[]')}:{found.group(2)}"
+                break
+            if time.perf_counter() - began > timeout:
+                break
+        if url is None:
+            raise SystemExit("serve did not start:\n" + "\n".join(lines[-20:]))
+        serving = time.perf_counter() - began
+        body = json.dumps({"qid": first_qid(data_dir, split)}).encode()
+        while True:  # the socket is bound before uvicorn accepts: retry until it answers
+            try:
+                request = urllib.request.Request(f"{url}/v1/ask", body, {"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=timeout) as response:
+                    answer = json.loads(response.read())
+                break
+            except OSError:
+                time.sleep(0.05)
+        answered = time.perf_counter() - began
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return {"serving_s": round(serving, 2), "first_answer_s": round(answered, 2),
+            "first_answer": [a["entity"] for a in answer.get("answers", [])[:3]], "lines": lines}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--split", default="dev")
+    parser.add_argument("--compile-cache", type=Path, required=True, help="emptied first (the cold start)")
+    parser.add_argument("--name", default="serve-start")
+    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("serve_flags", nargs="*", help="more `stem-jax serve` flags (after --)")
+    args = parser.parse_args()
+    shutil.rmtree(args.compile_cache, ignore_errors=True)
+    load = {"before": [round(x, 2) for x in os.getloadavg()]}
+    runs = {"cold": start(args.data_dir, args.split, args.compile_cache, args.serve_flags, args.timeout)}
+    load["after_cold"] = [round(x, 2) for x in os.getloadavg()]
+    runs["warm"] = start(args.data_dir, args.split, args.compile_cache, args.serve_flags, args.timeout)
+    load["after_warm"] = [round(x, 2) for x in os.getloadavg()]
+    meta = {**run_metadata(), "load_average": load}
+    command = (f"python experiments/serve_start.py --data-dir {args.data_dir} --compile-cache {args.compile_cache} "
+               f"--name {args.name}" + (" -- " + " ".join(args.serve_flags) if args.serve_flags else ""))
+    table = markdown_table(["start", "compilation cache", "serving after", "first answer after"],
+                           [[k, "empty" if k == "cold" else "left by the cold start", f"{r['serving_s']:.1f} s",
+                             f"{r['first_answer_s']:.1f} s"] for k, r in runs.items()])
+    logs = "\n\n".join(f"{k} start:\n\n```\n" + "\n".join(r["lines"]) + "\n```" for k, r in runs.items())
+    write_report(ROOT / "experiments" / "results", args.name, {"meta": meta, "command": command, "runs": runs},
+                 f"Command: `{command}`\n\nMachine: {meta}\n\n{table}\n\n{logs}\n")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
