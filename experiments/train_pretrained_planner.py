@@ -26,6 +26,7 @@ def load_parts(data_dir: Path, *, per_hop: int, cwq_limit: int, log=print) -> li
     from stem_jax.data.registry import DatasetSpec, load_dataset
     from stem_jax.data.sampling import sample_per_hop
     from stem_jax.data.splits import hash_split
+    from stem_jax.plan.oracle import metaqa_gold_path
     from stem_jax.plan.pretrained import KGPart
     from stem_jax.plan.training import extra_pairs
 
@@ -42,8 +43,11 @@ def load_parts(data_dir: Path, *, per_hop: int, cwq_limit: int, log=print) -> li
     part("webqsp-r", "freebase", DatasetSpec(name="files", split="train", data_dir=data_dir / "webqsp-r"), pairs=True)
     part("cwq-e", "freebase", DatasetSpec(name="files", split="train", data_dir=data_dir / "cwq-e"),
          sample=lambda qs: sample_per_hop(qs, cwq_limit, group=lambda q: 0))
+    # MetaQA states its gold path as a question type: written out, it marks the right path among those that merely
+    # reach the answers (the partial KB's people often both direct and write)
     part("metaqa", "metaqa", DatasetSpec(name="metaqa", split="dev", data_dir=data_dir),
-         sample=lambda qs: sample_per_hop(qs, per_hop))
+         sample=lambda qs: [dataclasses.replace(q, gold_path=metaqa_gold_path(q.qtype)) if q.qtype else q
+                            for q in sample_per_hop(qs, per_hop)])
     part("wc2014", "wc2014", DatasetSpec(name="wc2014", split="train", data_dir=data_dir),
          sample=lambda qs: sample_per_hop(qs, per_hop, group=lambda q: q.qtype))
     part("demo", "demo", DatasetSpec(name="demo", split="train"))

@@ -28,17 +28,17 @@ from stem_jax.eval.report import markdown_table, run_metadata, write_report  # n
 
 # (row, family left out, eval flags, trained default's Hit@1 and where it comes from)
 ROWS = [
-    ("MetaQA 1-hop", "metaqa", ["--dataset", "metaqa", "--hops", "1"], 95.01, "default-accuracy.md (all 9947)"),
-    ("MetaQA 2-hop", "metaqa", ["--dataset", "metaqa", "--hops", "2"], 96.59, "default-accuracy.md (all 14872)"),
-    ("MetaQA 3-hop", "metaqa", ["--dataset", "metaqa", "--hops", "3"], 97.27, "default-accuracy.md (all 14274)"),
+    ("demo test", "demo", ["--dataset", "demo"], None, "run here"),
     ("WorldCup2014 P1", "wc2014", ["--dataset", "wc2014-p1"], 100.0, "default-accuracy.md"),
     ("WorldCup2014 P2", "wc2014", ["--dataset", "wc2014-p2"], 100.0, "default-accuracy.md"),
     ("WorldCup2014 C", "wc2014", ["--dataset", "wc2014-c"], 100.0, "default-accuracy.md"),
-    ("demo test", "demo", ["--dataset", "demo"], None, "run here"),
     ("webqsp-r dev", "freebase", ["--dataset", "files", "--data-dir", "{data}/webqsp-r", "--split", "dev"], 68.7,
      "webqsp-dev.md"),
     ("cwq-e dev", "freebase", ["--dataset", "files", "--data-dir", "{data}/cwq-e", "--split", "dev"], 51.6,
      "cwq-dev.md"),
+    ("MetaQA 1-hop", "metaqa", ["--dataset", "metaqa", "--hops", "1"], 95.01, "default-accuracy.md (all 9947)"),
+    ("MetaQA 2-hop", "metaqa", ["--dataset", "metaqa", "--hops", "2"], 96.59, "default-accuracy.md (all 14872)"),
+    ("MetaQA 3-hop", "metaqa", ["--dataset", "metaqa", "--hops", "3"], 97.27, "default-accuracy.md (all 14274)"),
 ]
 
 
@@ -135,6 +135,12 @@ def main() -> int:
             rows.append([label, family, shots, run["n"], f"{run['hit_at_1']:.1f}", f"{run['f1']:.1f}",
                          f"{trained:.1f}", f"{100 * ratio:.0f}%" if ratio is not None else "", source])
             print(rows[-1], flush=True)
+        report(args, results, rows)
+    print(report(args, results, rows))
+    return 0
+
+
+def report(args: argparse.Namespace, results: list, rows: list) -> str:
     meta = run_metadata()
     md = ("Leave one KG family out, N = 0 questions of the left-out KG: `stem-jax eval --planner pattern "
           "--planner-path <model trained without that family>`, defaults otherwise; percent over every question "
@@ -145,8 +151,7 @@ def main() -> int:
           + markdown_table(["KG", "left out", "N", "questions", "Hit@1", "F1", "trained Hit@1", "Hit@1 / trained",
                             "trained row from"], rows))
     write_report(args.out, args.name, {"meta": meta, "results": results}, md)
-    print(md)
-    return 0
+    return md
 
 
 if __name__ == "__main__":
