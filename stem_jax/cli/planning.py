@@ -97,10 +97,17 @@ def cmd_train_planner(args: argparse.Namespace) -> int:
     planner = train_and_save(dataset, args.split, config, out, cache_root=cache_root(args),
                              val_fraction=args.val_fraction, epochs=args.epochs, show_progress=not args.no_progress,
                              report={"meta": run_metadata()})
-    table = _report_table(planner.report)
-    print(f"\nvalidation ({args.val_fraction:.0%} of {dataset.name}/{args.split} by qid hash):\n")
-    print(table)
-    if args.answer_scorer:
+    if planner.report.get("few_shot"):  # too few questions or gold plans: the pretrained path planner adapted
+        val = planner.report.get("val", {})
+        print(f"\nadapted the pretrained path planner to {planner.report.get('train_questions')} questions of "
+              f"{dataset.name}/{args.split} (their answers; gold paths where given)"
+              + (f"; held out: top-1 path reaches an answer for {val['top1_reaches_answer']:.1%} of "
+                 f"{val['questions']}" if val else ""))
+    else:
+        table = _report_table(planner.report)
+        print(f"\nvalidation ({args.val_fraction:.0%} of {dataset.name}/{args.split} by qid hash):\n")
+        print(table)
+    if args.answer_scorer and not planner.report.get("few_shot"):  # an answer scorer needs more questions
         from stem_jax.answer.training import scorer_engine_config, train_scorer_for_planner
         from stem_jax.cli.args import dataset_spec
         from stem_jax.engine import Engine

@@ -115,10 +115,18 @@ def build_planner(spec: PlannerSpec, config: StemConfig, dataset: Dataset, index
 
         encoder = get_encoder(config.encoder)
     if spec.name == "pattern":
-        from stem_jax.plan.pattern import PatternPlanner
+        from stem_jax.plan.path_ranker import RANKER_FILE
+        from stem_jax.plan.pattern import PLANNER_FILE, PatternPlanner
 
         path = spec.path or default_planner_path(cache_root, config, dataset.name)
-        if not Path(path).exists():
+        if (Path(path) / RANKER_FILE).is_file() and not (Path(path) / PLANNER_FILE).is_file():
+            # a path ranker alone: the pretrained one adapted to this KG's questions (few-shot), or one given
+            return pretrained_planner(config, dataset, index, encoder, folder=Path(path))
+        if not (Path(path) / PLANNER_FILE).is_file():
+            from stem_jax.plan import pretrained
+
+            if spec.path is None and pretrained.available():
+                return pretrained_planner(config, dataset, index, encoder)
             raise StemError(f"no trained pattern planner at {path}\n  how to fix: run `stem-jax train-planner "
                             f"{train_planner_flags(dataset.name)}` first (or pass --planner-path)")
         planner = PatternPlanner.load(path, encoder=encoder, method=spec.method, beam=config.planner.beam,
@@ -178,6 +186,41 @@ def build_planner(spec: PlannerSpec, config: StemConfig, dataset: Dataset, index
         hybrid = HybridPlanner(planner, fallback, index, names, consult_below=consult if consult <= 1.0 else None)
         return hybrid, {"planner": "hybrid", "llm": info, "fallback": fallback_info, "consult_below": consult}
     raise StemError(f"unknown planner {spec.name!r}; choose one of {', '.join(PLANNERS)}")
+
+
+def pretrained_planner(config: StemConfig, dataset: Dataset, index: KGIndex, encoder: Any, *,
+                       folder: Path | None = None) -> tuple[Any, dict[str, Any]]:
+    """The pretrained path planner (:mod:`stem_jax.plan.pretrained`; the one in ``folder`` when given) over
+    ``index``, for a KG without a trained planner of its own. Says so once on stderr, and once which relations
+    have no readable text (an opaque id such as ``P57`` gives the ranker nothing to read)."""
+    from stem_jax.plan import pretrained
+
+    ranker = pretrained.load_pretrained(index=index, names=dataset.entity_names, encoder=encoder,
+                                        beam=config.planner.beam, min_prob=config.planner.min_prob, folder=folder)
+    if getattr(encoder, "name", None) != ranker.encoder_name:
+        raise StemError(f"no trained pattern planner for {dataset.name}, and the pretrained path planner reads "
+                        f"{ranker.encoder_name.split(':')[0]} vectors, not {getattr(encoder, 'name', encoder)}'s\n"
+                        f"  how to fix: use the default encoder (--encoder.name=minilm), or run `stem-jax "
+                        f"train-planner {train_planner_flags(dataset.name)}` with this encoder")
+    about = pretrained.describe(ranker)
+    seen = ", ".join(f"{family} ({', '.join(parts)})" for family, parts in about["trained_on"].items())
+    if folder is None:
+        pretrained.notice(f"no trained pattern planner for {dataset.name}: planning with the pretrained path planner "
+                          f"{about['version']} (trained on questions of other KGs: {seen}); questions with answers "
+                          f"about this KG adapt it: `stem-jax train-planner {train_planner_flags(dataset.name)}`")
+    opaque = pretrained.opaque_relations(index)
+    if opaque:
+        shown = ", ".join(opaque[:5]) + (", ..." if len(opaque) > 5 else "")
+        pretrained.notice(f"{len(opaque)} of {index.num_relations} relations of {dataset.name} have no readable "
+                          f"name ({shown}): the planner matches questions to relation names\n  how to fix: give "
+                          "names in relation_names.tsv (id<TAB>name) in the KG folder, or pass --relation-names FILE")
+    mode = "few-shot" if ranker.report.get("few_shot") else "pretrained"
+    info = {"planner": "pattern", "mode": mode, "path": str(folder or pretrained.model_folder()),
+            "beam": config.planner.beam, "min_prob": config.planner.min_prob, "pretrained": about,
+            "catalog_hops": ranker.catalog.options["max_hops"]}
+    if opaque:
+        info["relations_without_names"] = len(opaque)
+    return ranker, info
 
 
 def pattern_mode(planner: Any, config: StemConfig) -> str:

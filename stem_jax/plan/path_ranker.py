@@ -734,14 +734,16 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
                       extra_pairs: Sequence[tuple[str, tuple[PathStep, ...]]] = (),
                       config: PathRankerConfig = PathRankerConfig(),
                       log: Callable[[str], None] = print, tower: Any = None,
-                      catalog: PathCatalog | None = None, encoder: Any = None) -> PathRanker:
+                      catalog: PathCatalog | None = None, encoder: Any = None,
+                      init: dict[str, np.ndarray] | None = None) -> PathRanker:
     """Train the path scorer on ``train`` (see the module docstring); fit its temperature and report on ``val``.
 
     ``config.tune_layers`` > 0 also fine-tunes the encoder's top layers as the question side (``tower``: a
     :class:`~stem_jax.plan.question_tower.QuestionTower` to tune; default the shipped MiniLM's, which needs
     ``embed`` to be that encoder's; ``encoder``: the MiniLMEncoder behind ``embed``, whose loaded weights that tower
     shares instead of reading them again). ``catalog``: a path enumeration of ``index`` to share (its per-topic
-    cache) with another ranker trained with the same bounds."""
+    cache) with another ranker trained with the same bounds. ``init``: parameters to start from instead of a random
+    draw (a warm start from the pretrained ranker; their shapes fix ``max_hops``, ``hidden`` and ``projection``)."""
     began = time.perf_counter()
     d = int(np.asarray(embed(["x"])).shape[1])
     if config.tune_layers and tower is None:
@@ -751,7 +753,13 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
         from stem_jax.plan.question_tower import minilm_tower
 
         tower = minilm_tower(layers=config.tune_layers, encoder=encoder)
-    ranker = PathRanker(params=_init_params(d, config), config=config,
+    params = _init_params(d, config)
+    if init is not None:
+        if {k: np.shape(v) for k, v in init.items()} != {k: v.shape for k, v in params.items()}:
+            raise StemError("the path planner to start from has other shapes than this configuration's (max_hops, "
+                            "hidden, projection, encoder dimension)\n  how to fix: train from scratch")
+        params = {k: np.asarray(v, np.float32).copy() for k, v in init.items()}
+    ranker = PathRanker(params=params, config=config,
                         encoder_name=encoder_name, names=names, index=index, embed_fn=embed, _catalog=catalog)
     rng = np.random.default_rng(config.seed)
     ranker.relation_table()

@@ -70,6 +70,14 @@ def train_and_save(dataset: Dataset, split: str, config: StemConfig, out: Path, 
 
     train, val = hash_split(dataset.questions, val_fraction)
     encoder = encoder or get_encoder(config.encoder)
+    if few_shot_applies(dataset, train, val, encoder):
+        with planner_lock(Path(out)):
+            ranker = train_few_shot(dataset, train, val, config, encoder=encoder,
+                                    embed=masked_question_embedder(cache_root, dataset.name, encoder, config,
+                                                                   progress=show_progress), log=log)
+            ranker.report.update({"dataset": dataset.name, "split": split, **(report or {})})
+            save_few_shot(ranker, Path(out))
+        return ranker
     train_config = TrainConfig(seed=config.seed)
     if epochs is not None:
         train_config = dataclasses.replace(train_config, epochs=epochs)
@@ -86,6 +94,61 @@ def train_and_save(dataset: Dataset, split: str, config: StemConfig, out: Path, 
                                "seconds": time.perf_counter() - began, "selection": selection, **(report or {})})
         planner.save(Path(out))
     return planner
+
+
+# fewer training questions with a gold plan than this cannot train the template classifier: the pretrained path
+# planner is adapted to the questions' answers instead (few-shot)
+FEW_SHOT_GOLD_PLANS = 50
+
+
+def few_shot_applies(dataset: Dataset, train: list, val: list, encoder: Any) -> bool:
+    """Whether ``train-planner`` adapts the pretrained path planner instead of training the template classifier
+    and a ranker from scratch: the pretrained model is installed and reads this encoder's vectors, and there are
+    too few questions to choose planners on (:data:`MIN_HELD_OUT` held out) or too few gold plans for templates."""
+    from stem_jax.plan import pretrained
+    from stem_jax.plan.oracle import gold_paths
+
+    if not pretrained.available() or pretrained.shipped_encoder() != getattr(encoder, "name", None):
+        return False
+    with_plans = sum(1 for q in train if gold_paths(q).paths)
+    return len(val) < MIN_HELD_OUT or with_plans < FEW_SHOT_GOLD_PLANS
+
+
+def train_few_shot(dataset: Dataset, train: list, val: list, config: StemConfig, *, encoder: Any,
+                   embed: Callable[[list[str]], np.ndarray], log: Callable[[str], None] = print,
+                   base: Path | None = None) -> Any:
+    """The pretrained path planner (or the one saved in ``base``) adapted to ``dataset``'s questions: trained from
+    its parameters on the questions' answers (each candidate path's target is the F1 of its end set; a gold path,
+    where given, counts as right), its temperature fitted on ``val`` when there is one. Returns the adapted
+    PathRanker."""
+    from stem_jax.kg.index import build_index
+    from stem_jax.plan import pretrained
+    from stem_jax.plan.path_ranker import PathRanker, train_path_ranker
+
+    base = PathRanker.load(base or pretrained.model_folder())
+    index = build_index(dataset.triples)
+    catalog = pretrained.make_catalog(index, dataset.entity_names, base.config)
+    ranker = train_path_ranker(train, val, index, encoder_name=encoder.name, embed=embed, names=dataset.entity_names,
+                               extra_pairs=extra_pairs(dataset) if config.planner.path_pairs else (),
+                               config=dataclasses.replace(base.config, seed=config.seed), log=log, catalog=catalog,
+                               init=base.params)
+    if not val:
+        ranker.temperature = base.temperature
+    ranker.report.update(pretrained_from=pretrained.describe(base), few_shot=True)
+    return ranker
+
+
+def save_few_shot(ranker: Any, out: Path) -> None:
+    """Save an adapted path planner as ``out``'s only planner (a template classifier of an earlier training is
+    removed: its planner.json would otherwise be loaded instead)."""
+    import shutil
+
+    from stem_jax.plan.pattern import PLANNER_FILE
+
+    (Path(out) / PLANNER_FILE).unlink(missing_ok=True)
+    for name in ("paths", "branches"):
+        shutil.rmtree(Path(out) / name, ignore_errors=True)
+    ranker.save(Path(out))
 
 
 def train_branches(dataset: Dataset, train: list, val: list, planner: Any, config: StemConfig, out: Path, *,
