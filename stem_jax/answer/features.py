@@ -290,12 +290,12 @@ class CandidateFeaturizer:
 
     def mentioned(self, question: Question) -> tuple[int, ...]:
         """KG ids of the entities the question text mentions (:meth:`EntityLinker.mentions
-        <stem_jax.kg.linker.EntityLinker.mentions>`) besides its topic entities and what their names cover;
+        <stem_jax.data.linker.EntityLinker.mentions>`) besides its topic entities and what their names cover;
         mediators never count."""
         found = self._mentioned.get(question.text)
         if found is None:
             if self._linker is None:
-                from stem_jax.kg.linker import EntityLinker
+                from stem_jax.data.linker import EntityLinker
 
                 self._linker = EntityLinker.from_index(self.index, self.names or None)
             topics = {self.index.entity_ids.get(t, -1) for t in question.topic_entities}

@@ -60,7 +60,7 @@ def _compiles(encoder: Any = None, guidance: Any = None) -> dict[str, int]:
 
 
 def _memo(encoder: Any) -> dict[str, int]:
-    # table_hits: schema-step texts read from the KG's step table (stem_jax/encoder/step_table.py), memo or not
+    # table_hits: schema-step texts read from the KG's step table (stem_jax/kg/step_table.py), memo or not
     return {"hits": getattr(encoder, "memo_hits", 0), "misses": getattr(encoder, "memo_misses", 0),
             "table_hits": getattr(encoder, "table_hits", 0)}
 

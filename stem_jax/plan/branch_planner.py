@@ -28,10 +28,10 @@ import numpy as np
 
 from stem_jax.atomic import write_text_atomic
 from stem_jax.data.answer_names import gold_entities
+from stem_jax.data.linker import EntityLinker
 from stem_jax.data.types import Question
 from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex, relation_text
-from stem_jax.kg.linker import EntityLinker
 from stem_jax.kg.mediators import mediator_mask
 from stem_jax.plan.base import ScoredSchema
 from stem_jax.plan.branches import meeting_branches, schema_with_branches, set_f1
@@ -143,7 +143,7 @@ def _topic_ids(question: Question, index: KGIndex) -> list[int]:
 
 class Mentions:
     """The entities a question's text mentions besides its topic entities (:meth:`EntityLinker.mentions
-    <stem_jax.kg.linker.EntityLinker.mentions>`), mediators and mentions inside a topic's name left out."""
+    <stem_jax.data.linker.EntityLinker.mentions>`), mediators and mentions inside a topic's name left out."""
 
     def __init__(self, index: KGIndex, names: dict[str, str] | None, mediators: np.ndarray) -> None:
         self.index = index

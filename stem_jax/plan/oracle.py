@@ -41,7 +41,7 @@ RelationPath = tuple[PathStep, ...]
 _QTYPE_SEPARATOR = "_to_"
 
 # Derived from MetaQA 1-hop dev (kb_PARTIAL_keallm_reconstruction.txt) by
-# derive_metaqa_relation_table; tests/test_oracle_metaqa.py re-derives it and checks equality.
+# derive_metaqa_relation_table (tests/plan/test_oracle.py pins that function on a small KG).
 # The majority is clear everywhere. The closest call is director_to_movie: 524 questions vote
 # directed_by backward, 332 written_by backward (many directors also write their films).
 METAQA_RELATION_TABLE: dict[str, PathStep] = {
@@ -84,9 +84,6 @@ def _pair_table(table: dict[str, PathStep]) -> dict[tuple[str, str], PathStep]:
 
 
 _METAQA_PAIRS = _pair_table(METAQA_RELATION_TABLE)
-METAQA_TOKENS: frozenset[str] = frozenset(
-    t for qtype in METAQA_RELATION_TABLE for t in qtype.split(_QTYPE_SEPARATOR)
-)
 
 
 def metaqa_gold_path(qtype: str, table: dict[str, PathStep] | None = None) -> RelationPath:

@@ -371,7 +371,6 @@ class PatternPlanner:
     names: dict[str, str] | None = None
     report: dict[str, Any] = dataclasses.field(default_factory=dict)
     name: str = "pattern"
-    masked_missing: int = 0  # questions whose topic mention was not found in the text (not masked)
     embed_fn: Callable[[list[str]], np.ndarray] | None = None  # e.g. a cached encoder; default encoder.encode
     index: KGIndex | None = None  # the KG, for the type filter
     type_filter: bool = True
@@ -395,11 +394,7 @@ class PatternPlanner:
         return self.encoder
 
     def embed(self, questions: Sequence[Question]) -> np.ndarray:
-        texts = []
-        for q in questions:
-            text, found = mask_topics(q.text, topic_names(q, self.names))
-            self.masked_missing += int(not found)
-            texts.append(text)
+        texts = [mask_topics(q.text, topic_names(q, self.names))[0] for q in questions]
         distinct, inverse = unique_texts(texts)  # templated questions share masked wordings
         if self.embed_fn is not None:
             return np.asarray(self.embed_fn(distinct), np.float32)[inverse]
