@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
 from cwq_dev import KINDS, PEERS, kinds, machine, portable, summarise  # noqa: E402
-from webqsp_scr import dev_row, tag_of, validation_choice  # noqa: E402
+from webqsp_scr import chosen_settings, dev_row  # noqa: E402
 
 from stem_jax.eval.metrics import SplitScorer  # noqa: E402
 from stem_jax.eval.report import markdown_table, write_report  # noqa: E402
@@ -49,11 +49,7 @@ def main() -> int:
     kind_of = kinds(data)
     rows = {}
     for name in args.checkpoints.split(","):
-        checkpoint = (ROOT / name) if not Path(name).is_absolute() else Path(name)
-        tag = tag_of(checkpoint)
-        train = json.loads((checkpoint / "train-scr.json").read_text())
-        choice = validation_choice(checkpoint, data, args.runs, tag)
-        flags = ["--scr.min_hops", str(choice["min_hops"]), "--scr.answer_cut", str(choice["answer_cut"])]
+        checkpoint, tag, train, choice, flags = chosen_settings(name, data, args.runs)
         folder = args.runs / f"{tag}-dev"
         row = dev_row(checkpoint, data, folder, flags)
         label = "scr+rel" if tag == "scr-rel" else "SCR (faithful)"

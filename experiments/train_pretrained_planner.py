@@ -1,8 +1,8 @@
 """Train the pretrained path planner shipped in stem_jax/plan/models/ on every question set in $STEM_DATA_DIR.
 
     python experiments/train_pretrained_planner.py                       # the shipped model, all families
-    python experiments/train_pretrained_planner.py --exclude metaqa --out /tmp/no-metaqa
-    python experiments/train_pretrained_planner.py --leave-one-out /tmp/lofo   # one model per left-out family
+    python experiments/train_pretrained_planner.py --exclude metaqa --out runs/pretrained-no-metaqa
+    python experiments/train_pretrained_planner.py --leave-one-out runs/pretrained-lofo   # one model per left-out family
 
 Families: freebase (webqsp-r train + relation-paths.jsonl, cwq-e train), metaqa (dev, the split MetaQA trains
 on here, sampled per hop), wc2014 (train, sampled per question file), demo (train). Each question set is

@@ -105,6 +105,17 @@ def validation_choice(checkpoint: Path, data: Path, runs: Path, tag: str) -> dic
                            for c in candidates]}
 
 
+def chosen_settings(name: str, data: Path, runs: Path) -> tuple[Path, str, dict, dict, list[str]]:
+    """A train-scr run folder (relative to the repo root unless absolute): its path, tag, training summary, the
+    settings chosen on its validation questions and the eval flags that apply them."""
+    checkpoint = (ROOT / name) if not Path(name).is_absolute() else Path(name)
+    tag = tag_of(checkpoint)
+    train = json.loads((checkpoint / "train-scr.json").read_text())
+    choice = validation_choice(checkpoint, data, runs, tag)
+    flags = ["--scr.min_hops", str(choice["min_hops"]), "--scr.answer_cut", str(choice["answer_cut"])]
+    return checkpoint, tag, train, choice, flags
+
+
 def dev_row(checkpoint: Path, data: Path, out: Path, flags: list[str]) -> dict:
     command = [sys.executable, "-m", "stem_jax.cli.main", "eval", "--dataset", "files", "--data-dir", str(data),
                "--split", "dev", "--out", str(out), "--no-progress", "--method", "scr", "--scr-checkpoint",
@@ -188,11 +199,7 @@ def main() -> int:
     data = Path(os.environ.get("STEM_DATA_DIR", ROOT.parent / "shared" / "data")) / "webqsp-r"
     rows, table = {}, []
     for name in args.checkpoints.split(","):
-        checkpoint = (ROOT / name) if not Path(name).is_absolute() else Path(name)
-        tag = tag_of(checkpoint)
-        train = json.loads((checkpoint / "train-scr.json").read_text())
-        choice = validation_choice(checkpoint, data, args.runs, tag)
-        flags = ["--scr.min_hops", str(choice["min_hops"]), "--scr.answer_cut", str(choice["answer_cut"])]
+        checkpoint, tag, train, choice, flags = chosen_settings(name, data, args.runs)
         row = dev_row(checkpoint, data, args.runs / f"{tag}-dev", flags)
         label = "scr+rel" if tag == "scr-rel" else "SCR (faithful)"
         rows[label] = {**row, "checkpoint": name, "choice": choice,
