@@ -180,7 +180,7 @@ def main() -> int:
     from stem_jax.plan.llm_planner import FewShotPool, RelationGrounder, examples_from_training
     from stem_jax.plan.oracle import OraclePlanner
     from stem_jax.plan.pattern import PatternPlanner
-    from stem_jax.text import topic_names
+    from stem_jax.plan.question_text import topic_names
 
     began = time.perf_counter()
     cache = default_cache_dir()

@@ -55,8 +55,8 @@ def main() -> int:
     from stem_jax.eval.report import run_metadata
     from stem_jax.plan.oracle import OraclePlanner
     from stem_jax.plan.pattern import PatternPlanner
+    from stem_jax.plan.question_text import mask_topics, topic_names, unique_texts
     from stem_jax.plan.templates import template_of
-    from stem_jax.text import mask_topics, topic_names, unique_texts
 
     began = time.perf_counter()
     cache = default_cache_dir()

@@ -31,7 +31,7 @@ from stem_jax.answer.ties import TieTable
 from stem_jax.data.types import Question
 from stem_jax.kg.index import KGIndex, relation_text
 from stem_jax.kg.mediators import mediator_mask
-from stem_jax.text import mask_topics, topic_names
+from stem_jax.plan.question_text import mask_topics, topic_names
 from stem_jax.trace.types import prune_unreached
 
 MAX_CANDIDATES = 64  # candidates per question the scorer sees; the rest keep the tracer's order below them

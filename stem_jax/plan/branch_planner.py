@@ -35,9 +35,9 @@ from stem_jax.kg.index import KGIndex, relation_text
 from stem_jax.kg.mediators import mediator_mask
 from stem_jax.plan.base import ScoredSchema
 from stem_jax.plan.branches import meeting_branches, schema_with_branches, set_f1
+from stem_jax.plan.question_text import mask_topics, topic_names
 from stem_jax.plan.relation_paths import CandidatePath, PathCatalog
 from stem_jax.plan.schema_paths import chain_path
-from stem_jax.text import mask_topics, topic_names
 
 BRANCHES_FOLDER = "branches"
 MODEL_FILE = "branch-model.json"

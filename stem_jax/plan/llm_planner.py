@@ -49,10 +49,10 @@ from stem_jax.plan.base import LLMBackend, ScoredSchema
 from stem_jax.plan.openai_client import OpenAIBackend
 from stem_jax.plan.oracle import OraclePlanner
 from stem_jax.plan.prompts import Decomposition, FewShotExample
+from stem_jax.plan.question_text import mask_topics, topic_names, unique_texts
 from stem_jax.plan.schema import SchemaGraph, SchemaTriple, is_placeholder
 from stem_jax.plan.templates import template_of
 from stem_jax.plan.vllm import VLLMBackend
-from stem_jax.text import mask_topics, topic_names, unique_texts
 
 log = logging.getLogger(__name__)
 _PLACEHOLDER_NUM = re.compile(r"^\[ENT(\d+)\]$")

@@ -40,8 +40,8 @@ from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex, relation_text
 from stem_jax.kg.mediators import mediator_mask
 from stem_jax.plan.base import ScoredSchema
+from stem_jax.plan.question_text import mask_topics, topic_names
 from stem_jax.plan.relation_paths import CandidatePath, PathCatalog, path_key
-from stem_jax.text import mask_topics, topic_names
 
 RANKER_FILE = "ranker.json"
 PATHS_FOLDER = "paths"  # the ranker's folder inside a pattern planner's folder

@@ -10,7 +10,7 @@ planner learns exactly that mapping, and nothing about answers:
    qtypes give 49 templates; ``(Kismet, directed_by, [ENT1]), ([ENT2], directed_by, [ENT1])``
    becomes ``({0}, directed_by, [ENT1]), ([ENT2], directed_by, [ENT1]) -> [ENT2]``.
 2. **Masked question embedding.** The topic mention in the question text is replaced by the
-   neutral token ``X`` (:func:`stem_jax.text.mask_topics`) and the result is embedded with the frozen MiniLM
+   neutral token ``X`` (:func:`stem_jax.plan.question_text.mask_topics`) and the result is embedded with the frozen MiniLM
    encoder. The classifier therefore never sees which entity is asked about: it cannot memorise
    entities or answers, only wording.
 3. **Head.** A Flax MLP (:class:`PatternHead`) maps the embedding to a distribution over
@@ -57,9 +57,9 @@ from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex
 from stem_jax.plan.base import ScoredSchema
 from stem_jax.plan.oracle import OraclePlanner
+from stem_jax.plan.question_text import mask_topics, topic_names, unique_texts, word_dropout
 from stem_jax.plan.schema import SchemaGraph
 from stem_jax.plan.templates import SLOT, Template, template_of
-from stem_jax.text import mask_topics, topic_names, unique_texts, word_dropout
 
 KNN_TEMPERATURE = 0.01  # chosen on MetaQA validation (0.05 / 0.02 / 0.01: 0.94 / 0.997 / 1.0 top-1)
 FORMAT_VERSION = 2  # 2: arrays file named by its sha256 in planner.json (atomic save); 1 still loads

@@ -32,8 +32,8 @@ from stem_jax.data.types import PathStep, Question
 from stem_jax.errors import DataError, StemError
 from stem_jax.kg.index import KGIndex, relation_text
 from stem_jax.plan.base import ScoredSchema
+from stem_jax.plan.question_text import topic_names
 from stem_jax.plan.schema import SchemaGraph, SchemaTriple, is_placeholder
-from stem_jax.text import topic_names
 
 PATH_KEYS = ("paths", "rog_plans", "relation_paths", "plans")
 

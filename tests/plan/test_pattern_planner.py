@@ -15,9 +15,9 @@ from stem_jax.plan.pattern import (
     build_training_set,
     train_pattern_planner,
 )
+from stem_jax.plan.question_text import mask_topics, unique_texts, word_dropout
 from stem_jax.plan.schema import SchemaGraph, SchemaTriple
 from stem_jax.plan.templates import Template, template_of
-from stem_jax.text import mask_topics, unique_texts, word_dropout
 
 
 def test_template_abstracts_the_topic_and_renumbers_placeholders():
