@@ -161,7 +161,9 @@ def add_train_planner_parser(sub, add_dataset_flags, add_cache_flags, add_config
     p = sub.add_parser("train-planner", help="train the pattern planner (question -> schema template, CPU)",
                        description="Learn question wording -> schema template + strategy from the training split's "
                        "oracle plans (MetaQA: the dev split, hash-split into train/val), with the topic mention masked. "
-                       "Saves a Flax head and a nearest-neighbour bank; prints validation accuracy.")
+                       "Saves a Flax head and a nearest-neighbour bank; prints validation accuracy. With fewer than 50 training "
+                       "questions that have a gold plan (answers alone are enough), adapts the pretrained path planner "
+                       "shipped in the package to the questions' answers instead.")
     add_dataset_flags(p)
     add_cache_flags(p)
     add_config_flags(p)
