@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
+from stem_jax.eval.report import markdown_table, portable_paths, run_metadata, write_report  # noqa: E402
 
 KGS = ("webqsp-r", "cwq-e")
 SIZES = "1,16,64"
@@ -52,7 +52,7 @@ def rows_of(folder: Path, label: str) -> list[dict]:
                     "tracing_p50_ms": warm["tracing"]["p50"], "process_cpu_p50_ms": warm["process_cpu"]["p50"],
                     "load_before": meta["load_average"]["before"], "load_after": meta["load_average"]["after"],
                     "commit": meta["commit"], "time_utc": meta["time_utc"], "machine": meta["machine"],
-                    "cpu_count": meta["cpu_count"], "command": result["command"]})
+                    "cpu_count": meta["cpu_count"], "command": portable_paths(result["command"], ROOT)})
     return out
 
 

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if __name__ == "__main__":  # as a script, this checkout's stem_jax; an importer (kg_shard_metaqa*.py, whose child
     sys.path.insert(0, str(ROOT))  # processes import a commit's checkout) has put its own on sys.path
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 # The record fields an identity check compares (this script and kg_shard_metaqa*.py): answers in order, answer
 # scores, evidence triples, evidence count, coverage, overflow and θ.

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 COMPARED = ("prediction", "scores", "evidence", "evidence_count", "coverage", "overflow", "theta")
 METRICS = ("hit", "hit_at_1", "f1")

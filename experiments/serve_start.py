@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stem_jax.cli.report import markdown_table, run_metadata, write_report  # noqa: E402
+from stem_jax.eval.report import markdown_table, portable_paths, run_metadata, write_report  # noqa: E402
 
 SERVING = re.compile(r"serving .* on http://(\S+):(\d+)")
 
@@ -103,6 +103,7 @@ def main() -> int:
                            [[k, "empty" if k == "cold" else "left by the cold start", f"{r['serving_s']:.1f} s",
                              f"{r['first_answer_s']:.1f} s"] for k, r in runs.items()])
     logs = "\n\n".join(f"{k} start:\n\n```\n" + "\n".join(r["lines"]) + "\n```" for k, r in runs.items())
+    command, runs, logs = portable_paths([command, runs, logs], ROOT)
     write_report(ROOT / "experiments" / "results", args.name, {"meta": meta, "command": command, "runs": runs},
                  f"Command: `{command}`\n\nMachine: {meta}\n\n{table}\n\n{logs}\n")
     print(table)

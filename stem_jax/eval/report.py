@@ -74,6 +74,24 @@ def run_metadata() -> dict[str, Any]:
     }
 
 
+def portable_paths(value: Any, repo_root: Path | None = None) -> Any:
+    """``value`` (a string, or dicts and lists of them) with this machine's paths written as ``$STEM_DATA_DIR``,
+    ``$STEM_CACHE_DIR`` (from the environment) or relative to ``repo_root``, so a results file names no machine."""
+    if isinstance(value, dict):
+        return {k: portable_paths(v, repo_root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable_paths(v, repo_root) for v in value]
+    if not isinstance(value, str):
+        return value
+    for variable in ("STEM_DATA_DIR", "STEM_CACHE_DIR"):
+        where = os.environ.get(variable)
+        if where:
+            value = value.replace(str(Path(where).resolve()), f"${variable}").replace(where, f"${variable}")
+    if repo_root is not None:
+        value = value.replace(str(Path(repo_root).resolve()) + "/", "")
+    return value
+
+
 def write_report(out_dir: Path, name: str, payload: dict[str, Any], markdown: str) -> tuple[Path, Path]:
     """Write ``<out_dir>/<name>.json`` and ``.md``, each atomically (a kill never leaves half a report).
 
