@@ -96,7 +96,7 @@ def _logits(params: dict[str, Any], table, q, rel_idx, steps, extra):
     return (h @ params["w2"])[..., 0] + params["b2"][0]
 
 
-def _init_params(d: int, config: PathRankerConfig) -> dict[str, np.ndarray]:
+def init_params(d: int, config: PathRankerConfig) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(config.seed)
     k, hidden = config.projection, config.hidden
     d_in = config.max_hops * (2 * k + 1 + N_STEP) + N_EXTRA + k
@@ -555,7 +555,7 @@ def path_targets(question: Question, candidates: Sequence[CandidatePath], index:
 
 
 @dataclasses.dataclass
-class _Examples:
+class PathExamples:
     qvec: np.ndarray  # [N, d]
     rel: np.ndarray  # [N, C, L] relation ids
     fwd: np.ndarray  # [N, C, L, S] step flags
@@ -568,7 +568,7 @@ class _Examples:
 
 
 def _examples(ranker: PathRanker, questions: Sequence[Question], qvec: np.ndarray, width: int,
-              rng: np.random.Generator) -> tuple[_Examples, list[int]]:
+              rng: np.random.Generator) -> tuple[PathExamples, list[int]]:
     """Padded training arrays for the questions with at least one right candidate; their positions."""
     rows, kept = [], []
     for i, question in enumerate(questions):
@@ -594,11 +594,11 @@ def _examples(ranker: PathRanker, questions: Sequence[Question], qvec: np.ndarra
         raise StemError("no training question has a candidate path reaching its answers; check topic entities "
                         "and answers in the training split")
     cols = list(zip(*rows, strict=True))
-    return _Examples(*(_column(k, c) for k, c in enumerate(cols))), kept
+    return PathExamples(*(_column(k, c) for k, c in enumerate(cols))), kept
 
 
 def _column(k: int, column: Sequence[Any]) -> np.ndarray:
-    """One stacked :class:`_Examples` field: relation ids, masks and tower rows keep their dtypes."""
+    """One stacked :class:`PathExamples` field: relation ids, masks and tower rows keep their dtypes."""
     return np.stack(column) if k in (1, 4) else np.asarray(column, np.int32) if k == 8 else \
         np.stack(column).astype(np.float32)
 
@@ -617,7 +617,7 @@ def pair_texts(ranker: PathRanker, pairs: Sequence[tuple[str, tuple[PathStep, ..
 
 
 def _pair_examples(ranker: PathRanker, pairs: Sequence[tuple[str, tuple[PathStep, ...]]], vocabulary: list[tuple],
-                   width: int, rng: np.random.Generator, row_offset: int = 0) -> _Examples | None:
+                   width: int, rng: np.random.Generator, row_offset: int = 0) -> PathExamples | None:
     """Question -> path pairs without a topic: the path against ``width - 1`` paths drawn from ``vocabulary``;
     a pair's tower row is ``row_offset`` + its text's place in :func:`pair_texts`."""
     usable = usable_pairs(ranker, pairs)
@@ -640,17 +640,17 @@ def _pair_examples(ranker: PathRanker, pairs: Sequence[tuple[str, tuple[PathStep
         rows.append((qvec[row_of[text]], rel, fwd, extra, mask, target, 0.5, ranker.config.extra_pairs_weight,
                      row_offset + row_of[text]))
     cols = list(zip(*rows, strict=True))
-    return _Examples(*(_column(k, c) for k, c in enumerate(cols)))
+    return PathExamples(*(_column(k, c) for k, c in enumerate(cols)))
 
 
-def _concat(a: _Examples, b: _Examples | None) -> _Examples:
+def concat_examples(a: PathExamples, b: PathExamples | None) -> PathExamples:
     if b is None:
         return a
-    return _Examples(*(np.concatenate([x, y]) for x, y in zip(dataclasses.astuple(a), dataclasses.astuple(b),
+    return PathExamples(*(np.concatenate([x, y]) for x, y in zip(dataclasses.astuple(a), dataclasses.astuple(b),
                                                                strict=True)))
 
 
-def _fit(params: dict[str, np.ndarray], table: np.ndarray, data: _Examples, config: PathRankerConfig,
+def fit_ranker(params: dict[str, np.ndarray], table: np.ndarray, data: PathExamples, config: PathRankerConfig,
          log: Callable[[str], None], tower: Any = None, hidden: tuple[np.ndarray, np.ndarray] | None = None,
          ) -> tuple[dict[str, np.ndarray], list[float]]:
     """Train the MLP's ``params`` (and, with ``tower``, its tuned layers on the frozen layers' states ``hidden``:
@@ -718,15 +718,34 @@ def _fit(params: dict[str, np.ndarray], table: np.ndarray, data: _Examples, conf
     return jax.device_get(params), history
 
 
-def fit_temperature(probs_fn: Callable[[float], list[np.ndarray]], targets: list[np.ndarray]) -> float:
-    """The softmax temperature that minimises the held-out negative log-likelihood of the right paths."""
+def fit_temperature(probs: Sequence[np.ndarray], targets: Sequence[np.ndarray]) -> float:
+    """The softmax temperature that minimises the held-out negative log-likelihood of the right paths, given each
+    held-out question's candidate probabilities at temperature 1 and its targets (1.0 when none is given)."""
+    if not probs:
+        return 1.0
+    logs = [np.log(np.maximum(p, 1e-30)) for p in probs]
     best, best_nll = 1.0, np.inf
     for temperature in (0.5, 0.7, 0.85, 1.0, 1.2, 1.5, 2.0, 3.0):
-        nll = float(np.mean([-np.log(max(float((p * (t > 0)).sum()), 1e-9))
-                             for p, t in zip(probs_fn(temperature), targets, strict=True)]))
-        if nll < best_nll:
-            best, best_nll = temperature, nll
+        nll = []
+        for logit, t in zip(logs, targets, strict=True):
+            e = np.exp(logit / temperature - (logit / temperature).max())
+            nll.append(-np.log(max(float((e / e.sum() * (t > 0)).sum()), 1e-9)))
+        if float(np.mean(nll)) < best_nll:
+            best, best_nll = temperature, float(np.mean(nll))
     return best
+
+
+def training_examples(ranker: PathRanker, questions: Sequence[Question], qvec: np.ndarray,
+                      pairs: Sequence[tuple[str, tuple[PathStep, ...]]], config: PathRankerConfig,
+                      rng: np.random.Generator) -> tuple[PathExamples, PathExamples | None, list[int], list[tuple]]:
+    """The listwise examples of ``questions`` (``kept``: those with a candidate path to their answers), the
+    question -> path ``pairs``' examples against the kept questions' path vocabulary (None without usable pairs;
+    tower rows after the questions'), and that vocabulary."""
+    data, kept = _examples(ranker, questions, qvec, config.max_candidates, rng)
+    vocabulary = sorted({c.path for q in (questions[i] for i in kept)
+                         for c in ranker.catalog.paths(ranker.index.entity_ids[q.topic_entities[0]])}, key=path_key)
+    extra = _pair_examples(ranker, pairs, vocabulary, config.max_candidates, rng, row_offset=len(questions))
+    return data, extra, kept, vocabulary
 
 
 def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index: KGIndex, *, encoder_name: str,
@@ -753,7 +772,7 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
         from stem_jax.plan.question_tower import minilm_tower
 
         tower = minilm_tower(layers=config.tune_layers, encoder=encoder)
-    params = _init_params(d, config)
+    params = init_params(d, config)
     if init is not None:
         if {k: np.shape(v) for k, v in init.items()} != {k: v.shape for k, v in params.items()}:
             raise StemError("the path planner to start from has other shapes than this configuration's (max_hops, "
@@ -765,11 +784,8 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
     ranker.relation_table()
     log(f"path planner: relation and question texts encoded [{time.perf_counter() - began:.1f}s]")
     qvec = ranker.question_vectors(train) if tower is None else np.zeros((len(train), d), np.float32)
-    data, kept = _examples(ranker, train, qvec, config.max_candidates, rng)
-    vocabulary = sorted({c.path for q in (train[i] for i in kept)
-                         for c in ranker.catalog.paths(index.entity_ids[q.topic_entities[0]])}, key=path_key)
     ranker.tower = tower  # from here on the pair examples and scoring read the question side through it
-    extra = _pair_examples(ranker, extra_pairs, vocabulary, config.max_candidates, rng, row_offset=len(train))
+    data, extra, kept, vocabulary = training_examples(ranker, train, qvec, extra_pairs, config, rng)
     hidden = None
     if tower is not None:
         pairs = pair_texts(ranker, extra_pairs) if extra is not None else []
@@ -779,7 +795,7 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
     log(f"path planner: training arrays built [{time.perf_counter() - began:.1f}s]")
     log(f"path planner: {len(kept)} of {len(train)} training questions have a candidate path to their answers; "
         f"{0 if extra is None else len(extra.qvec)} extra question -> path pairs; {len(vocabulary)} distinct paths")
-    params, history = _fit(ranker.params, ranker.relation_table(), _concat(data, extra), config, log, tower, hidden)
+    params, history = fit_ranker(ranker.params, ranker.relation_table(), concat_examples(data, extra), config, log, tower, hidden)
     if tower is not None:
         tower.tuned = params.pop("tower")
         tower._top = None
@@ -799,16 +815,7 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
         targets = [path_targets(q, cands, index) if cands else np.zeros(0, np.float32)
                    for q, (cands, _, _) in zip(val, scored, strict=True)]
         usable = [i for i, t in enumerate(targets) if t.any()]
-
-        def probs_at(temperature: float) -> list[np.ndarray]:
-            out = []
-            for i in usable:
-                logits = np.log(np.maximum(scored[i][1], 1e-30)) / temperature
-                e = np.exp(logits - logits.max())
-                out.append(e / e.sum())
-            return out
-
-        ranker.temperature = fit_temperature(probs_at, [targets[i] for i in usable]) if usable else 1.0
+        ranker.temperature = fit_temperature([scored[i][1] for i in usable], [targets[i] for i in usable])
         ranker._forward = None
         top1 = [float(targets[i][int(np.argmax(scored[i][1]))] > 0) for i in range(len(val)) if len(scored[i][1])]
         ranker.report["val"] = {"questions": len(val), "with_right_path": len(usable),

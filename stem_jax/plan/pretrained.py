@@ -148,34 +148,25 @@ class KGPart:
 class _Prepared:
     part: KGPart
     ranker: Any  # a PathRanker over the part's KG (its relation table, catalog)
-    examples: Any  # path_ranker._Examples, relation ids local to the part's table
+    examples: Any  # path_ranker.PathExamples, relation ids local to the part's table
 
 
 def _prepare(part: KGPart, config: Any, embed: Callable[[list[str]], np.ndarray], encoder_name: str,
              log: Callable[[str], None]) -> _Prepared:
     from stem_jax.kg.index import build_index
-    from stem_jax.plan.path_ranker import (
-        PathRanker,
-        _concat,
-        _examples,
-        _init_params,
-        _pair_examples,
-        path_key,
-    )
+    from stem_jax.plan.path_ranker import PathRanker, concat_examples, init_params, training_examples
 
     began = time.perf_counter()
     index = build_index(part.dataset.triples)
     d = int(np.asarray(embed(["x"])).shape[1])
-    ranker = PathRanker(params=_init_params(d, config), config=config, encoder_name=encoder_name,
+    ranker = PathRanker(params=init_params(d, config), config=config, encoder_name=encoder_name,
                         names=part.dataset.entity_names, index=index, embed_fn=embed,
                         _catalog=make_catalog(index, part.dataset.entity_names, config, part.hops))
     ranker.relation_table()
     rng = np.random.default_rng(config.seed)
-    data, kept = _examples(ranker, part.train, ranker.question_vectors(part.train), config.max_candidates, rng)
-    vocabulary = sorted({c.path for q in (part.train[i] for i in kept)
-                         for c in ranker.catalog.paths(index.entity_ids[q.topic_entities[0]])}, key=path_key)
-    extra = _pair_examples(ranker, part.pairs, vocabulary, config.max_candidates, rng) if part.pairs else None
-    data = _concat(data, extra)
+    data, extra, kept, _ = training_examples(ranker, part.train, ranker.question_vectors(part.train), part.pairs,
+                                             config, rng)
+    data = concat_examples(data, extra)
     log(f"  {part.name}: {len(kept)} of {len(part.train)} questions with a path to their answers, "
         f"{0 if extra is None else len(extra.qvec)} path pairs, {index.num_relations} relations "
         f"[{time.perf_counter() - began:.1f}s]")
@@ -185,7 +176,7 @@ def _prepare(part: KGPart, config: Any, embed: Callable[[list[str]], np.ndarray]
 def _merged(prepared: Sequence[_Prepared]) -> tuple[np.ndarray, Any]:
     """One relation table for all parts (each part's rows, then one zero row: no step) and their examples with
     relation ids moved into it; each family's examples weigh as much in all as the square root of their count."""
-    from stem_jax.plan.path_ranker import _Examples
+    from stem_jax.plan.path_ranker import PathExamples
 
     tables, parts, offset = [], [], 0
     zero_row = sum(p.ranker.relation_table().shape[0] - 1 for p in prepared)
@@ -200,11 +191,11 @@ def _merged(prepared: Sequence[_Prepared]) -> tuple[np.ndarray, Any]:
         scale = np.sqrt(n) / n  # a family of n examples weighs sqrt(n): large sets lead, small ones still count
         fields = dataclasses.asdict(p.examples)
         fields.update(rel=rel, weight=(p.examples.weight * scale).astype(np.float32), qrow=np.zeros_like(p.examples.qrow))
-        parts.append(_Examples(**fields))
+        parts.append(PathExamples(**fields))
         tables.append(table[:-1])
         offset += r
     table = np.concatenate([*tables, np.zeros((1, tables[0].shape[1]), np.float32)]).astype(np.float32)
-    data = _Examples(*(np.concatenate(cols) for cols in zip(*(dataclasses.astuple(e) for e in parts), strict=True)))
+    data = PathExamples(*(np.concatenate(cols) for cols in zip(*(dataclasses.astuple(e) for e in parts), strict=True)))
     mean_weight = float(data.weight.mean())
     data.weight = (data.weight / mean_weight).astype(np.float32)
     return table, data
@@ -220,14 +211,14 @@ def train_multi_kg_ranker(prepared: Sequence[_Prepared], config: Any, *, log: Ca
                           exclude_family: str | None = None) -> Any:
     """One path ranker trained on the questions of every prepared KG (those of ``exclude_family`` left out), its
     temperature fitted on their held-out questions. Returns a PathRanker with no KG and no relation bank."""
-    from stem_jax.plan.path_ranker import PathRanker, _fit, _init_params, fit_temperature, path_targets
+    from stem_jax.plan.path_ranker import PathRanker, fit_ranker, fit_temperature, init_params, path_targets
 
     began = time.perf_counter()
     used = [p for p in prepared if p.part.family != exclude_family]
     if not used:
         raise StemError(f"no KG left to train on once {exclude_family} is excluded")
     table, data = _merged(used)
-    params, history = _fit(_init_params(table.shape[1], config), table, data, config, log)
+    params, history = fit_ranker(init_params(table.shape[1], config), table, data, config, log)
     params = {k: np.asarray(v) for k, v in params.items()}
     scored, targets = [], []
     for p in used:
@@ -237,16 +228,7 @@ def train_multi_kg_ranker(prepared: Sequence[_Prepared], config: Any, *, log: Ca
             if target.any():
                 scored.append(probs)
                 targets.append(target)
-
-    def probs_at(temperature: float) -> list[np.ndarray]:
-        out = []
-        for probs in scored:
-            logits = np.log(np.maximum(probs, 1e-30)) / temperature
-            e = np.exp(logits - logits.max())
-            out.append(e / e.sum())
-        return out
-
-    temperature = fit_temperature(probs_at, targets) if targets else 1.0
+    temperature = fit_temperature(scored, targets)
     families: dict[str, dict[str, int]] = {}
     for p in used:
         families.setdefault(p.part.family, {})[p.part.name] = len(p.part.train)

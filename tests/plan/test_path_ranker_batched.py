@@ -11,7 +11,7 @@ from stem_jax.config import EncoderConfig
 from stem_jax.data.types import Question
 from stem_jax.encoder import get_encoder
 from stem_jax.kg.index import build_index
-from stem_jax.plan.path_ranker import PathRanker, PathRankerConfig, _init_params, words_of
+from stem_jax.plan.path_ranker import PathRanker, PathRankerConfig, init_params, words_of
 from stem_jax.plan.relation_paths import PathCatalog, enumerate_paths, enumerate_paths_reference, path_key
 
 RELATIONS = ["film.directed_by", "film.written_by", "people.place_of_birth", "sports.team_s", "r", "s"]
@@ -69,7 +69,7 @@ def _ranker(seed: int, n_entities: int = 30, n_triples: int = 160) -> tuple[Path
     config = PathRankerConfig(hidden=16, projection=8)
     d = int(np.asarray(encoder.encode(["x"])).shape[1])
     params = {k: (v + rng.standard_normal(v.shape).astype(np.float32) * 0.3).astype(np.float32)
-              for k, v in _init_params(d, config).items()}
+              for k, v in init_params(d, config).items()}
     ranker = PathRanker(params=params, config=config, encoder_name=encoder.name, index=index, encoder=encoder,
                         temperature=float(rng.choice([0.7, 1.0, 1.5])))
     return ranker, list(index.entities)
