@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from stem_jax.eval.metrics import SplitScorer  # noqa: E402
+from stem_jax.eval.report import portable_paths  # noqa: E402
 
 ROWS = {
     "pattern": ["--planner", "pattern"],  # the default: what train-planner chose, with its answer scorer
@@ -135,14 +136,6 @@ def bound(data: Path, kind_of: dict[str, str]) -> dict:
     return table
 
 
-def portable(text: str, data: Path) -> str:
-    cache = os.environ.get("STEM_CACHE_DIR")
-    text = text.replace(str(data.parent), "$STEM_DATA_DIR")
-    if cache:
-        text = text.replace(str(Path(cache)), "$STEM_CACHE_DIR")
-    return text.replace(str(ROOT) + "/", "").replace(sys.executable, "python")
-
-
 def machine() -> dict:
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
@@ -192,7 +185,7 @@ def main() -> int:
             "topic plus at most one branch from each other topic, meeting at the answer): Hit = some graph reaches a "
             "gold answer, Hit@1 column = some graph yields exactly the gold set, F1 = the best F1 any one yields.\n")
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {"meta": meta, "rows": json.loads(portable(json.dumps(rows), data)), "evidence_bound": limit,
+    result = {"meta": meta, "rows": portable_paths(rows, ROOT, data.parent), "evidence_bound": limit,
               "peers": PEERS}
     (args.out / "cwq-dev.json").write_text(json.dumps(result, indent=1) + "\n")
     (args.out / "cwq-dev.md").write_text(md)

@@ -26,11 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from cwq_dev import KINDS, PEERS, kinds, machine, portable, summarise  # noqa: E402
+from cwq_dev import KINDS, PEERS, kinds, machine, summarise  # noqa: E402
 from webqsp_scr import chosen_settings, dev_row  # noqa: E402
 
 from stem_jax.eval.metrics import SplitScorer  # noqa: E402
-from stem_jax.eval.report import markdown_table, write_report  # noqa: E402
+from stem_jax.eval.report import markdown_table, portable_paths, write_report  # noqa: E402
 
 
 def by_kind(folder: Path, kind_of: dict[str, str]) -> dict[str, dict]:
@@ -53,12 +53,12 @@ def main() -> int:
         folder = args.runs / f"{tag}-dev"
         row = dev_row(checkpoint, data, folder, flags)
         label = "scr+rel" if tag == "scr-rel" else "SCR (faithful)"
-        rows[label] = {**row, "command": portable(row["command"], data), "folder": portable(row["folder"], data),
+        rows[label] = {**row, **portable_paths({"command": row["command"], "folder": row["folder"]}, ROOT, data.parent),
                        "checkpoint": name, "choice": choice, "by_kind": by_kind(folder, kind_of),
                        "training": {"seconds": train.get("seconds"), "steps": train.get("steps"),
                                     "best_step": (train.get("best") or {}).get("step"),
                                     "skipped": train.get("skipped"), "params_sha": train.get("params_sha"),
-                                    "command": portable(str(train.get("command")), data)}}
+                                    "command": portable_paths(str(train.get("command")), ROOT, data.parent)}}
     header = ["row", *[f"{k} ({rows[next(iter(rows))]['by_kind'][k]['n']}) {m}" for k in ("all", *KINDS)
                        for m in ("Hit", "Hit@1", "F1")], "mids returned", "settings (chosen on train's validation)"]
     table = []

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from stem_jax.data.types import PathStep  # noqa: E402
 from stem_jax.eval.metrics import SplitScorer  # noqa: E402
-from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
+from stem_jax.eval.report import markdown_table, portable_paths, run_metadata, write_report  # noqa: E402
 from stem_jax.eval.scoring import answered_precision  # noqa: E402
 
 ROWS = {
@@ -66,21 +66,6 @@ def run_row(name: str, data: Path, out: Path) -> dict:
             "mids_returned": mids, "planner": metrics.get("planner_info", {}), "confident": metrics.get("confident"),
             "curve": answered_precision([{**r, "top_score": r.get("support", (r.get("scores") or [0])[0])} for r in records],
                                         [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95])}
-
-
-def portable(value, data: Path):
-    """``value`` with this machine's paths written as $STEM_DATA_DIR, $STEM_CACHE_DIR or relative to the repo."""
-    if isinstance(value, dict):
-        return {k: portable(v, data) for k, v in value.items()}
-    if isinstance(value, list):
-        return [portable(v, data) for v in value]
-    if not isinstance(value, str):
-        return value
-    cache = os.environ.get("STEM_CACHE_DIR")
-    value = value.replace(str(data.parent), "$STEM_DATA_DIR")
-    if cache:
-        value = value.replace(str(Path(cache)), "$STEM_CACHE_DIR")
-    return value.replace(str(ROOT) + "/", "").replace(sys.executable, "python")
 
 
 def rog_walked(data: Path) -> dict:
@@ -133,7 +118,8 @@ def main() -> int:
         md += "\n\nDefault planner, answered share and answered Hit@1 by confidence threshold (the best answer's beam " \
               "support: the planner probability of the plans that reach it):\n\n" + markdown_table(["threshold", "answered %", "answered Hit@1 %"], [
                   [c["threshold"], f"{100 * c['answered']:.1f}", f"{100 * c['precision']:.1f}"] for c in default["curve"]])
-    write_report(args.out, "webqsp-dev", {"meta": run_metadata(), "rows": portable(rows, data), "rog_walked": walked,
+    write_report(args.out, "webqsp-dev", {"meta": run_metadata(), "rows": portable_paths(rows, ROOT, data.parent),
+                                          "rog_walked": walked,
                                           "peers": PEERS, "bound_hit": 0.816}, md)
     print(md)
     return 0

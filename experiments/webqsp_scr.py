@@ -36,11 +36,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from webqsp_dev import PEERS, portable  # noqa: E402
+from webqsp_dev import PEERS  # noqa: E402
 
 from stem_jax.config import StemConfig  # noqa: E402
 from stem_jax.eval.metrics import SplitScorer  # noqa: E402
-from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
+from stem_jax.eval.report import markdown_table, portable_paths, run_metadata, write_report  # noqa: E402
 from stem_jax.methods.scr.search import above_cut  # noqa: E402
 
 CUTS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7]
@@ -242,7 +242,8 @@ def main() -> int:
         md += f"{label}:\n\n" + markdown_table(["min_hops", "cut", "questions", "Hit", "Hit@1", "F1"], [
             [c["min_hops"], f"{c['cut']:g}", c["n"], *(f"{c[k]:.1f}" for k in ("hit", "hit_at_1", "f1"))]
             for c in r["choice"]["candidates"]]) + "\n\n"
-    write_report(args.out, "webqsp-scr", {"meta": run_metadata(), "rows": portable(rows, data), "peers": PEERS,
+    rows = portable_paths(rows, ROOT, data.parent)
+    write_report(args.out, "webqsp-scr", {"meta": run_metadata(), "rows": rows, "peers": PEERS,
                                           "bound_hit": BOUND_HIT, "hit_at_1_by_kind": kind_rows,
                                           "kind_columns": list(folders)}, md.rstrip() + "\n")
     print(md)

@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -74,22 +75,25 @@ def run_metadata() -> dict[str, Any]:
     }
 
 
-def portable_paths(value: Any, repo_root: Path | None = None) -> Any:
-    """``value`` (a string, or dicts and lists of them) with this machine's paths written as ``$STEM_DATA_DIR``,
-    ``$STEM_CACHE_DIR`` (from the environment) or relative to ``repo_root``, so a results file names no machine."""
+def portable_paths(value: Any, repo_root: Path | None = None, data_root: Path | None = None) -> Any:
+    """``value`` (a string, or dicts and lists of them) with this machine's paths written as ``$STEM_DATA_DIR``
+    (``data_root``, else the environment's), ``$STEM_CACHE_DIR`` or relative to ``repo_root``, and this
+    interpreter as ``python``, so a results file names no machine."""
     if isinstance(value, dict):
-        return {k: portable_paths(v, repo_root) for k, v in value.items()}
+        return {k: portable_paths(v, repo_root, data_root) for k, v in value.items()}
     if isinstance(value, list):
-        return [portable_paths(v, repo_root) for v in value]
+        return [portable_paths(v, repo_root, data_root) for v in value]
     if not isinstance(value, str):
         return value
+    if data_root is not None:
+        value = value.replace(str(data_root), "$STEM_DATA_DIR")
     for variable in ("STEM_DATA_DIR", "STEM_CACHE_DIR"):
         where = os.environ.get(variable)
         if where:
             value = value.replace(str(Path(where).resolve()), f"${variable}").replace(where, f"${variable}")
     if repo_root is not None:
         value = value.replace(str(Path(repo_root).resolve()) + "/", "")
-    return value
+    return value.replace(sys.executable, "python")
 
 
 def write_report(out_dir: Path, name: str, payload: dict[str, Any], markdown: str) -> tuple[Path, Path]:
