@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -423,45 +423,37 @@ class MiniLMEncoder:
         request = request_texts()
         if len(texts) > self.MEMO_CALL or (not self.memo_size and request is None):
             return self._encode(texts, self.dot_dtype)
-        if not self.memo_size:
-            return self._encode_request(texts, request)
-        out = np.empty((len(texts), self.dim), np.float32)
-        todo: dict[str, list[int]] = {}
-        for i, text in enumerate(texts):
-            vector = self._memo.get(text)
-            if vector is None:
-                todo.setdefault(text, []).append(i)
-            else:
-                self._memo.move_to_end(text)
-                out[i] = vector
-        self.memo_hits += len(texts) - sum(len(v) for v in todo.values())
-        self.memo_misses += len(todo)
-        if todo:
-            fresh = self._encode(list(todo), self.dot_dtype)
-            for (text, rows), vector in zip(todo.items(), fresh, strict=True):
-                out[rows] = vector
-                self._memo[text] = vector
-            while len(self._memo) > self.memo_size:
-                self._memo.popitem(last=False)
+        if not self.memo_size:  # texts seen earlier in this request are reused, the rest encoded in one forward
+            out, hits, _ = self._encode_through(texts, request, lambda text: (self.name, self.dot_dtype, text))
+            self.request_hits += hits
+            return out
+        out, hits, misses = self._encode_through(texts, self._memo, lambda text: text)
+        self.memo_hits += hits
+        self.memo_misses += misses
+        while len(self._memo) > self.memo_size:
+            self._memo.popitem(last=False)
         return out
 
-    def _encode_request(self, texts: Sequence[str], request: dict[tuple[str, str, str], np.ndarray]) -> np.ndarray:
-        # the memo is off: texts seen earlier in this request are reused, the rest encoded in one forward
+    def _encode_through(self, texts: Sequence[str], store: dict, key: Callable[[str], Any]
+                        ) -> tuple[np.ndarray, int, int]:
+        """``texts`` read from ``store`` (an LRU ``OrderedDict`` is refreshed on a hit) or encoded in one forward
+        and stored; returns the vectors, the texts read and the distinct texts encoded."""
         out = np.empty((len(texts), self.dim), np.float32)
         todo: dict[str, list[int]] = {}
         for i, text in enumerate(texts):
-            vector = request.get((self.name, self.dot_dtype, text))
+            vector = store.get(key(text))
             if vector is None:
                 todo.setdefault(text, []).append(i)
             else:
+                if isinstance(store, collections.OrderedDict):
+                    store.move_to_end(key(text))
                 out[i] = vector
-        self.request_hits += len(texts) - sum(len(v) for v in todo.values())
         if todo:
             fresh = self._encode(list(todo), self.dot_dtype)
             for (text, rows), vector in zip(todo.items(), fresh, strict=True):
                 out[rows] = vector
-                request[(self.name, self.dot_dtype, text)] = vector
-        return out
+                store[key(text)] = vector
+        return out, len(texts) - sum(len(v) for v in todo.values()), len(todo)
 
     def encode_exact(self, texts: Sequence[str]) -> np.ndarray:
         """:meth:`encode` in float32 whatever ``dot_dtype``, without the memo: what embedding caches hold."""
