@@ -97,15 +97,6 @@ def shipped_encoder() -> str | None:
     return str(json.loads((model_folder() / RANKER_FILE).read_text())["encoder"])
 
 
-def pretrained_params() -> dict[str, np.ndarray] | None:
-    """The shipped model's parameters (a warm start for ``train-planner``), None when it is not installed."""
-    if not available():
-        return None
-    from stem_jax.plan.path_ranker import PathRanker
-
-    return {k: np.asarray(v).copy() for k, v in PathRanker.load(model_folder()).params.items()}
-
-
 def describe(ranker: Any) -> dict[str, Any]:
     """What ``planner_info`` says about a pretrained ranker: version, what it was trained on."""
     report = ranker.report
