@@ -1,18 +1,20 @@
 """Evidence chains support the answers: :func:`answer_chains` on hand-made evidence."""
 
+from triple_tables import rows
+
 from stem_jax.answer.chains import answer_chains, reasoning_chains
 
-# the issue's case: a direct starred_actors triple, and a director plan's branch through the same film
-EVIDENCE = [
-    ("Rim", "starred_actors", "Nuthtun"),
-    ("Rim", "starred_actors", "Churveam"),
-    ("Rim", "directed_by", "Stix"),
-    ("Bam", "directed_by", "Stix"),
-    ("Bam", "starred_actors", "Gelaim"),
-    ("Bam", "starred_actors", "Girpil"),
-    ("Chen", "directed_by", "Stix"),
-    ("Chen", "starred_actors", "Nuthtun"),
-]
+# a direct starred_actors triple, and a director plan's branch through the same film
+EVIDENCE = rows("""
+    Rim  | starred_actors | Nuthtun
+    Rim  | starred_actors | Churveam
+    Rim  | directed_by    | Stix
+    Bam  | directed_by    | Stix
+    Bam  | starred_actors | Gelaim
+    Bam  | starred_actors | Girpil
+    Chen | directed_by    | Stix
+    Chen | starred_actors | Nuthtun
+""")
 
 
 def _answer_of(chain: str, answers: list[str]) -> int:

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from triple_tables import rows
 
 from stem_jax.cli.main import main
 from stem_jax.data.files import load_files, parse_gold_path, write_files
@@ -15,17 +16,17 @@ from stem_jax.errors import DataError
 from stem_jax.kg.embeddings import kg_texts
 from stem_jax.kg.index import build_index, relation_text
 
-TRIPLES = [
-    ("Kismet", "directed_by", "William Dieterle"),
-    ("Kismet", "starred_actors", "Marlene Dietrich"),
-    ("Kismet", "written_by", "Edward Knoblock"),
-    ("Dieterle Film", "directed_by", "William Dieterle"),
-    ("Dieterle Film", "starred_actors", "Edward Arnold"),
-    ("Golden Earrings", "starred_actors", "Marlene Dietrich"),
-    ("Golden Earrings", "directed_by", "Mitchell Leisen"),
-    ("Hold Back the Dawn", "directed_by", "Mitchell Leisen"),
-    ("Hold Back the Dawn", "written_by", "Billy Wilder, Jr."),  # a comma inside a name: CSV quoting
-]
+TRIPLES = rows("""
+    Kismet             | directed_by    | William Dieterle
+    Kismet             | starred_actors | Marlene Dietrich
+    Kismet             | written_by     | Edward Knoblock
+    Dieterle Film      | directed_by    | William Dieterle
+    Dieterle Film      | starred_actors | Edward Arnold
+    Golden Earrings    | starred_actors | Marlene Dietrich
+    Golden Earrings    | directed_by    | Mitchell Leisen
+    Hold Back the Dawn | directed_by    | Mitchell Leisen
+    Hold Back the Dawn | written_by     | Billy Wilder, Jr.
+""")
 QUESTIONS = [
     {"id": "q1", "question": "who directed Kismet", "topic_entities": ["Kismet"],
      "answers": ["William Dieterle"], "gold_path": ["directed_by"]},

@@ -30,33 +30,35 @@ def test_every_leaf_is_listed():
 
 # ----- validation: one line per violation naming the flag and the allowed range -----
 
+from triple_tables import rows  # noqa: E402
+
 from stem_jax.config import _INT_MIN, validate  # noqa: E402
 from stem_jax.errors import ConfigError, StemError  # noqa: E402
 
-BAD_SETTINGS = [
-    ("engine.frontier", "0", ">= 1"),
-    ("tracer.top_n", "0", ">= 1"),
-    ("engine.window", "0", ">= 1"),
-    ("engine.batch_precision", "0", ">= 1"),
-    ("engine.batch_breadth", "-5", ">= 1"),
-    ("engine.chunk_questions", "0", ">= 1"),
-    ("encoder.chunk_rows", "0", ">= 1"),
-    ("encoder.max_length", "0", ">= 1"),
-    ("engine.batch_precision", "1000000", "<= 16384 (a compiled batch"),
-    ("tracer.theta", "nan", "[0, 1]"),
-    ("tracer.theta", "1.5", "[0, 1]"),
-    ("tracer.lam", "-1", "> 0"),
-    ("tracer.lam", "0", "> 0"),
-    ("tracer.lam", "inf", "finite"),
-    ("planner.beam", "0", ">= 1"),
-    ("guidance.k_prime", "0", ">= 1"),
-    ("engine.answer_cut", "-0.1", "[0, 1]"),
-    ("engine.beam_gap", "-0.5", ">= 0 or inf"),
-    ("engine.beam_gap", "nan", ">= 0 or inf"),
-    ("engine.rank", "best", "one of beam, max"),
-    ("encoder.name", "bert", "one of minilm, hashing"),
-    ("seed", "-1", ">= 0"),
-]
+BAD_SETTINGS = rows("""
+    engine.frontier        | 0       | >= 1
+    tracer.top_n           | 0       | >= 1
+    engine.window          | 0       | >= 1
+    engine.batch_precision | 0       | >= 1
+    engine.batch_breadth   | -5      | >= 1
+    engine.chunk_questions | 0       | >= 1
+    encoder.chunk_rows     | 0       | >= 1
+    encoder.max_length     | 0       | >= 1
+    engine.batch_precision | 1000000 | <= 16384 (a compiled batch
+    tracer.theta           | nan     | [0, 1]
+    tracer.theta           | 1.5     | [0, 1]
+    tracer.lam             | -1      | > 0
+    tracer.lam             | 0       | > 0
+    tracer.lam             | inf     | finite
+    planner.beam           | 0       | >= 1
+    guidance.k_prime       | 0       | >= 1
+    engine.answer_cut      | -0.1    | [0, 1]
+    engine.beam_gap        | -0.5    | >= 0 or inf
+    engine.beam_gap        | nan     | >= 0 or inf
+    engine.rank            | best    | one of beam, max
+    encoder.name           | bert    | one of minilm, hashing
+    seed                   | -1      | >= 0
+""")
 
 
 @pytest.mark.parametrize(("name", "value", "allowed"), BAD_SETTINGS)

@@ -4,6 +4,7 @@ import dataclasses
 import json
 
 import pytest
+from triple_tables import rows
 
 from stem_jax.config import EncoderConfig, StemConfig
 from stem_jax.data.registry import load_dataset
@@ -11,14 +12,14 @@ from stem_jax.engine import Engine
 from stem_jax.errors import StemError
 
 CONFIG = StemConfig(encoder=EncoderConfig(name="hashing"))
-TRIPLES = [
-    ("Film A", "directed_by", "Director A"),
-    ("Film A", "written_by", "Writer A"),
-    ("Film B", "directed_by", "Director B"),
-    ("Film B", "written_by", "Writer B"),
-    ("Q1", "directed_by", "Director K1"),
-    ("Q2", "directed_by", "Director K2"),
-]
+TRIPLES = rows("""
+    Film A | directed_by | Director A
+    Film A | written_by  | Writer A
+    Film B | directed_by | Director B
+    Film B | written_by  | Writer B
+    Q1     | directed_by | Director K1
+    Q2     | directed_by | Director K2
+""")
 QUESTIONS = [
     {"id": "q1", "question": "who directed Film A", "topic_entities": ["Film A"], "answers": ["Director A"],
      "gold_path": ["directed_by"]},

@@ -1,22 +1,23 @@
 """Entity linker: exact, case-insensitive and fuzzy matches, longest span, brackets, case twins."""
 
 import pytest
+from triple_tables import rows
 
 from stem_jax.data.linker import EntityLinker, normalise
 from stem_jax.kg.index import build_index
 
-TRIPLES = [
-    ("Harriet the Spy", "starred_actors", "Michelle Trachtenberg"),
-    ("Black Christmas", "starred_actors", "Michelle Trachtenberg"),
-    ("Black Christmas", "has_tags", "michelle trachtenberg"),
-    ("Spy", "directed_by", "Paul Feig"),
-    ("Grégoire Colin", "starred_actors", "Grégoire Colin"),
-    ("Before the Rain", "starred_actors", "Grégoire Colin"),
-    ("Me and You", "directed_by", "director"),
-    ("Up", "has_genre", "Animation"),
-    ("Up", "has_tags", "pixar"),
-    ("Persona", "has_genre", "Drama"),
-]
+TRIPLES = rows("""
+    Harriet the Spy | starred_actors | Michelle Trachtenberg
+    Black Christmas | starred_actors | Michelle Trachtenberg
+    Black Christmas | has_tags       | michelle trachtenberg
+    Spy             | directed_by    | Paul Feig
+    Grégoire Colin  | starred_actors | Grégoire Colin
+    Before the Rain | starred_actors | Grégoire Colin
+    Me and You      | directed_by    | director
+    Up              | has_genre      | Animation
+    Up              | has_tags       | pixar
+    Persona         | has_genre      | Drama
+""")
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from triple_tables import rows
 
 from stem_jax.data.demo_kg import load_demo
 from stem_jax.data.types import PathStep, Question
@@ -28,21 +29,21 @@ F, B = True, False
 
 # A tiny MetaQA-shaped KB. Kismet's director Dieterle also directed Juarez and wrote Kismet;
 # Dead End has no director; Lost Film's director has no other film (a dead end for 2 hops).
-KB = [
-    ("Kismet", "directed_by", "William Dieterle"),
-    ("Juarez", "directed_by", "William Dieterle"),
-    ("Satan Met a Lady", "directed_by", "William Dieterle"),
-    ("Kismet", "written_by", "William Dieterle"),
-    ("Kismet", "starred_actors", "Marlene Dietrich"),
-    ("Juarez", "starred_actors", "Bette Davis"),
-    ("Satan Met a Lady", "starred_actors", "Bette Davis"),
-    ("Kismet", "release_year", "1944"),
-    ("Juarez", "release_year", "1939"),
-    ("Kismet", "has_tags", "arabian nights"),
-    ("Juarez", "has_genre", "Drama"),
-    ("Lost Film", "directed_by", "Nobody Else"),
-    ("Lost Film", "starred_actors", "Marlene Dietrich"),
-]
+KB = rows("""
+    Kismet           | directed_by    | William Dieterle
+    Juarez           | directed_by    | William Dieterle
+    Satan Met a Lady | directed_by    | William Dieterle
+    Kismet           | written_by     | William Dieterle
+    Kismet           | starred_actors | Marlene Dietrich
+    Juarez           | starred_actors | Bette Davis
+    Satan Met a Lady | starred_actors | Bette Davis
+    Kismet           | release_year   | 1944
+    Juarez           | release_year   | 1939
+    Kismet           | has_tags       | arabian nights
+    Juarez           | has_genre      | Drama
+    Lost Film        | directed_by    | Nobody Else
+    Lost Film        | starred_actors | Marlene Dietrich
+""")
 
 
 def _question(qid: str, topic: str, answers: tuple[str, ...], **kw) -> Question:

@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
+from triple_tables import rows
 
 from stem_jax.cli.main import main
 from stem_jax.config import EncoderConfig, StemConfig
@@ -21,18 +22,18 @@ from stem_jax.plan.path_ranker import RANKER_FILE, PathRankerConfig, train_path_
 
 pytestmark = pytest.mark.skipif(not pretrained.available(), reason="the pretrained planner is not built")
 
-ORG_CHART = [
-    ("Alan Turing", "reports_to", "Grace Hopper"),
-    ("Ada Lovelace", "reports_to", "Grace Hopper"),
-    ("Grace Hopper", "reports_to", "John von Neumann"),
-    ("Alan Turing", "works_in", "Research"),
-    ("Ada Lovelace", "works_in", "Engineering"),
-    ("Grace Hopper", "works_in", "Engineering"),
-    ("John von Neumann", "works_in", "Board"),
-    ("Research", "located_in", "Manchester"),
-    ("Engineering", "located_in", "London"),
-    ("Board", "located_in", "Princeton"),
-]
+ORG_CHART = rows("""
+    Alan Turing      | reports_to | Grace Hopper
+    Ada Lovelace     | reports_to | Grace Hopper
+    Grace Hopper     | reports_to | John von Neumann
+    Alan Turing      | works_in   | Research
+    Ada Lovelace     | works_in   | Engineering
+    Grace Hopper     | works_in   | Engineering
+    John von Neumann | works_in   | Board
+    Research         | located_in | Manchester
+    Engineering      | located_in | London
+    Board            | located_in | Princeton
+""")
 
 
 def _minilm():
