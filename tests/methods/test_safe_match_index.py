@@ -14,44 +14,36 @@ from stem_jax.methods.safe.matching import BIG, rank_matches
 
 
 def reference_expand(kg, graph, prepared, step, bound, child_bound):
-    """``matching.expand`` written plainly: each expansion gathers its triples and tests each neighbour's types."""
-
-    def incident(node, forward):
-        if forward:
-            tids = kg.out_triples[kg.out_offsets[node] : kg.out_offsets[node + 1]]
-            rows = kg.triples[tids]
-            return tids, rows[:, 1], rows[:, 2]
-        tids = kg.in_triples[kg.in_offsets[node] : kg.in_offsets[node + 1]]
-        rows = kg.triples[tids]
-        return tids, rows[:, 1], rows[:, 0]
-
-    edge = graph.edges[step.edge]
-    if edge.undirected:
-        parts = [incident(bound, True), incident(bound, False)]
-        tids = np.concatenate([p[0] for p in parts])
-        rels = np.concatenate([p[1] for p in parts])
-        nbrs = np.concatenate([p[2] for p in parts])
-    else:
-        tids, rels, nbrs = incident(bound, step.forward)
-    rel_cost = prepared.relation_cost[step.edge][rels]
-    keep = rel_cost >= 0
-    if step.closing:
-        keep &= nbrs == child_bound
-        node_cost = np.zeros(len(nbrs), dtype=np.int64)
-    else:
-        node = graph.nodes[step.child]
-        if node.is_entity:
-            node_cost = prepared.node_entity_cost(step.child, nbrs)
-            keep &= node_cost >= 0
-        elif node.type_cost is not None:
-            types = kg.entity_types[nbrs]
-            keep &= (types & node.type_allowed[None, :]).any(axis=1)
-            node_cost = np.where(types, node.type_cost[None, :], BIG).min(axis=1)
-        else:
-            node_cost = np.zeros(len(nbrs), dtype=np.int64)
-    tids, rels, nbrs, cost = tids[keep], rels[keep], nbrs[keep], (rel_cost + node_cost)[keep]
-    order = np.lexsort((tids, nbrs, rels, cost))
-    return nbrs[order], tids[order], cost[order]
+    """``matching.expand`` written plainly: every triple of the KG visited in turn, in each direction the step
+    allows, and each neighbour's types tested one by one."""
+    directions = (True, False) if graph.edges[step.edge].undirected else (step.forward,)
+    node = None if step.closing else graph.nodes[step.child]
+    found = []
+    for tid, (head, relation, tail) in enumerate(kg.triples.tolist()):
+        for forward in directions:
+            source, neighbour = (head, tail) if forward else (tail, head)
+            relation_cost = int(prepared.relation_cost[step.edge][relation])
+            if source != bound or relation_cost < 0:
+                continue
+            if step.closing:
+                if neighbour != child_bound:
+                    continue
+                node_cost = 0
+            elif node.is_entity:
+                node_cost = int(prepared.node_entity_cost(step.child, np.array([neighbour]))[0])
+                if node_cost < 0:
+                    continue
+            elif node.type_cost is not None:
+                types = kg.entity_types[neighbour]
+                if not (types & node.type_allowed).any():
+                    continue
+                node_cost = int(np.where(types, node.type_cost, BIG).min())
+            else:
+                node_cost = 0
+            found.append((relation_cost + node_cost, relation, neighbour, tid))
+    found.sort()  # the canonical order: cost, then relation, neighbour, triple
+    columns = np.array(found, dtype=np.int64).reshape(len(found), 4)
+    return columns[:, 2], columns[:, 3], columns[:, 0]
 
 
 def _key(matches):
