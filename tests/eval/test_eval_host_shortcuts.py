@@ -151,22 +151,22 @@ def plain_incident(schema, node):
 
 
 def plain_dfs_order(schema, anchor):
+    """Depth-first tree steps from ``anchor`` with an explicit stack of (node, edges left) instead of recursion."""
     steps, seen_edges, seen_nodes = [], set(), {anchor}
-
-    def visit(node):
-        for edge in plain_incident(schema, node):
-            if edge in seen_edges:
-                continue
+    stack = [(anchor, iter(plain_incident(schema, anchor)))]
+    while stack:
+        node, edges_left = stack[-1]
+        edge = next(edges_left, None)
+        if edge is None:
+            stack.pop()
+        elif edge not in seen_edges:
+            seen_edges.add(edge)
             triple = schema.triples[edge]
             child = triple.tail if triple.head == node else triple.head
-            seen_edges.add(edge)
-            if child in seen_nodes:
-                continue
-            seen_nodes.add(child)
-            steps.append((edge, node, child))
-            visit(child)
-
-    visit(anchor)
+            if child not in seen_nodes:
+                seen_nodes.add(child)
+                steps.append((edge, node, child))
+                stack.append((child, iter(plain_incident(schema, child))))
     return steps
 
 

@@ -11,19 +11,8 @@ from stem_jax.data.types import PathStep, Question
 from stem_jax.errors import StemError
 from stem_jax.kg.index import build_index
 from stem_jax.kg.paths import follow_relation_path
-from stem_jax.plan import (
-    METAQA_RELATION_TABLE,
-    OraclePlanner,
-    SchemaTriple,
-    derive_metaqa_relation_table,
-    gold_path_triples,
-    gold_paths,
-    metaqa_gold_path,
-    schema_from_path,
-    shortest_relation_paths,
-    strategy_for,
-)
-from stem_jax.plan.schema import ground
+from stem_jax.plan import METAQA_RELATION_TABLE, OraclePlanner, oracle, strategy_for
+from stem_jax.plan.schema import SchemaTriple, ground
 
 F, B = True, False
 
@@ -54,18 +43,18 @@ def _question(qid: str, topic: str, answers: tuple[str, ...], **kw) -> Question:
 
 
 def test_metaqa_gold_path_composes_one_hop_pairs() -> None:
-    assert metaqa_gold_path("movie_to_director") == (PathStep("directed_by", F),)
-    assert metaqa_gold_path("movie_to_director_to_movie") == (
+    assert oracle.metaqa_gold_path("movie_to_director") == (PathStep("directed_by", F),)
+    assert oracle.metaqa_gold_path("movie_to_director_to_movie") == (
         PathStep("directed_by", F), PathStep("directed_by", B),
     )
-    assert metaqa_gold_path("movie_to_actor_to_movie_to_language") == (
+    assert oracle.metaqa_gold_path("movie_to_actor_to_movie_to_language") == (
         PathStep("starred_actors", F), PathStep("starred_actors", B), PathStep("in_language", F),
     )
     # "tags" after movie and "tag" before it name the same type.
-    assert metaqa_gold_path("movie_to_tags") == (PathStep("has_tags", F),)
-    assert metaqa_gold_path("tag_to_movie_to_year") == (PathStep("has_tags", B), PathStep("release_year", F))
+    assert oracle.metaqa_gold_path("movie_to_tags") == (PathStep("has_tags", F),)
+    assert oracle.metaqa_gold_path("tag_to_movie_to_year") == (PathStep("has_tags", B), PathStep("release_year", F))
     # genre_to_movie is not a MetaQA qtype; it is movie_to_genre walked backwards.
-    assert metaqa_gold_path("genre_to_movie") == (PathStep("has_genre", B),)
+    assert oracle.metaqa_gold_path("genre_to_movie") == (PathStep("has_genre", B),)
 
 
 @pytest.mark.parametrize(
@@ -79,7 +68,7 @@ def test_metaqa_gold_path_composes_one_hop_pairs() -> None:
 )
 def test_metaqa_gold_path_rejects_bad_qtypes(qtype: str, message: str) -> None:
     with pytest.raises(StemError, match=message):
-        metaqa_gold_path(qtype)
+        oracle.metaqa_gold_path(qtype)
 
 
 def test_derive_relation_table_takes_the_per_question_majority() -> None:
@@ -94,14 +83,14 @@ def test_derive_relation_table_takes_the_per_question_majority() -> None:
         _question("q6", "Kismet", ("Nowhere",), qtype="movie_to_language"),  # answer not in the KB: no vote
         _question("q7", "Kismet", ("Juarez",), qtype="movie_to_director_to_movie"),  # multi-hop: ignored
     ]
-    assert derive_metaqa_relation_table(questions, index) == {
+    assert oracle.derive_metaqa_relation_table(questions, index) == {
         "actor_to_movie": PathStep("starred_actors", B),
         "director_to_movie": PathStep("directed_by", B),
         "movie_to_director": PathStep("directed_by", F),
         "movie_to_year": PathStep("release_year", F),
     }
     with pytest.raises(StemError, match="no 1-hop question"):
-        derive_metaqa_relation_table(questions[5:], index)
+        oracle.derive_metaqa_relation_table(questions[5:], index)
 
 
 def test_checked_in_table_covers_every_metaqa_hop() -> None:
@@ -115,7 +104,7 @@ def test_checked_in_table_covers_every_metaqa_hop() -> None:
 
 
 def test_schema_from_path_orients_triples_like_the_kb() -> None:
-    schema = schema_from_path("Kismet", metaqa_gold_path("movie_to_director_to_movie"), "Breadth")
+    schema = oracle.schema_from_path("Kismet", oracle.metaqa_gold_path("movie_to_director_to_movie"), "Breadth")
     assert schema.triples == (
         SchemaTriple("Kismet", "directed_by", "[ENT1]"),
         SchemaTriple("[ENT2]", "directed_by", "[ENT1]"),
@@ -124,7 +113,7 @@ def test_schema_from_path_orients_triples_like_the_kb() -> None:
     assert schema.strategy == "Breadth"
     assert schema.constants() == ["Kismet"]
 
-    backward_first = schema_from_path("Bette Davis", (PathStep("starred_actors", B), PathStep("release_year", F)))
+    backward_first = oracle.schema_from_path("Bette Davis", (PathStep("starred_actors", B), PathStep("release_year", F)))
     assert backward_first.triples == (
         SchemaTriple("[ENT1]", "starred_actors", "Bette Davis"),
         SchemaTriple("[ENT1]", "release_year", "[ENT2]"),
@@ -132,13 +121,13 @@ def test_schema_from_path_orients_triples_like_the_kb() -> None:
     assert backward_first.strategy == "Precision"
 
     with pytest.raises(StemError, match="empty relation path"):
-        schema_from_path("Kismet", ())
+        oracle.schema_from_path("Kismet", ())
 
 
 def test_oracle_schema_grounds_in_path_order() -> None:
     # The tracer walks schema edges depth-first from the topic: for a chain that is the path order.
     index = build_index(KB)
-    schema = schema_from_path("Kismet", metaqa_gold_path("movie_to_director_to_movie_to_actor"))
+    schema = oracle.schema_from_path("Kismet", oracle.metaqa_gold_path("movie_to_director_to_movie_to_actor"))
     plan = ground(schema, "Kismet", index)
     relations = [index.relations[r] for r in plan.steps[:, 2]]
     assert relations == ["directed_by", "directed_by", "starred_actors"]
@@ -166,7 +155,7 @@ def test_planner_prefers_gold_path_then_qtype() -> None:
     (schema,) = planner.plan(with_path, index)
     assert [t.relation for t in schema.triples] == ["directed_by", "directed_by", "release_year"]
     assert schema.strategy == "Precision"
-    assert gold_paths(with_path).source == "gold_path"
+    assert oracle.gold_paths(with_path).source == "gold_path"
 
     metaqa = _question("m", "Kismet", ("Juarez", "Satan Met a Lady"), qtype="movie_to_director_to_movie")
     (schema,) = planner.plan(metaqa, index)
@@ -174,10 +163,10 @@ def test_planner_prefers_gold_path_then_qtype() -> None:
 
     unknown = _question("u", "Kismet", ("x",), qtype="movie_to_budget")
     assert planner.plan(unknown, index) == []
-    assert "unknown entity type 'budget'" in gold_paths(unknown).reason
+    assert "unknown entity type 'budget'" in oracle.gold_paths(unknown).reason
     bare = _question("b", "Kismet", ("x",))
     assert planner.plan(bare, index) == []
-    assert gold_paths(bare).reason is not None
+    assert oracle.gold_paths(bare).reason is not None
 
 
 # ---- RoG shortest relation paths -------------------------------------------------------------
@@ -197,25 +186,25 @@ ROG_GRAPH = (
 
 
 def test_shortest_relation_paths_keeps_every_distinct_shortest_path() -> None:
-    paths = shortest_relation_paths(ROG_GRAPH, "q", ["a"])
+    paths = oracle.shortest_relation_paths(ROG_GRAPH, "q", ["a"])
     assert paths == [
         (PathStep("r1", F), PathStep("r2", F)),
         (PathStep("r3", B), PathStep("r4", F)),
     ]
     # Each answer at its own distance; unknown and unreachable answers are ignored.
-    both = shortest_relation_paths(ROG_GRAPH, "q", ["a", "b", "island", "not-a-node"])
+    both = oracle.shortest_relation_paths(ROG_GRAPH, "q", ["a", "b", "island", "not-a-node"])
     assert both[0] == (PathStep("r6", F),)
     assert len(both) == 3
-    assert shortest_relation_paths(ROG_GRAPH, "q", ["island"]) == []
-    assert shortest_relation_paths(ROG_GRAPH, "q", ["q"]) == []
-    assert shortest_relation_paths(ROG_GRAPH, "q", ["a"], max_hops=1) == []
-    assert len(shortest_relation_paths(ROG_GRAPH, "q", ["a"], max_paths=1)) == 1
+    assert oracle.shortest_relation_paths(ROG_GRAPH, "q", ["island"]) == []
+    assert oracle.shortest_relation_paths(ROG_GRAPH, "q", ["q"]) == []
+    assert oracle.shortest_relation_paths(ROG_GRAPH, "q", ["a"], max_hops=1) == []
+    assert len(oracle.shortest_relation_paths(ROG_GRAPH, "q", ["a"], max_paths=1)) == 1
 
 
 def test_shortest_relation_paths_dedupes_parallel_entity_walks() -> None:
     # Fifty films share the same relation path to the answer: one relation path, not fifty.
     graph = [("q", "acted_in", f"film{i}") for i in range(50)] + [(f"film{i}", "genre", "Drama") for i in range(50)]
-    assert shortest_relation_paths(graph, "q", ["Drama"]) == [(PathStep("acted_in", F), PathStep("genre", F))]
+    assert oracle.shortest_relation_paths(graph, "q", ["Drama"]) == [(PathStep("acted_in", F), PathStep("genre", F))]
 
 
 def test_planner_on_rog_questions_has_a_beam_per_shortest_path() -> None:
@@ -228,13 +217,13 @@ def test_planner_on_rog_questions_has_a_beam_per_shortest_path() -> None:
     ]
     unreachable = _question("rog2", "q", ("island",), graph=ROG_GRAPH)
     assert planner.plan(unreachable, build_index(ROG_GRAPH)) == []
-    assert "no answer within 4 hops" in gold_paths(unreachable).reason
+    assert "no answer within 4 hops" in oracle.gold_paths(unreachable).reason
 
 
 def test_gold_path_triples_on_rog_uses_the_question_graph() -> None:
     question = _question("rog", "q", ("a",), graph=ROG_GRAPH)
     other_kg = build_index([("unrelated", "r", "triple")])  # the union KG is not consulted
-    assert gold_path_triples(question, other_kg) == {
+    assert oracle.gold_path_triples(question, other_kg) == {
         ("q", "r1", "m1"), ("m1", "r2", "a"), ("m2", "r3", "q"), ("m2", "r4", "a"),
     }
 
@@ -246,28 +235,28 @@ def test_gold_path_triples_prunes_dead_ends_and_excludes_the_topic() -> None:
     index = build_index(KB)
     # Movies sharing Marlene Dietrich with Kismet, then their directors: Lost Film -> Nobody Else.
     question = _question("m", "Kismet", ("Nobody Else",), qtype="movie_to_actor_to_movie_to_director")
-    assert gold_path_triples(question, index) == {
+    assert oracle.gold_path_triples(question, index) == {
         ("Kismet", "starred_actors", "Marlene Dietrich"),
         ("Lost Film", "starred_actors", "Marlene Dietrich"),
         ("Lost Film", "directed_by", "Nobody Else"),
     }
     # Kismet itself is excluded from the middle set, so its own director is never reached here
     # and a question answered by it has no gold evidence.
-    assert gold_path_triples(_question("k", "Kismet", ("William Dieterle",),
+    assert oracle.gold_path_triples(_question("k", "Kismet", ("William Dieterle",),
                                        qtype="movie_to_actor_to_movie_to_director"), index) == set()
 
     # Juarez and Satan Met a Lady share Dieterle with Kismet; only the Juarez branch reaches 1939,
     # so the Satan Met a Lady triple is a dead end and is pruned.
     year = _question("y", "Kismet", ("1939",), qtype="movie_to_director_to_movie_to_year")
-    assert gold_path_triples(year, index) == {
+    assert oracle.gold_path_triples(year, index) == {
         ("Kismet", "directed_by", "William Dieterle"),
         ("Juarez", "directed_by", "William Dieterle"),
         ("Juarez", "release_year", "1939"),
     }
     # Missing relation, unknown topic, no path: no evidence.
-    assert gold_path_triples(_question("l", "Kismet", ("English",), qtype="movie_to_language"), index) == set()
-    assert gold_path_triples(_question("t", "Unknown", ("1939",), qtype="movie_to_year"), index) == set()
-    assert gold_path_triples(_question("x", "Kismet", ("1939",), qtype="movie_to_budget"), index) == set()
+    assert oracle.gold_path_triples(_question("l", "Kismet", ("English",), qtype="movie_to_language"), index) == set()
+    assert oracle.gold_path_triples(_question("t", "Unknown", ("1939",), qtype="movie_to_year"), index) == set()
+    assert oracle.gold_path_triples(_question("x", "Kismet", ("1939",), qtype="movie_to_budget"), index) == set()
 
 
 def test_oracle_agrees_with_follow_relation_path_on_the_demo_kg() -> None:
@@ -282,7 +271,7 @@ def test_oracle_agrees_with_follow_relation_path_on_the_demo_kg() -> None:
         topic = index.entity_id(question.topic_entities[0])
         reached, walked = follow_relation_path(index, topic, question.gold_path)
         assert {index.entities[i] for i in reached} == set(question.answers)
-        evidence = gold_path_triples(question, index)
+        evidence = oracle.gold_path_triples(question, index)
         assert evidence and evidence <= set(index.triple_strings(walked))
         last = question.gold_path[-1]
         ends = {(t if last.forward else h) for h, r, t in evidence if r == last.relation}
