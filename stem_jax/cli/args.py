@@ -236,6 +236,18 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(str(err).split("\n")[0].removeprefix("expected: ")) from None
 
 
+# The per-loader file flags of add_dataset_flags: (flag, type, metavar, help).
+LOADER_FILE_FLAGS: tuple[tuple[str, Callable[[str], Any], str, str], ...] = (
+    ("--qtypes", Path, "FILE", "metaqa: relation-path type of each --questions line (the oracle needs it)"),
+    ("--kb", Path, "FILE", "metaqa: KB file (default: kb.txt, else the partial KB)"),
+    ("--rog-path", Path, "PATH", "rog: RoG .jsonl/.parquet file or dataset folder (WebQSP, CWQ)"),
+    ("--triples", Path, "FILE", "files: head,relation,tail file (.tsv/.csv/.jsonl; default <data-dir>/triples.*)"),
+    ("--entity-names", Path, "FILE", "files: id<TAB>name file for entities"),
+    ("--relation-names", Path, "FILE", "files: id<TAB>name file for relations"),
+    ("--delimiter", str, "SEP", "files: field separator (e.g. '|' or tab; default by extension)"),
+)
+
+
 def add_dataset_flags(parser: argparse.ArgumentParser, default: str = "demo") -> None:
     """The data flags. Their help says what each means per dataset; the per-loader file flags
     (--kb, --triples, ...) are marked advanced: ``--help`` leaves them to ``--help-all``."""
@@ -259,22 +271,8 @@ def add_dataset_flags(parser: argparse.ArgumentParser, default: str = "demo") ->
                        "the folder holding metaqa/, wc2014/, fb15k-237/ (default $STEM_DATA_DIR)")
     group.add_argument("--questions", type=Path, default=None, metavar="FILE",
                        help="your own questions (files: JSONL or text; metaqa: 'question with [topic]<TAB>a1|a2')")
-    advanced = [
-        group.add_argument("--qtypes", type=Path, default=None, metavar="FILE",
-                           help="metaqa: relation-path type of each --questions line (the oracle needs it)"),
-        group.add_argument("--kb", type=Path, default=None, metavar="FILE",
-                           help="metaqa: KB file (default: kb.txt, else the partial KB)"),
-        group.add_argument("--rog-path", type=Path, default=None, metavar="PATH",
-                           help="rog: RoG .jsonl/.parquet file or dataset folder (WebQSP, CWQ)"),
-        group.add_argument("--triples", type=Path, default=None, metavar="FILE",
-                           help="files: head,relation,tail file (.tsv/.csv/.jsonl; default <data-dir>/triples.*)"),
-        group.add_argument("--entity-names", type=Path, default=None, metavar="FILE",
-                           help="files: id<TAB>name file for entities"),
-        group.add_argument("--relation-names", type=Path, default=None, metavar="FILE",
-                           help="files: id<TAB>name file for relations"),
-        group.add_argument("--delimiter", default=None, metavar="SEP",
-                           help="files: field separator (e.g. '|' or tab; default by extension)"),
-    ]
+    advanced = [group.add_argument(flag, type=kind, default=None, metavar=metavar, help=text)
+                for flag, kind, metavar, text in LOADER_FILE_FLAGS]
     live_help(group.add_argument("--limit", type=positive_int, default=None, metavar="N"),
               lambda d: "keep the first N questions per hop (quick runs)" + ("" if d is None else f"; default {d}"))
     advanced.append(group.add_argument("--strict", action="store_true",

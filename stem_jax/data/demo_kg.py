@@ -31,48 +31,34 @@ class Template:
     phrasings: tuple[str, ...]  # "{}" is the topic mention
 
 
-def _f(rel: str) -> PathStep:
-    return PathStep(rel, True)
+def _template(row: str) -> Template:
+    # "<starred_actors directed_by | phrasing | phrasing": the relation path (a leading "<" walks a relation
+    # backwards, tail to head) and how questions ask it, "[{}]" standing for the topic.
+    path, *phrasings = (cell.strip() for cell in row.split("|"))
+    return Template(tuple(PathStep(step.lstrip("<"), not step.startswith("<")) for step in path.split()),
+                    tuple(phrasings))
 
 
-def _b(rel: str) -> PathStep:
-    return PathStep(rel, False)
-
-
-TEMPLATES: tuple[Template, ...] = (
-    Template((_f("directed_by"),), ("who directed [{}]", "which person was the director of [{}]")),
-    Template((_b("directed_by"),), ("which films did [{}] direct", "what movies were directed by [{}]")),
-    Template((_f("starred_actors"),), ("who starred in [{}]", "which actors appear in [{}]")),
-    Template((_b("starred_actors"),), ("which films did [{}] act in", "what movies star [{}]")),
-    Template((_f("has_genre"),), ("what genre is [{}]", "which genres describe [{}]")),
-    Template((_f("release_year"),), ("when was [{}] released", "in which year did [{}] come out")),
-    Template((_f("produced_by"),), ("which studio produced [{}]", "who was the production company of [{}]")),
-    Template((_f("born_in"),), ("where was [{}] born", "what is the birthplace of [{}]")),
-    Template((_b("starred_actors"), _f("starred_actors")),  # person <- film -> person: the co-actors
-             ("who acted together with [{}]", "which actors shared a film with [{}]")),
-    Template((_b("starred_actors"), _f("directed_by")),
-             ("who directed the films starring [{}]", "which directors made movies with [{}] in the cast")),
-    Template((_b("directed_by"), _f("starred_actors")),
-             ("which actors starred in films directed by [{}]", "who appeared in movies that [{}] directed")),
-    Template((_f("directed_by"), _f("born_in")),
-             ("where was the director of [{}] born", "what city is the director of [{}] from")),
-    Template((_f("born_in"), _f("located_in")),
-             ("in which country was [{}] born", "what country is the birthplace of [{}] in")),
-    Template((_b("written_by"), _f("has_genre")),
-             ("what genres are the films written by [{}]", "which genres did [{}] write films in")),
-    Template((_b("starred_actors"), _f("directed_by"), _f("born_in")),
-             ("where were the directors of films starring [{}] born",
-              "which cities do the directors of [{}]'s films come from")),
-    Template((_f("directed_by"), _b("directed_by"), _f("starred_actors")),
-             ("who starred in films by the director of [{}]",
-              "which actors appear in movies made by whoever directed [{}]")),
-    Template((_b("directed_by"), _f("produced_by"), _f("headquartered_in")),
-             ("where are the studios behind films directed by [{}] based",
-              "in which cities are the producers of [{}]'s films headquartered")),
-    Template((_f("written_by"), _b("written_by"), _f("release_year")),
-             ("when were the films by the writer of [{}] released",
-              "in which years did the screenwriter of [{}] release films")),
-)
+TEMPLATES: tuple[Template, ...] = tuple(_template(row) for row in """
+    directed_by | who directed [{}] | which person was the director of [{}]
+    <directed_by | which films did [{}] direct | what movies were directed by [{}]
+    starred_actors | who starred in [{}] | which actors appear in [{}]
+    <starred_actors | which films did [{}] act in | what movies star [{}]
+    has_genre | what genre is [{}] | which genres describe [{}]
+    release_year | when was [{}] released | in which year did [{}] come out
+    produced_by | which studio produced [{}] | who was the production company of [{}]
+    born_in | where was [{}] born | what is the birthplace of [{}]
+    <starred_actors starred_actors | who acted together with [{}] | which actors shared a film with [{}]
+    <starred_actors directed_by | who directed the films starring [{}] | which directors made movies with [{}] in the cast
+    <directed_by starred_actors | which actors starred in films directed by [{}] | who appeared in movies that [{}] directed
+    directed_by born_in | where was the director of [{}] born | what city is the director of [{}] from
+    born_in located_in | in which country was [{}] born | what country is the birthplace of [{}] in
+    <written_by has_genre | what genres are the films written by [{}] | which genres did [{}] write films in
+    <starred_actors directed_by born_in | where were the directors of films starring [{}] born | which cities do the directors of [{}]'s films come from
+    directed_by <directed_by starred_actors | who starred in films by the director of [{}] | which actors appear in movies made by whoever directed [{}]
+    <directed_by produced_by headquartered_in | where are the studios behind films directed by [{}] based | in which cities are the producers of [{}]'s films headquartered
+    written_by <written_by release_year | when were the films by the writer of [{}] released | in which years did the screenwriter of [{}] release films
+""".strip().splitlines())
 
 
 class _Namer:

@@ -42,22 +42,24 @@ import scipy.sparse as sp
 
 from stem_jax.kg.index import KGIndex, relation_text
 
+# relation: domain name, range name. MetaQA's relations all leave a movie, and persons are typed by what
+# they do; the demo KG adds its last four.
 ROLE_NAMES: dict[str, tuple[str, str]] = {
-    # MetaQA: every relation leaves a movie; persons are typed by what they do.
-    "directed_by": ("movie", "director"),
-    "written_by": ("movie", "writer"),
-    "starred_actors": ("movie", "actor"),
-    "release_year": ("movie", "year"),
-    "in_language": ("movie", "language"),
-    "has_genre": ("movie", "genre"),
-    "has_tags": ("movie", "tag"),
-    "has_imdb_rating": ("movie", "rating"),
-    "has_imdb_votes": ("movie", "votes"),
-    # the demo KG's extra relations
-    "produced_by": ("movie", "studio"),
-    "born_in": ("person", "city"),
-    "located_in": ("city", "country"),
-    "headquartered_in": ("studio", "city"),
+    relation: (domain, range_) for relation, domain, range_ in (line.split() for line in """
+    directed_by      movie  director
+    written_by       movie  writer
+    starred_actors   movie  actor
+    release_year     movie  year
+    in_language      movie  language
+    has_genre        movie  genre
+    has_tags         movie  tag
+    has_imdb_rating  movie  rating
+    has_imdb_votes   movie  votes
+    produced_by      movie  studio
+    born_in          person city
+    located_in       city   country
+    headquartered_in studio city
+    """.strip().splitlines())
 }
 
 
