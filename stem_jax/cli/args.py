@@ -280,6 +280,20 @@ def add_dataset_flags(parser: argparse.ArgumentParser, default: str = "demo") ->
     mark_advanced(*advanced)
 
 
+def command_parser(sub: Any, name: str, *, help: str, description: str, dataset: str = "demo",
+                   training: bool = False, cache: bool = True) -> argparse.ArgumentParser:
+    """Subcommand ``name`` with the data flags (``dataset`` their default; the training split by default when
+    ``training``), the cache flags (unless ``cache`` is off) and the config flags, in that order."""
+    parser = sub.add_parser(name, help=help, description=description)
+    add_dataset_flags(parser, default=dataset)
+    if training:
+        use_training_split(parser)
+    if cache:
+        add_cache_flags(parser)
+    add_config_flags(parser)
+    return parser
+
+
 def use_training_split(parser: argparse.ArgumentParser) -> None:
     """``--split`` of a training command: by default the dataset's training split (what
     :func:`stem_jax.plan.factory.training_split` says: dev for MetaQA, which ships no train QA text,

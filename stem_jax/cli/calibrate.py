@@ -15,7 +15,8 @@ import json
 import time
 from pathlib import Path
 
-from stem_jax.cli.args import config_from_args
+from stem_jax.cli.args import command_parser, config_from_args
+from stem_jax.cli.planning import add_planner_flags
 from stem_jax.cli.report import markdown_table, run_metadata
 from stem_jax.errors import StemError
 from stem_jax.methods.stem.calibration import (
@@ -70,9 +71,9 @@ def _break_ties(rows: list[dict], engine, questions: list) -> tuple[dict[tuple, 
     return prefer, report
 
 
-def add_calibrate_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags, add_planner_flags) -> None:
-    p = sub.add_parser(
-        "calibrate", help="choose θ and the KG's conventions on a dev split and store them beside the embeddings",
+def add_calibrate_parser(sub) -> None:
+    p = command_parser(
+        sub, "calibrate", dataset="metaqa", help="choose θ and the KG's conventions on a dev split and store them beside the embeddings",
         description="Trace --split (default dev; test is refused) once per θ of --grid and per convention "
         "(engine.direction undirected|directed, engine.used_triples run|branch|step; engine.exclude_topic on|off "
         "is scored from the same traces), score each (mean F1 over hops, ties: Hit, then the engine's default "
@@ -80,10 +81,7 @@ def add_calibrate_parser(sub, add_dataset_flags, add_cache_flags, add_config_fla
         "Later runs use them when their relation bonus and strategy match: θ when --tracer.theta is not given, "
         "each convention when its flag is not. --keep-conventions sweeps θ only, under the configured "
         "conventions.")
-    add_dataset_flags(p, default="metaqa")
     p.set_defaults(split="dev", limit=150)
-    add_cache_flags(p)
-    add_config_flags(p)
     add_planner_flags(p, default="pattern")
     p.add_argument("--grid", type=float, nargs="+", default=list(DEFAULT_GRID), help="θ values to try")
     p.add_argument("--json", type=Path, default=None, help="also write the sweep here")

@@ -11,12 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stem_jax.cli.args import (
-    check_out_path,
-    config_from_args,
-    training_split_of,
-    use_training_split,
-)
+from stem_jax.cli.args import check_out_path, command_parser, config_from_args, training_split_of
+from stem_jax.cli.planning import add_planner_flags
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import GNNConfig, StemConfig, as_dict
 from stem_jax.data.sampling import sample_per_hop
@@ -45,17 +41,13 @@ def example_factory(config: StemConfig, dataset: Dataset, index: KGIndex, embedd
 # ---------------------------------------------------------------------------------------------
 
 
-def add_train_gnn_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags) -> None:
-    p = sub.add_parser(
-        "train-gnn", help="train the Triple-GNN that builds the guidance graph (resumable)",
+def add_train_gnn_parser(sub) -> None:
+    p = command_parser(
+        sub, "train-gnn", training=True, help="train the Triple-GNN that builds the guidance graph (resumable)",
         description="Train the Triple-GNN (paper appendix A, C.1-C.2) with AdamW on balanced BCE: questions of "
         "--split (default: the dataset's train split, dev for MetaQA, which has no train QA text; hash-split by "
         "question id into train/val) planned by the oracle, plus random-walk examples (reverse generation, Phase 1). Orbax checkpoints in --out; rerunning "
         "the same command resumes from the last one. Writes curves.png, history.json, train-summary.json.")
-    add_dataset_flags(p)
-    use_training_split(p)
-    add_cache_flags(p)
-    add_config_flags(p)
     p.add_argument("--out", type=Path, default=None, help="run folder (default runs/gnn-<dataset>)")
     p.add_argument("--preset", choices=("small", "paper"), default="small",
                    help="architecture: small = L=3, d=64 (CPU, the default); paper = L=6, d=512. "
@@ -153,15 +145,12 @@ def _fmt(value: Any) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def add_ablate_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags, add_planner_flags) -> None:
-    p = sub.add_parser(
-        "ablate-guidance", help="full guidance vs without entity / triple / both biases (one command)",
+def add_ablate_parser(sub) -> None:
+    p = command_parser(
+        sub, "ablate-guidance", help="full guidance vs without entity / triple / both biases (one command)",
         description="The paper's Table 7/12 analogue: evaluate a split four times (full guidance, λ=1, τ=0, both) "
         "with one STEM pipeline, one set of schema-text embeddings and one cached set of GNN outputs; prints Hit@1, F1 "
         "and coverage per hop for each row. Each row is resumable under --out/<row>/.")
-    add_dataset_flags(p)
-    add_cache_flags(p)
-    add_config_flags(p)
     add_planner_flags(p)
     add_guidance_flags(p, required=True)
     p.add_argument("--subset", type=int, default=None,

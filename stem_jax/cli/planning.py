@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stem_jax.cli.args import cache_root, config_from_args
+from stem_jax.cli.args import cache_root, command_parser, config_from_args
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import StemConfig, as_dict
 from stem_jax.data.types import Dataset
@@ -157,17 +157,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_train_planner_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags) -> None:
-    p = sub.add_parser("train-planner", help="train the pattern planner (question -> schema template, CPU)",
+def add_train_planner_parser(sub) -> None:
+    p = command_parser(sub, "train-planner", training=True, help="train the pattern planner (question -> schema template, CPU)",
                        description="Learn question wording -> schema template + strategy from the training split's "
                        "oracle plans (MetaQA: the dev split, hash-split into train/val), with the topic mention masked. "
                        "Saves a Flax head and a nearest-neighbour bank; prints validation accuracy. With fewer than 50 training "
                        "questions that have a gold plan (answers alone are enough), adapts the pretrained path planner "
                        "shipped in the package to the questions' answers instead.")
-    add_dataset_flags(p)
-    add_cache_flags(p)
-    add_config_flags(p)
-    p.set_defaults(split=None)
     p.add_argument("--train-split", default=None, help="alias of --split for training (default: dev for metaqa, else train)")
     p.add_argument("--val-fraction", type=float, default=0.1, help="share of questions held out by qid hash")
     p.add_argument("--epochs", type=int, default=None, help="training epochs of the head (default 100)")
@@ -178,14 +174,11 @@ def add_train_planner_parser(sub, add_dataset_flags, add_cache_flags, add_config
     p.set_defaults(func=cmd_train_planner)
 
 
-def add_plan_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags) -> None:
-    p = sub.add_parser("plan", help="plan a split into a TensorStore plan store (resumable)",
+def add_plan_parser(sub) -> None:
+    p = command_parser(sub, "plan", help="plan a split into a TensorStore plan store (resumable)",
                        description="Run a planner over a split and stream its grounded schema graphs to TensorStore: "
                        "int32 [Q, B, T_max, 3] triples, strategy and answer arrays, a JSONL sidecar; a rerun skips "
                        "finished chunks. `stem-jax eval --plans PATH` reads it back.")
-    add_dataset_flags(p)
-    add_cache_flags(p)
-    add_config_flags(p)
     add_planner_flags(p)
     p.add_argument("--out", type=Path, default=None,
                    help="store folder (default <cache>/<dataset>/plans/<split>-<planner>)")

@@ -6,14 +6,14 @@ import argparse
 import time
 from pathlib import Path
 
-from stem_jax.cli.args import config_from_args, training_split_of, use_training_split
+from stem_jax.cli.args import command_parser, config_from_args, training_split_of
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import as_dict
 
 
-def add_train_scr_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags) -> None:
-    p = sub.add_parser(
-        "train-scr", help="train SCR (stepwise contrastive reasoning) for --method scr (resumable)",
+def add_train_scr_parser(sub) -> None:
+    p = command_parser(
+        sub, "train-scr", training=True, help="train SCR (stepwise contrastive reasoning) for --method scr (resumable)",
         description="Train SCR's relational GAT and question head with InfoNCE on teacher-forced reasoning steps "
         "along the gold relation paths of --split (default: the dataset's train split, dev for MetaQA; hash-split by "
         "question id into train/validation, the same split as the planners; test is never read by default). Orbax checkpoints in --out; rerunning the same "
@@ -21,10 +21,6 @@ def add_train_scr_parser(sub, add_dataset_flags, add_cache_flags, add_config_fla
         "Architecture and budget: --scr.dim, --scr.layers, --scr.steps, --scr.train_batch, --scr.lr, ...; "
         "--scr.question_encoder=minilm fine-tunes MiniLM's top --scr.finetune_layers layers over the context string "
         "(the paper's BERT; slow on a CPU)")
-    add_dataset_flags(p)
-    use_training_split(p)
-    add_cache_flags(p)
-    add_config_flags(p)
     p.add_argument("--out", type=Path, default=None, help="run folder (default runs/scr-<dataset>)")
     p.add_argument("--val-fraction", dest="val_fraction", type=float, default=0.1,
                    help="share of question ids held out for validation (default 0.1, as the planners)")

@@ -10,9 +10,11 @@ import threading
 import time
 from pathlib import Path
 
-from stem_jax.cli.args import config_from_args, positive_int
+from stem_jax.cli.args import command_parser, config_from_args, positive_int
 from stem_jax.cli.commands import method_options
 from stem_jax.cli.engine_args import open_engine
+from stem_jax.cli.gnn import add_guidance_flags
+from stem_jax.cli.planning import add_planner_flags
 from stem_jax.errors import StemError
 
 
@@ -36,18 +38,14 @@ def _port(text: str) -> int:
     return value
 
 
-def add_serve_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags, add_planner_flags,
-                     add_guidance_flags, add_method_flags) -> None:
-    p = sub.add_parser(
-        "serve", help="HTTP JSON API over one warmed engine, with dynamic batching and Prometheus metrics",
+def add_serve_parser(sub, add_method_flags) -> None:
+    p = command_parser(
+        sub, "serve", help="HTTP JSON API over one warmed engine, with dynamic batching and Prometheus metrics",
         description="Open the dataset's engine once, compile the shapes a batch of --max-batch questions can reach "
         "(Engine.warm_up), then serve POST /v1/ask, POST /v1/retrieve, GET /healthz, /v1/info, /metrics, "
         "/docs (OpenAPI) and the evidence explorer at /. Concurrent questions are gathered for at most "
         "--max-wait-ms or --max-batch questions and answered by one engine call. Needs the serve extra: "
         "pip install 'stem-jax[serve]'.")
-    add_dataset_flags(p)
-    add_cache_flags(p)
-    add_config_flags(p)
     add_planner_flags(p, default="pattern")
     add_guidance_flags(p)
     add_method_flags(p)

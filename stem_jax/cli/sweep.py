@@ -6,25 +6,22 @@ import argparse
 import time
 from pathlib import Path
 
-from stem_jax.cli.args import config_from_args
+from stem_jax.cli.args import command_parser, config_from_args
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import as_dict
 from stem_jax.data.sampling import sample_per_hop
 
 
-def add_sweep_parser(sub, add_dataset_flags, add_cache_flags, add_config_flags) -> None:
+def add_sweep_parser(sub) -> None:
     from stem_jax.cli import gnn, planning
 
-    p = sub.add_parser(
-        "sweep", help="evaluate a λ/τ/θ/K' grid in one compiled call per batch (resumable, heat maps)",
+    p = command_parser(
+        sub, "sweep", help="evaluate a λ/τ/θ/K' grid in one compiled call per batch (resumable, heat maps)",
         description="Plan, embed and compute GNN guidance once, then trace every grid point of the cartesian "
         "product of --lambda, --tau, --theta and --k-prime together (a vmapped grid axis, not a loop). Each "
         "point's predictions.jsonl is written under --out/points/<label>/ chunk by chunk (a rerun resumes) and "
         "scored exactly like `stem-jax eval`. Writes sweep.json, sweep.md and one heat map PNG per metric "
         "(Hit@1, F1, coverage) for each 2-D slice, or a line plot for a 1-D sweep.")
-    add_dataset_flags(p)
-    add_cache_flags(p)
-    add_config_flags(p)
     planning.add_planner_flags(p, plans=True)
     gnn.add_guidance_flags(p)
     grid = p.add_argument_group("grid (an axis left out keeps the configured value)")
