@@ -6,7 +6,7 @@
 What ``encoder_precision_accuracy.py`` (``encoder.dot_dtype``) and ``encoder_step_table_accuracy.py``
 (``encoder.step_table_max``) run, for any field. For each KG of ``--datasets`` (the demo KG's test split, MetaQA
 test ``--per-hop`` questions of each hop taken at an even stride (0: every question), WorldCup2014 test P1 + P2 +
-C, webqsp-r dev, webqsp-r+gnn with the Triple-GNN guidance of ``runs/gnn-webqsp-r`` when that checkpoint is
+C, webqsp-r dev, cwq-e dev, webqsp-r+gnn with the Triple-GNN guidance of ``runs/gnn-webqsp-r`` when that checkpoint is
 there) and each value: one engine (pattern planner, defaults otherwise) whose schema-text table is made online
 (no disk cache of the split's texts), as a served question's is. Records per hop group Hit@1 and F1 of both,
 their difference, and the share of questions whose ranked answers are identical; the second value may lose at
@@ -49,10 +49,11 @@ def open_args(dataset: str) -> tuple[str, dict]:
     """(dataset name, Engine.open keyword arguments) of an entry of ``--datasets``."""
     if dataset == "metaqa":
         return "metaqa", {"hops": (1, 2, 3)}
-    if dataset.startswith("webqsp-r"):
+    if dataset.startswith(("webqsp-r", "cwq-e")):
+        kg = dataset.split("+")[0]
         if default_data_dir() is None:
-            raise SystemExit("webqsp-r needs STEM_DATA_DIR (the folder holding webqsp-r/)")
-        fields = {"data_dir": default_data_dir() / "webqsp-r", "split": "dev"}
+            raise SystemExit(f"{kg} needs STEM_DATA_DIR (the folder holding {kg}/)")
+        fields = {"data_dir": default_data_dir() / kg, "split": "dev"}
         if dataset.endswith("+gnn"):
             fields["guidance"] = GNN_WEBQSP
         return "files", fields
