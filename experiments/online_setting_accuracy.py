@@ -6,7 +6,7 @@
 What ``encoder_precision_accuracy.py`` (``encoder.dot_dtype``) and ``encoder_step_table_accuracy.py``
 (``encoder.step_table_max``) run, for any field. For each KG of ``--datasets`` (the demo KG's test split, MetaQA
 test ``--per-hop`` questions of each hop taken at an even stride (0: every question), WorldCup2014 test P1 + P2 +
-C, webqsp-r dev, webqsp-r+gnn with the Triple-GNN guidance of ``runs/gnn-webqsp-r`` when that checkpoint is
+C, webqsp-r dev, cwq-e dev, webqsp-r+gnn with the Triple-GNN guidance of ``runs/gnn-webqsp-r`` when that checkpoint is
 there) and each value: one engine (pattern planner, defaults otherwise) whose schema-text table is made online
 (no disk cache of the split's texts), as a served question's is. Records per hop group Hit@1 and F1 of both,
 their difference, and the share of questions whose ranked answers are identical; the second value may lose at
@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,20 +49,24 @@ def open_args(dataset: str) -> tuple[str, dict]:
     """(dataset name, Engine.open keyword arguments) of an entry of ``--datasets``."""
     if dataset == "metaqa":
         return "metaqa", {"hops": (1, 2, 3)}
-    if dataset.startswith("webqsp-r"):
+    if dataset.startswith(("webqsp-r", "cwq-e")):
+        kg = dataset.split("+")[0]
         if default_data_dir() is None:
-            raise SystemExit("webqsp-r needs STEM_DATA_DIR (the folder holding webqsp-r/)")
-        fields = {"data_dir": default_data_dir() / "webqsp-r", "split": "dev"}
+            raise SystemExit(f"{kg} needs STEM_DATA_DIR (the folder holding {kg}/)")
+        fields = {"data_dir": default_data_dir() / kg, "split": "dev"}
         if dataset.endswith("+gnn"):
             fields["guidance"] = GNN_WEBQSP
         return "files", fields
     return dataset, {}
 
 
-def run(dataset: str, field: str, value: str, per_hop: int | None, out: Path) -> tuple[dict, dict]:
+def run(dataset: str, field: str, value: str, per_hop: int | None, out: Path,
+        prepare: Callable[[Engine], None] | None = None) -> tuple[dict, dict]:
     config = apply_overrides(StemConfig(), {field: value})
     name, fields = open_args(dataset)
     engine = Engine.open(name, config=config, planner="pattern", **fields)
+    if prepare is not None:  # what a wrapper script wires before the run (e.g. the planner's question encoder)
+        prepare(engine)
     engine.method("stem").resources.cache_dir = None  # schema texts made online, under the value tested
     questions = sample(engine.dataset.questions, per_hop)
     metrics = engine.evaluate(out, questions=questions, show_progress=False, overwrite=True)
@@ -74,9 +79,10 @@ def run(dataset: str, field: str, value: str, per_hop: int | None, out: Path) ->
 
 
 def main(argv: list[str] | None = None, *, script: str = "experiments/online_setting_accuracy.py",
-         defaults: dict | None = None, about: str = "") -> int:
+         defaults: dict | None = None, about: str = "", prepare: Callable[[Engine], None] | None = None) -> int:
     """``defaults`` presets the options (a wrapper script's field, values, labels, name, datasets, per-hop);
-    ``about`` is the results file's sentence on what the two values are."""
+    ``about`` is the results file's sentence on what the two values are; ``prepare(engine)`` runs on each engine
+    once it is open."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--field", help="the setting compared, e.g. encoder.dot_dtype")
     parser.add_argument("--values", help="its two values, comma-separated: the reference, then the one tested")
@@ -101,7 +107,7 @@ def main(argv: list[str] | None = None, *, script: str = "experiments/online_set
                 print(f"{dataset}: skipped, no GNN checkpoint in runs/{GNN_WEBQSP.name}", flush=True)
                 continue
             per_hop = args.per_hop if dataset == "metaqa" and args.per_hop else None
-            (ma, pa), (mb, pb) = (run(dataset, args.field, v, per_hop, Path(tmp) / f"{dataset}-{i}")
+            (ma, pa), (mb, pb) = (run(dataset, args.field, v, per_hop, Path(tmp) / f"{dataset}-{i}", prepare)
                                   for i, v in enumerate(values))
             same = sum(pb.get(k) == v for k, v in pa.items())
             groups = {}

@@ -99,6 +99,11 @@ class EncoderConfig:
     # encoder-precision-accuracy.md) or "float32" (CPUs without bfloat16 matmuls).
     # Embedding caches are always built in float32.
     dot_dtype: str = "bfloat16"
+    # What encodes a question online (the planners' question vectors): "minilm" (the model above, the same vectors
+    # as every cache) or "student" (a one-layer encoder distilled into MiniLM's space, stem_jax/encoder/student.py:
+    # about a sixth of MiniLM's work; its vectors are close to MiniLM's, not equal, so plans and answers can move:
+    # docs/question-encoder.md). KG rows, schema texts and every cache stay MiniLM's either way.
+    question_encoder: str = "minilm"
     # How the tracer stores and reads triple rows (stem_jax/encoder/compact.py): float16 (768 B a row at d=384),
     # int8 (d + 4 B), pca<k> (float16, 2k B) or pca<k>-int8 (k + 4 B), the projection fitted on the KG's own rows.
     # pca128-int8: 132 B a row (5.8x fewer), Hit@1 and F1 within 0.1 point of float16 or better on MetaQA (each hop),
@@ -321,6 +326,7 @@ _CHOICES = {
     "tracer.backend": ("auto", "blocks", "flat"),
     "encoder.name": ("minilm", "hashing"),
     "encoder.dot_dtype": ("float32", "bfloat16"),
+    "encoder.question_encoder": ("minilm", "student"),
     "engine.preset": ("default", "paper"),
     "engine.rank": ("beam", "max"),
     "engine.answer_scorer": ("auto", "off"),

@@ -63,7 +63,7 @@ def get_encoder(config: EncoderConfig) -> TextEncoder:
         from stem_jax.encoder.minilm import MiniLMEncoder
 
         return MiniLMEncoder(minilm_model_dir(), batch_size=config.batch_size, max_length=config.max_length,
-                             dot_dtype=config.dot_dtype)
+                             dot_dtype=config.dot_dtype, question_encoder=config.question_encoder)
     if config.name == "hashing":
         from stem_jax.encoder.hashing import HashingEncoder
 

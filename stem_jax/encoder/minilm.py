@@ -52,6 +52,7 @@ class BertConfig:
 
 
 DOT_DTYPES = ("float32", "bfloat16")
+QUESTION_ENCODERS = ("minilm", "student")
 
 
 class _LowPrecisionDense(nn.Module):
@@ -284,6 +285,11 @@ class MiniLMEncoder:
     without an entity); a hit skips the forward. Calls of more than ``MEMO_CALL`` texts (index
     builds) neither read nor fill it. ``memo_hits`` / ``memo_misses`` count texts.
 
+    ``question_encoder``: what :meth:`encode_questions` (the planners' question vectors) runs: "minilm" (:meth:`encode`)
+    or "student", a one-layer encoder distilled into this model's space (:mod:`stem_jax.encoder.student`, about a
+    sixth of the work per token; close to MiniLM's vectors, not equal). :meth:`encode`, :meth:`encode_exact` and
+    ``name`` are the same whichever, so every cache and trained planner stays valid.
+
     Step table: the KG's schema-step texts that name an entity (``Kismet directed by [ENT1]``), encoded once per
     KG into a cache (:mod:`stem_jax.kg.step_table`) and attached by the engine; :meth:`encode` reads them
     instead of running a forward, whatever ``memo`` (a question wording is never in it).
@@ -293,8 +299,12 @@ class MiniLMEncoder:
     MEMO_CALL = 64  # calls with at most this many texts go through the memo
 
     def __init__(self, model_dir: Path, batch_size: int = 128, max_length: int = 64, memo: int = 4096,
-                 dot_dtype: str = "float32"):
+                 dot_dtype: str = "float32", question_encoder: str = "minilm"):
         model_dir = Path(model_dir)
+        if question_encoder not in QUESTION_ENCODERS:
+            raise ValueError(f"question_encoder must be one of {', '.join(QUESTION_ENCODERS)}, got {question_encoder!r}")
+        self.question_encoder = question_encoder
+        self._student: Any = None  # the distilled question encoder (question_encoder="student"), made on first use
         self.model_dir = model_dir  # config.json, tokenizer.json and model.safetensors
         self._forwards: dict[str, Any] = {}  # dot dtype -> its jitted forward, made on first use
         self.dot_dtype = dot_dtype
@@ -434,10 +444,11 @@ class MiniLMEncoder:
             self._memo.popitem(last=False)
         return out
 
-    def _encode_through(self, texts: Sequence[str], store: dict, key: Callable[[str], Any]
-                        ) -> tuple[np.ndarray, int, int]:
+    def _encode_through(self, texts: Sequence[str], store: dict, key: Callable[[str], Any],
+                        encode: Callable[[list[str]], np.ndarray] | None = None) -> tuple[np.ndarray, int, int]:
         """``texts`` read from ``store`` (an LRU ``OrderedDict`` is refreshed on a hit) or encoded in one forward
-        and stored; returns the vectors, the texts read and the distinct texts encoded."""
+        (``encode``, default MiniLM in ``dot_dtype``) and stored; returns the vectors, the texts read and the
+        distinct texts encoded."""
         out = np.empty((len(texts), self.dim), np.float32)
         todo: dict[str, list[int]] = {}
         for i, text in enumerate(texts):
@@ -449,11 +460,35 @@ class MiniLMEncoder:
                     store.move_to_end(key(text))
                 out[i] = vector
         if todo:
-            fresh = self._encode(list(todo), self.dot_dtype)
+            fresh = encode(list(todo)) if encode is not None else self._encode(list(todo), self.dot_dtype)
             for (text, rows), vector in zip(todo.items(), fresh, strict=True):
                 out[rows] = vector
                 store[key(text)] = vector
         return out, len(texts) - sum(len(v) for v in todo.values()), len(todo)
+
+    @property
+    def student(self) -> Any:
+        """The distilled question encoder (:class:`~stem_jax.encoder.student.QuestionStudent`), made on first use."""
+        if self._student is None:
+            from stem_jax.encoder.student import QuestionStudent
+
+            self._student = QuestionStudent(self)
+        return self._student
+
+    def encode_questions(self, texts: Sequence[str]) -> np.ndarray:
+        """Question vectors [len(texts), 384]: :meth:`encode`'s with ``question_encoder="minilm"``; with "student",
+        the distilled one-layer encoder's (close to MiniLM's, not equal), through the memo (its own keys) when on."""
+        if self.question_encoder == "minilm":
+            return self.encode(texts)
+        if not len(texts) or len(texts) > self.MEMO_CALL or not self.memo_size:
+            return self.student.encode(texts)
+        out, hits, misses = self._encode_through(texts, self._memo, lambda text: ("student", text),
+                                                 self.student.encode)
+        self.memo_hits += hits
+        self.memo_misses += misses
+        while len(self._memo) > self.memo_size:
+            self._memo.popitem(last=False)
+        return out
 
     def encode_exact(self, texts: Sequence[str]) -> np.ndarray:
         """:meth:`encode` in float32 whatever ``dot_dtype``, without the memo: what embedding caches hold."""
@@ -490,7 +525,8 @@ class MiniLMEncoder:
         for n_rows, capacity in sorted(shapes):
             zeros = np.zeros((n_rows, capacity), np.int32)
             jax.block_until_ready(forward(params, zeros, zeros, zeros))
-        return self.compile_count - before
+        student = self.student.warm_up(self.SHORT_ROWS) if self.question_encoder == "student" else 0
+        return self.compile_count - before + student
 
     def _encode(self, texts: Sequence[str], dot_dtype: str) -> np.ndarray:
         out = np.empty((len(texts), self.dim), np.float32)
