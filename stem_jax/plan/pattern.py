@@ -371,7 +371,8 @@ class PatternPlanner:
     names: dict[str, str] | None = None
     report: dict[str, Any] = dataclasses.field(default_factory=dict)
     name: str = "pattern"
-    embed_fn: Callable[[list[str]], np.ndarray] | None = None  # e.g. a cached encoder; default encoder.encode
+    # e.g. a cached encoder; default the encoder's encode_questions where it has one, else its encode
+    embed_fn: Callable[[list[str]], np.ndarray] | None = None
     index: KGIndex | None = None  # the KG, for the type filter
     type_filter: bool = True
     type_penalty: float = 1e-3
@@ -398,7 +399,10 @@ class PatternPlanner:
         distinct, inverse = unique_texts(texts)  # templated questions share masked wordings
         if self.embed_fn is not None:
             return np.asarray(self.embed_fn(distinct), np.float32)[inverse]
-        return self._encoder().encode(distinct).astype(np.float32)[inverse]
+        encoder = self._encoder()
+        # a question encoder of its own when the text encoder offers one (``--encoder.question_encoder``)
+        encode = getattr(encoder, "encode_questions", encoder.encode)
+        return np.asarray(encode(distinct), np.float32)[inverse]
 
     def score_embeddings(self, x: np.ndarray, method: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(template probabilities [N, T], Breadth probabilities [N, T]) for masked embeddings ``x``."""
