@@ -56,13 +56,21 @@ NUMERIC = ("support", "support_share", "log_rank", "first", "fair", "cumulative"
            "constraints", "constraint_share", "constraint_all", "constraint_missed", "constraint_cos",
            # the same for the other entities the entity linker finds mentioned in the question text (mentions that
            # are not its topic entities: "the team whose mascot is Crazy Crab won which World Series")
-           "mentions", "mention_share", "mention_all", "mention_cos")
+           "mentions", "mention_share", "mention_all", "mention_cos",
+           # what the question asks for ("what country", "which sports facility"; who: a person) against what the
+           # entity is by its own relations: the best cosine of the question's answer phrase with the texts of its
+           # type-bag keys ("location country", "sports team arena stadium")
+           "type_cos")
 # the features of scorers trained before the ones above were added: such a scorer reads these columns only
 NUMERIC_V1 = NUMERIC[:16]
 # the features that read the question's other topic entities (see above)
 CONSTRAINT_FEATURES = ("constraints", "constraint_share", "constraint_all", "constraint_missed", "constraint_cos")
 # the features that read the other entities the question text mentions
 MENTION_FEATURES = ("mentions", "mention_share", "mention_all", "mention_cos")
+# the features that read how the entity was reached and what it is, beyond NUMERIC_V1 (tried on KGs whose questions
+# name several conditions, with the condition features)
+RANKING_FEATURES = ("best_plan_prob", "path_cos", "exact_relation", "min_depth", "question_year",
+                    "name_has_question_year", "join_match", "neighbour_match", "type_cos")
 N_NUMERIC = len(NUMERIC)
 
 
@@ -85,6 +93,36 @@ def question_word(text: str) -> int:
     lowered = " " + " ".join(_WORD.findall(text.lower())) + " "
     found = [(lowered.find(f" {w} "), i) for i, w in enumerate(QUESTION_WORDS) if f" {w} " in lowered]
     return min(found)[1] if found else len(QUESTION_WORDS)
+
+
+# what a question without a "what X" phrase asks for, by its question word
+_IMPLIED_TYPE = {"who": "person", "whom": "person", "where": "location place", "when": "date year"}
+_PHRASE_SKIP = frozenset("kind type sort types kinds of the a an".split())
+
+
+def answer_phrase(text: str) -> str:
+    """What the question asks for: up to two words after its first ``what`` / ``which`` (past ``kind of``, ``the``),
+    stopping at a function word (``what sports facility is used`` -> ``sports facility``); else the type its question
+    word implies (``who`` -> ``person``); ``""`` when neither."""
+    words = _WORD.findall(text.lower())
+    for i, word in enumerate(words):
+        if word in ("what", "which"):
+            phrase: list[str] = []
+            for following in words[i + 1:]:
+                if following in _PHRASE_SKIP and not phrase:
+                    continue
+                if following in _STOP or following in _PHRASE_SKIP or len(phrase) == 2:
+                    break
+                phrase.append(following)
+            if phrase:
+                return " ".join(phrase)
+    return next((_IMPLIED_TYPE[w] for w in words if w in _IMPLIED_TYPE), "")
+
+
+def type_key_text(key: str) -> str:
+    """A type-bag key as words: ``h:location.country`` -> ``location country``, ``t:film.film.directed_by`` -> ``film
+    directed by`` (repeated words once)."""
+    return " ".join(dict.fromkeys(key.split(":", 1)[-1].replace(".", " ").replace("_", " ").split()))
 
 
 def _type_of(relation: str) -> str:
@@ -174,6 +212,41 @@ class CandidateFeaturizer:
         self._ties: TieTable | None = None
         self._words: tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray] | None = None
         self._name_cues: dict[int, tuple[str, list[str]]] = {}
+        self._key_rows: np.ndarray | None = None
+
+    @property
+    def key_rows(self) -> np.ndarray:
+        """float32 [V, d]: the unit-length embedding of each type-bag key's text (:func:`type_key_text`), made once."""
+        if self._key_rows is None:
+            rows = np.asarray(self.embed([type_key_text(k) for k in self.vocabulary.keys]), np.float32).reshape(
+                len(self.vocabulary.keys), -1)
+            self._key_rows = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-9)
+        return self._key_rows
+
+    def phrase_rows(self, questions: Sequence[Question]) -> tuple[np.ndarray, np.ndarray]:
+        """(float32 [Q, d] unit embeddings of each question's :func:`answer_phrase`, bool [Q]: it has one)."""
+        phrases = [answer_phrase(q.text) if self.vocabulary.keys else "" for q in questions]  # no keys: nothing to read
+        has = np.asarray([bool(p) for p in phrases], bool)
+        rows = np.zeros((len(phrases), self.key_rows.shape[1] if has.any() else 1), np.float32)
+        if has.any():
+            found = np.asarray(self.embed([p for p in phrases if p]), np.float32).reshape(int(has.sum()), -1)
+            rows[has] = found / np.maximum(np.linalg.norm(found, axis=1, keepdims=True), 1e-9)
+        return rows, has
+
+    def type_cos(self, types: np.ndarray, phrase: np.ndarray) -> np.ndarray:
+        """float32 [M]: per candidate row of ``types`` ([M, V] type bags), the best cosine of ``phrase`` with the texts
+        of the keys it carries (0 for a candidate without keys): one matrix-vector product over the vocabulary."""
+        if not types.shape[-1]:
+            return np.zeros(types.shape[0], np.float32)
+        cos = self.key_rows @ phrase
+        carried = types > 0
+        best = np.where(carried, cos[None, :], -np.inf).max(axis=1)
+        return np.where(carried.any(axis=1), best, 0.0).astype(np.float32)
+
+    def _type_cos(self, entity: int, phrase: np.ndarray) -> float:
+        """:meth:`type_cos` of one entity, key by key (the reference the array pass is tested against)."""
+        keys = self.type_ids[self.type_offsets[entity]:self.type_offsets[entity + 1]].tolist()
+        return max((float(self.key_rows[k] @ phrase) for k in keys), default=0.0)
 
     @property
     def ties(self) -> TieTable:
@@ -341,6 +414,7 @@ class CandidateFeaturizer:
         types = np.zeros((n, m, v), np.float32)
         mask = np.zeros((n, m), bool)
         qvec = self.questions(questions)
+        phrases, has_phrase = self.phrase_rows(questions)
         per_question: list[dict[int, list]] = []
         relation_ids: set[int] = set()
         for qi, (mine, outs) in enumerate(zip(runs, outputs, strict=True)):
@@ -431,11 +505,14 @@ class CandidateFeaturizer:
                     float(through[ci]), float(near[ci]),
                     *self._constraints(entity, topics - anchors.get(entity, set()) if len(topics) > 1 else set(),
                                       qvec[qi]),
-                    *(mention[i] for i in (0, 1, 2, 4)))  # count, share, all, cos (no "missed")
+                    *(mention[i] for i in (0, 1, 2, 4)),  # count, share, all, cos (no "missed")
+                    0.0)  # type_cos: below, for all candidates at once
                 keys = self.type_ids[self.type_offsets[entity]:self.type_offsets[entity + 1]]
                 if len(keys):
                     types[qi, ci, keys] = 1.0 / np.sqrt(len(keys))
                 mask[qi, ci] = True
+            if has_phrase[qi]:
+                numeric[qi, :, NUMERIC.index("type_cos")] = self.type_cos(types[qi], phrases[qi])
         qword = np.asarray([question_word(q.text) for q in questions], np.int32)
         return Candidates(entities=entities, base=base, numeric=numeric, qword=qword, types=types,
                           question=qvec if len(qvec) else np.zeros((0, 1), np.float32), mask=mask)

@@ -32,6 +32,7 @@ from stem_jax.answer.features import (
     N_QUESTION_WORDS,
     NUMERIC,
     NUMERIC_V1,
+    RANKING_FEATURES,
     CandidateFeaturizer,
     Candidates,
     TypeVocabulary,
@@ -289,8 +290,9 @@ def train_answer_scorer(train: Candidates, train_gold: Sequence[set[int]], held:
 
     When ``features`` leave out the condition features (:data:`~stem_jax.answer.features.CONSTRAINT_FEATURES`)
     and at least :data:`CONSTRAINED_SHARE` of the training questions name topic entities beyond the ones their
-    plans leave from, two more scorers are fitted, one that also reads them and one that reads the mention
-    features too (:data:`~stem_jax.answer.features.MENTION_FEATURES`), and the one with the best held-out
+    plans leave from, three more scorers are fitted: one that also reads them, one that reads the mention
+    features too (:data:`~stem_jax.answer.features.MENTION_FEATURES`), one that also reads how each candidate was
+    reached and what it is (:data:`~stem_jax.answer.features.RANKING_FEATURES`), and the one with the best held-out
     Hit@1 + F1 is returned (ties keep the fewer features); its report says which."""
     features = tuple(features)
     first = _fit_scorer(train, train_gold, held, held_gold, vocabulary, encoder_name=encoder_name, config=config,
@@ -306,6 +308,10 @@ def train_answer_scorer(train: Candidates, train_gold: Sequence[set[int]], held:
     with_mentions = with_topics + tuple(f for f in MENTION_FEATURES if f not in with_topics)
     fitted["topics+mentions"] = _fit_scorer(train, train_gold, held, held_gold, vocabulary, encoder_name=encoder_name,
                                             config=config, tracer_cut=tracer_cut, features=with_mentions, log=log)
+    with_ranking = with_mentions + tuple(f for f in RANKING_FEATURES if f not in with_mentions)
+    fitted["topics+mentions+ranking"] = _fit_scorer(train, train_gold, held, held_gold, vocabulary,
+                                                    encoder_name=encoder_name, config=config, tracer_cut=tracer_cut,
+                                                    features=with_ranking, log=log)
 
     def key(scorer: AnswerScorer) -> float:
         return scorer.report["held_out_scorer"]["hit_at_1"] + scorer.report["held_out_scorer"]["f1"]

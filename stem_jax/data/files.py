@@ -204,11 +204,56 @@ def _csv_records(reader: _Reader, sep: str) -> Iterator[tuple[int, int, list[str
         yield first, last, fields, problem, raw
 
 
-def read_triples(path: Path, skips: SkipReport, *, delimiter: str | None = None, strict: bool = False) -> list[Triple]:
-    """``head, relation, tail`` rows; malformed and duplicate rows are counted skips."""
+# A relation id in Freebase's dotted form (``location.location.containedby``): what a comma-split name's pieces are
+# told apart from when its own relations are not known from another line
+_DOTTED_RELATION = re.compile(r"^[a-z_][a-z0-9_]+(\.[a-z0-9_]+)+$")  # not a mid: m.0abc has a one-letter domain
+
+
+def rejoin_split_names(rows: list[tuple[int, list[str]]]) -> tuple[list[tuple[int, list[str]]], list[int]]:
+    """Rows whose entity names were split at a comma put back together; returns (rows, line numbers repaired).
+
+    A triples file written by splitting ``Washington, D.C., location.location.containedby, ...`` at its commas
+    carries the name's rest in the relation field (``D.C.`` or ``Elías Piña,location.location.containedby``) and
+    the KG gains a bogus relation per such name. Such a row has a comma in a field and a relation field that is
+    no relation: when most relations are dotted ids (Freebase), one not written as a dotted id; else one holding
+    a comma. It is repaired only when exactly one comma- or field-separated piece of it is a relation (a dotted
+    id; in a KG of other relations, one that a row without a comma in its relation field uses): the pieces before it are the head, those
+    after it the tail, each joined by ``", "``. Every other row is kept as read."""
+    known = {fields[1] for _, fields in rows if "," not in fields[1]}
+    dotted = sum(bool(_DOTTED_RELATION.match(r)) for r in known) * 2 > len(known) > 0
+
+    def relation(piece: str) -> bool:
+        return bool(_DOTTED_RELATION.match(piece)) if dotted else piece in known
+
+    out, repaired = [], []
+    for lineno, fields in rows:
+        broken = (not _DOTTED_RELATION.match(fields[1])) if dotted else "," in fields[1]
+        if not broken or not any("," in f for f in fields):
+            out.append((lineno, fields))
+            continue
+        pieces = [p.strip() for f in fields for p in f.split(",")]
+        at = [i for i, p in enumerate(pieces) if relation(p)]
+        if len(at) != 1 or not 0 < at[0] < len(pieces) - 1 or not all(pieces):
+            out.append((lineno, fields))
+            continue
+        i = at[0]
+        out.append((lineno, [", ".join(pieces[:i]), pieces[i], ", ".join(pieces[i + 1:])]))
+        repaired.append(lineno)
+    return out, repaired
+
+
+def read_triples(path: Path, skips: SkipReport, *, delimiter: str | None = None, strict: bool = False,
+                 notes: SkipReport | None = None) -> list[Triple]:
+    """``head, relation, tail`` rows; malformed and duplicate rows are counted skips. Rows whose names were split
+    at a comma are put back together (:func:`rejoin_split_names`) and counted in ``notes``."""
     reader = _Reader(path, skips, strict)
     triples: dict[Triple, None] = {}
-    for lineno, (head, relation, tail) in _split_rows(reader, 3, delimiter, "triple"):
+    rows, repaired = rejoin_split_names(list(_split_rows(reader, 3, delimiter, "triple")))
+    if repaired and notes is not None:
+        for lineno in repaired:
+            notes.skip("triple whose entity name was split at a comma (the name's rest stood in the relation "
+                       "field): read with the name joined again", f"{path}:{lineno}")
+    for lineno, (head, relation, tail) in rows:
         triple = (head, relation, tail)
         if triple in triples:
             skips.skip("duplicate triple", f"{path}:{lineno}")
@@ -355,6 +400,22 @@ class _QuestionBuilder:
         return tuple(resolved), ""
 
 
+_MOJIBAKE = re.compile("[\u00c2-\u00c3][\u0080-\u00bf]")  # UTF-8 bytes of é, ñ, ø... read back as Latin-1: Ã©
+
+
+def undo_mojibake(text: str) -> str:
+    """``text`` with UTF-8 that was decoded as Latin-1 (or Windows-1252) decoded again: ``Pi\u00c3\u00b1a`` ->
+    ``Piña``; text without such pairs, or that does not decode, is returned as it is."""
+    if not _MOJIBAKE.search(text):
+        return text
+    for encoding in ("latin-1", "cp1252"):
+        try:
+            return text.encode(encoding).decode("utf-8")
+        except (UnicodeEncodeError, UnicodeDecodeError):
+            continue
+    return text
+
+
 def _strip_brackets(text: str) -> str:
     return re.sub(r"\[([^\[\]]+)\]", r"\1", text).strip()
 
@@ -381,6 +442,11 @@ def read_questions_jsonl(path: Path, builder: _QuestionBuilder, skips: SkipRepor
         if not isinstance(record, dict) or not isinstance(record.get("question"), str) or not record["question"].strip():
             bad("question record without a 'question' string", 'write {"id": ..., "question": "..."}')
             continue
+        if undo_mojibake(record["question"]) != record["question"]:
+            # the entity linker and the encoder read names as the KG writes them (Piña, not PiÃ±a)
+            record["question"] = undo_mojibake(record["question"])
+            notes.skip("question text in UTF-8 read as Latin-1 (Ã© for é): read with its characters decoded",
+                       f"{path}:{lineno}")
         qid = record.get("id", f"{path.stem}/{lineno}")
         if not _scalar(qid) or isinstance(qid, float) or not str(qid).strip():
             bad("id must be a non-empty string or an integer", "fix the id, or drop it for <file>/<line>",
@@ -534,7 +600,8 @@ def load_files(
             fix="pass --triples FILE (head, relation, tail per line) or --data-dir FOLDER holding triples.tsv",
         )
     skips = SkipReport()
-    kg = read_triples(Path(triples_path), skips, delimiter=delimiter, strict=strict)
+    notes = SkipReport()
+    kg = read_triples(Path(triples_path), skips, delimiter=delimiter, strict=strict, notes=notes)
     entities = {h for h, _, _ in kg} | {t for _, _, t in kg}
     names: dict[str, str] = {}
     entity_path = entity_names or _first(folder, ENTITY_NAME_FILES)
@@ -549,7 +616,6 @@ def load_files(
     question_path = questions or find_questions(folder or Path(triples_path).parent, split)
     parsed: list[Question] = []
     dropped: list[tuple[str, str, int | None]] = []
-    notes = SkipReport()
     if question_path is not None:
         builder = _QuestionBuilder(kg, names, relation_ids)
         read: Callable = read_questions_jsonl if _base_suffix(Path(question_path)) in _JSONL else read_questions_text

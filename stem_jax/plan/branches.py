@@ -155,3 +155,30 @@ def evidence_bounds(dataset, *, max_hops: int = 2, index=None) -> dict[str, Evid
         topics = [index.entity_ids.get(t, -1) for t in question.topic_entities]
         out[question.qid] = evidence_bound(topics, sorted(gold), catalog)
     return out
+
+
+def bound_rows(dataset, bounds: dict[str, EvidenceBound], entities: Sequence[str]) -> list[dict]:
+    """One row per question of ``dataset`` (its loaded questions, then the ones the loader dropped as misses):
+    ``qid``, ``topics`` (its topic entities in the KG: the kind of question), ``exact``, ``best_f1`` (0 for a
+    dropped one) and ``graph`` (:meth:`EvidenceBound.describe` with ``entities`` naming KG ids)."""
+    rows = []
+    for question in dataset.questions:
+        found = bounds.get(question.qid, EvidenceBound(False, 0.0))
+        rows.append({"qid": question.qid, "topics": len(question.topic_entities), "exact": found.exact,
+                     "best_f1": round(found.best_f1, 4), "graph": found.describe(entities)})
+    rows += [{"qid": qid, "topics": 0, "exact": False, "best_f1": 0.0, "graph": "",
+              "dropped": reason} for qid, reason, _ in dataset.dropped]
+    return rows
+
+
+def bound_by_kind(rows: Sequence[dict]) -> dict[str, dict[str, float]]:
+    """Percent of ``rows`` (:func:`bound_rows`) with any gold answer within reach, the exact gold set, and the mean
+    best F1, over all of them and by kind: ``several`` topic entities, ``one``, ``none`` (the loader found none:
+    a miss)."""
+    kinds = {"all": rows, "several": [r for r in rows if r["topics"] > 1],
+             "one": [r for r in rows if r["topics"] == 1], "none": [r for r in rows if r["topics"] == 0]}
+    return {kind: {"n": len(group),
+                   "hit": 100 * sum(r["best_f1"] > 0 for r in group) / max(len(group), 1),
+                   "exact": 100 * sum(r["exact"] for r in group) / max(len(group), 1),
+                   "best_f1": 100 * sum(r["best_f1"] for r in group) / max(len(group), 1)}
+            for kind, group in kinds.items() if group}

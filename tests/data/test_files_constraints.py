@@ -96,5 +96,5 @@ def test_data_stats_prints_the_evidence_bound(tmp_path, capsys):
     assert main(["data-stats", "--dataset", "files", "--data-dir", str(tmp_path), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "Evidence bound" in out
-    row = next(line for line in out.splitlines() if line.startswith("| 1 |"))
-    assert [float(v) for v in row.strip("| ").split("|")[1:]] == [100.0, 100.0, 100.0]  # the tree yields {Ana}
+    row = next(line for line in out.splitlines() if line.startswith("| all |"))
+    assert [float(v) for v in row.strip("| ").split("|")[1:]] == [1, 100.0, 100.0, 100.0]  # the tree yields {Ana}
