@@ -55,12 +55,12 @@ import json
 import sys
 from pathlib import Path
 
-from stem_jax.encoder.minilm import _fingerprint
+from stem_jax.encoder.minilm import model_fingerprint
 
 path = Path(sys.argv[1])
 meta = json.loads(path.read_text())
 name, _, length = meta["encoder"].split(":")
-meta["encoder"] = f"{name}:{_fingerprint(Path(sys.argv[2]))}:{length}"
+meta["encoder"] = f"{name}:{model_fingerprint(Path(sys.argv[2]))}:{length}"
 path.write_text(json.dumps(meta, indent=1))
 EOF
 du -sh "$STAGE"

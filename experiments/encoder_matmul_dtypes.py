@@ -29,7 +29,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from stem_jax.encoder.base import minilm_model_dir  # noqa: E402
-from stem_jax.encoder.minilm import MiniLM, MiniLMEncoder, cast_kernels  # noqa: E402
+from stem_jax.encoder.bert import MiniLM  # noqa: E402
+from stem_jax.encoder.minilm import MiniLMEncoder, cast_kernels  # noqa: E402
 from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 OPTIONS = {"default": {}, "xnnpack": {"xla_cpu_use_xnnpack": True}, "onednn": {"xla_cpu_use_onednn": True}}

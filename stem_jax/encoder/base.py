@@ -78,7 +78,8 @@ def minilm_weights(encoder: Any = None, model_dir: Path | None = None) -> tuple[
     all-MiniLM-L6-v2 for a model that runs parts of it: ``encoder``'s when it is a
     :class:`~stem_jax.encoder.minilm.MiniLMEncoder` (its ``params``, read once and shared), else read from
     ``model_dir`` (default: the installed weights package, :func:`minilm_model_dir`)."""
-    from stem_jax.encoder.minilm import BertConfig, MiniLMEncoder, load_params
+    from stem_jax.encoder.bert import BertConfig
+    from stem_jax.encoder.minilm import MiniLMEncoder, load_params
 
     if isinstance(encoder, MiniLMEncoder):
         return encoder.model_dir, encoder.cfg, encoder.params

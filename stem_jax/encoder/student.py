@@ -76,7 +76,7 @@ def student_vectors(minilm: dict[str, Any], student: dict[str, Any], cfg: Any, t
     the student's layer and its projection. Padding attends only to padding and is left out of the mean."""
     import jax.numpy as jnp
 
-    from stem_jax.encoder.minilm import attention_bias, embed, pool, run_layers
+    from stem_jax.encoder.bert import attention_bias, embed, pool, run_layers
 
     segments = jnp.asarray(mask).astype(jnp.int32)
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from stem_jax.encoder.minilm import BertConfig
+from stem_jax.encoder.bert import BertConfig
 from stem_jax.ragged import pad_ragged
 
 
@@ -35,7 +35,7 @@ def bottom_states(frozen: dict[str, Any], cfg: BertConfig, split: int, tokens, m
     """The states [N, T, h] after the encoder's embeddings and its layers below ``split`` (the frozen part)."""
     import jax.numpy as jnp
 
-    from stem_jax.encoder.minilm import attention_bias, embed, layer_params, run_layers
+    from stem_jax.encoder.bert import attention_bias, embed, layer_params, run_layers
 
     segments = _segments(mask)
     x = embed(frozen, cfg, tokens, jnp.arange(tokens.shape[1])[None])
@@ -44,7 +44,7 @@ def bottom_states(frozen: dict[str, Any], cfg: BertConfig, split: int, tokens, m
 
 def tower_vectors(tuned: Sequence[dict[str, Any]], cfg: BertConfig, hidden, mask):
     """Unit question vectors [N, h] from the frozen layers' states ``hidden`` [N, T, h] through the tuned layers."""
-    from stem_jax.encoder.minilm import attention_bias, pool, run_layers
+    from stem_jax.encoder.bert import attention_bias, pool, run_layers
 
     segments = _segments(mask)
     return pool(run_layers(tuned, cfg, hidden, attention_bias(segments, hidden.dtype)), segments, slots=1)[:, 0]

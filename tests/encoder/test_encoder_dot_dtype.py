@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from stem_jax.config import EncoderConfig, StemConfig, apply_overrides, field_problem
 from stem_jax.encoder import HashingEncoder, encode_exact, get_encoder, keyed_cache_path, open_or_build
-from stem_jax.encoder.minilm import _LowPrecisionDense, cast_kernels
+from stem_jax.encoder.bert import _LowPrecisionDense
+from stem_jax.encoder.minilm import cast_kernels
 
 TEXTS = ["Kismet", "Kismet directed by William Dieterle", "[ENT1] directed by David Mandel",
          "which person directed the movies starred by X", "", "Ünïcödé naïve café", "x " * 40]

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stem_jax.config import EncoderConfig, StemConfig, apply_overrides, field_problem
-from stem_jax.encoder.minilm import BertConfig
+from stem_jax.encoder.bert import BertConfig
 from stem_jax.encoder.student import load_student, reference_vectors, save_student, student_vectors
 
 TINY = BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=4, intermediate_size=24,

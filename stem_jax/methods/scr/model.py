@@ -38,7 +38,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from stem_jax.encoder.minilm import BertConfig, EncoderLayer, attention_bias, embed, layer_params, run_layers
+from stem_jax.encoder.bert import BertConfig, EncoderLayer, attention_bias, embed, layer_params, run_layers
 from stem_jax.jraph_compat import jraph
 
 # Segment types of the question context sequence.

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from stem_jax.encoder.base import minilm_weights
-from stem_jax.encoder.minilm import BertConfig
+from stem_jax.encoder.bert import BertConfig
 from stem_jax.encoder.tokenizer import TruncatingTokenizer
 
 CLS_ID, SEP_ID, PAD_ID = 101, 102, 0  # BERT uncased vocabulary (checked against the tokenizer on load)
