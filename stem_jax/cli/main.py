@@ -36,6 +36,16 @@ from stem_jax.errors import UNWRITABLE, StemError, unwritable_message
 from stem_jax.methods import METHODS
 
 
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0 (0 = off), got {text!r}")
+    return value
+
+
 def add_method_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("retrieval method")
     group.add_argument("--method", choices=tuple(METHODS), default="stem",
@@ -158,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     distributed.add_distributed_flags(evaluate)
     evaluate.add_argument("--out", type=Path, default=None, metavar="DIR",
                           help="run folder (default runs/<dataset>-<split>-<planner>-<hash of the settings>)")
+    evaluate.add_argument("--overlap", type=non_negative_int, default=1, metavar="N",
+                          help="chunks traced ahead on a background thread while the one before is ranked and "
+                          "written (0: one chunk after the other; the predictions are the same)")
     evaluate.add_argument("--overwrite", action="store_true",
                           help="drop the predictions of a different run in --out instead of refusing to mix them")
     evaluate.set_defaults(func=commands.cmd_eval)
