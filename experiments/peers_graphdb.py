@@ -331,8 +331,8 @@ def main(argv: list[str] | None = None) -> int:
                         "cores this process may use)")
     parser.add_argument("--cores", default=None,
                         help="comma-separated core counts, e.g. 1,2: one child run per count, pinned to that many cores "
-                        "(stem_jax with as many CPU devices, the parallel Oxigraph rows with as many workers); one "
-                        "table of every row")
+                        "(the parallel Oxigraph rows with as many workers; stem_jax with $STEM_CPU_DEVICES CPU devices, "
+                        "its chunks overlapped on two threads); one table of every row")
     parser.add_argument("--pin", type=int, default=None, help=argparse.SUPPRESS)  # a --cores child
     args = parser.parse_args(argv)
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.pin:  # before JAX's backend starts: the device count is fixed then
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.pin])
-    configure_cpu_devices(args.pin)  # None: as the CLI does ($STEM_CPU_DEVICES, else one per core)
+    configure_cpu_devices()  # as the CLI does: $STEM_CPU_DEVICES, else its default
     WORKERS[0] = args.workers or host_cores()
 
     from paper_common import publish
@@ -475,8 +475,9 @@ def run_per_core_count(args, argv) -> int:
     meta = run_metadata()
     meta["load_average_at_each_child_start"] = [[round(x, 2) for x in load] for load in loads]
     md = (f"MetaQA test (hops {args.hops}; {questions} questions with a gold path), each engine on 1 core and on all "
-          f"cores: one child run per core count, pinned to that many cores (stem_jax with one XLA CPU device per core, "
-          f"the Oxigraph threads / processes rows with one worker per core); machine {meta['machine']} "
+          f"cores: one child run per core count, pinned to that many cores (the Oxigraph threads / processes rows with "
+          f"one worker per core; stem_jax with the CPU devices column's count, the next chunk traced on a second thread "
+          f"while one is ranked); machine {meta['machine']} "
           f"({meta['cpu_count']} cores, shared), commit {meta['commit']}, load averages at each child's start "
           f"{meta['load_average_at_each_child_start']}. Time = median of the two rounds at the lowest load; "
           "vs Oxigraph = questions/s over the Oxigraph threads row (else the one-thread Oxigraph row) of the same "

@@ -1,9 +1,12 @@
-"""How many XLA CPU devices a process gets: one per host core by default, so traced batches use every core.
+"""How many XLA CPU devices a process gets: one (the default), a count, or ``auto``, one per host core.
 
 XLA's CPU backend shows one device unless told otherwise. The eval loop splits every traced batch over the
 local devices (:mod:`stem_jax.eval.sharding`), so with one CPU device per core a batch's tracing runs on all
-cores, with the same outputs as on one device. The device count is fixed when JAX creates its CPU backend
-(at the first device use, not at ``import jax``), so it must be chosen before that:
+cores, with the same outputs as on one device. One device stays the default because on the shared 2-core
+CPU this project measures on, two devices traced the MetaQA split slower, not faster (docs/multi-device.md):
+the shards of a batch wait for each other, and XLA already spreads one device's work over a thread pool.
+The device count is fixed when JAX creates its CPU backend (at the first device use, not at ``import jax``),
+so it must be chosen before that:
 
 * ``stem-jax`` does it for every command (:func:`configure_cpu_devices`, from ``--cpu-devices`` or
   ``$STEM_CPU_DEVICES``);
@@ -68,10 +71,14 @@ def cpu_platform_possible() -> bool:
     return not platforms or platforms.split(",")[0].strip().lower() == "cpu"
 
 
+DEFAULT = "1"  # what measured best on the 2-core CPU (module docstring); "auto" gives one device per core
+
+
 def wanted_cpu_devices(value: str | int | None = None) -> int:
-    """The device count to ask for: ``value`` (a count or ``auto``), else ``$STEM_CPU_DEVICES``, else one per core."""
+    """The device count to ask for: ``value`` (a count or ``auto``, one per core), else ``$STEM_CPU_DEVICES``,
+    else :data:`DEFAULT`."""
     if value is None:
-        value = os.environ.get(ENV)
+        value = os.environ.get(ENV) or DEFAULT
         count = parse_cpu_devices(value, where=ENV)
     else:
         count = parse_cpu_devices(value, where="--cpu-devices")
@@ -79,7 +86,7 @@ def wanted_cpu_devices(value: str | int | None = None) -> int:
 
 
 def configure_cpu_devices(value: str | int | None = None) -> int | None:
-    """Give JAX's CPU backend ``value`` devices (default: ``$STEM_CPU_DEVICES``, else one per host core).
+    """Give JAX's CPU backend ``value`` devices (default: ``$STEM_CPU_DEVICES``, else :data:`DEFAULT`).
 
     Returns the count set, or None when nothing was changed: one device wanted, a count the user set in
     the environment, a platform other than the CPU, or a JAX backend already started (too late to change)."""

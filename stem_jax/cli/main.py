@@ -126,8 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=_version())
     parser.add_argument("--cpu-devices", default=None, metavar="N",
-                        help="XLA CPU devices to split traced batches over: a count (1: one device) or 'auto', "
-                        f"one per core (default ${devices.ENV}, else auto). Accepted before or after the command. "
+                        help="XLA CPU devices to split traced batches over: a count or 'auto', one per core "
+                        f"(default ${devices.ENV}, else {devices.DEFAULT}). Accepted before or after the command. "
                         "Ignored on a GPU or when XLA_FLAGS already sets --xla_force_host_platform_device_count")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=StemSubParser)
 

@@ -1,4 +1,4 @@
-"""The CPU device count: one XLA device per core unless the user chose one, set before JAX's backend starts."""
+"""The CPU device count: one XLA device unless asked for more (a count, or auto: one per core), set before JAX starts."""
 
 from __future__ import annotations
 
@@ -23,11 +23,13 @@ def test_auto_and_counts_parse_and_bad_counts_are_refused_with_a_fix():
             devices.parse_cpu_devices(bad, where="--cpu-devices")
 
 
-def test_wanted_count_is_the_flag_then_the_env_then_the_core_count(monkeypatch):
+def test_wanted_count_is_the_flag_then_the_env_then_one_device(monkeypatch):
     monkeypatch.delenv(devices.ENV, raising=False)
-    assert devices.wanted_cpu_devices() == devices.host_cores()
-    monkeypatch.setenv(devices.ENV, "1")
     assert devices.wanted_cpu_devices() == 1
+    monkeypatch.setenv(devices.ENV, "auto")
+    assert devices.wanted_cpu_devices() == devices.host_cores()
+    monkeypatch.setenv(devices.ENV, "3")
+    assert devices.wanted_cpu_devices() == 3
     assert devices.wanted_cpu_devices("4") == 4
 
 
