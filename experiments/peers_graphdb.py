@@ -396,6 +396,10 @@ def main(argv: list[str] | None = None) -> int:
                 agree[name] = sum(a == b for a, b in zip(answers, reference, strict=True))
             print(f"round {r} {name}: {elapsed:.2f} s (load {load:.1f})", flush=True)
 
+    for _, state in engines.values():  # worker pools end here, not in the interpreter's teardown
+        if isinstance(state, dict) and "pool" in state:
+            state["pool"].close()
+            state["pool"].join()
     rows, table = [], []
     for name in names:
         quiet = sorted(range(len(rounds[name])), key=lambda i: rounds[name][i][1])[:2]  # the two at the lowest load
