@@ -138,3 +138,16 @@ def test_finish_of_stage_is_retrieve(demo_method):
     method = make()
     halves = method.finish(method.stage(chunk))
     assert [(r.answers, r.evidence) for r in halves] == [(r.answers, r.evidence) for r in whole]
+
+
+def test_engine_retrieve_of_many_chunks_answers_as_one_call(tmp_path):
+    from stem_jax import Engine
+    from stem_jax.config import apply_overrides
+
+    fast = {"encoder.name": "hashing", "engine.batch_precision": "32", "engine.batch_breadth": "8"}
+    answers = []
+    for chunk in ("8", "1000"):
+        config = apply_overrides(StemConfig(), {**fast, "engine.chunk_questions": chunk})
+        engine = Engine.open("demo", config=config, planner="oracle", cache_dir=tmp_path, limit=40)
+        answers.append([(a.answers, a.record["evidence"]) for a in engine.retrieve(engine.dataset.questions)])
+    assert len(answers[0]) > 8 and answers[0] == answers[1]  # several chunks of 8
