@@ -21,12 +21,17 @@
 #   stages-gnn  the same with GNN guidance (the checkpoint in $STAGE/gnn)
 #   gnn       GNN inference over the full test split (trained small preset; reach, full, reach)
 #   paper     GNN inference throughput, paper preset (L=6, d=512), random parameters, 3,000 questions
-#   stages-batches  bench stages at batch 1 / 64 / 1,024 only (2-hop, pattern planner, fresh questions)
+#   stages-batches  bench stages at batch 1 / 64 / 1,024 only (2-hop, pattern planner, fresh questions), with
+#             the overlapped row (each batch planned and encoded on a background thread while the previous
+#             one is traced and answered)
+#   eval-overlap    stem-jax eval, MetaQA 2-hop, pattern planner, with --overlap 0 and --overlap 1 (chunks traced
+#             ahead while the one before is ranked and written): wall seconds of each and whether their
+#             predictions are identical -> experiments/results/eval-overlap-metaqa-gpu.txt
 #   trace-backends  experiments/trace_backends.py: tracer.backend blocks vs flat on MetaQA batches 1 / 64 / 1,024
 #   trace-synthetic the same on a synthetic 1M-triple KG (no STAGE needed)
 #   answers-device  experiments/answers_on_device.py: engine.answers_on host vs device (the jitted answer ranking)
 #   serve     stem-jax serve on MetaQA (pattern planner) + bench serve against it -> bench-serve-metaqa-gpu.*
-#   gpu       setup index stages-batches trace-backends answers-device serve trace-synthetic (the default)
+#   gpu       setup index stages-batches eval-overlap trace-backends answers-device serve trace-synthetic (the default)
 #   synthetic trace-synthetic alone
 # Results go to experiments/results/ of this copy and, as one tarball refreshed after each step, to $OUT,
 # with the whole log as $OUT/device-bench.log.
@@ -45,7 +50,7 @@ stem() { "$PY" -m stem_jax.cli.main "$@"; }
 expanded=()
 for step in "${steps[@]}"; do
   case "$step" in
-    gpu) expanded+=(setup index stages-batches trace-backends answers-device serve trace-synthetic) ;;
+    gpu) expanded+=(setup index stages-batches eval-overlap trace-backends answers-device serve trace-synthetic) ;;
     synthetic) expanded+=(trace-synthetic) ;;
     all) expanded+=(setup index stages stages-gnn gnn paper) ;;
     *) expanded+=("$step") ;;
@@ -56,7 +61,7 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/device-bench.log") 2>&1
 DEADLINE=${DEADLINE:-470}
 started=$SECONDS
-declare -A LIMIT=([setup]=60 [index]=120 [stages-batches]=200 [trace-backends]=120 [answers-device]=120
+declare -A LIMIT=([setup]=60 [index]=120 [stages-batches]=200 [eval-overlap]=150 [trace-backends]=120 [answers-device]=120
   [serve]=240 [trace-synthetic]=120)
 failed=()
 
@@ -100,6 +105,21 @@ run_step() {
     stages-batches)
       stem bench stages --dataset metaqa --hops 2 --planner pattern --no-progress --record --batch-sizes 1,64,1024 \
         --no-encoder-memo
+      ;;
+    eval-overlap)
+      report=experiments/results/eval-overlap-metaqa-gpu.txt
+      : > "$report"
+      for overlap in 0 1; do
+        t0=$SECONDS
+        stem eval --dataset metaqa --planner pattern --hops 2 --no-progress --overwrite --overlap "$overlap" \
+          --out "$STAGE/eval-overlap-$overlap" | tail -3
+        echo "overlap $overlap: $(( SECONDS - t0 )) s wall" | tee -a "$report"
+      done
+      "$PY" - "$STAGE/eval-overlap-0/predictions.jsonl" "$STAGE/eval-overlap-1/predictions.jsonl" <<'PY' | tee -a "$report"
+import json, sys
+a, b = ([{k: v for k, v in json.loads(line).items() if k != "ms"} for line in open(p)] for p in sys.argv[1:])
+print("predictions identical apart from timings" if a == b else "predictions differ")
+PY
       ;;
     trace-backends)
       "$PY" experiments/trace_backends.py --batch-sizes 1,64,1024 --label gpu

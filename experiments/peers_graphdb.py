@@ -220,7 +220,11 @@ def _stem_setup(planner: str):
     return setup
 
 
-def stem_query_all(state, runs) -> list[set[int]]:
+def stem_query_all(state, runs, overlap: int = 1) -> list[set[int]]:
+    import contextlib
+
+    from stem_jax.eval.overlap import retrieve_overlapped
+
     method = state["method"]
     questions = [state["by_qid"][qid] for qid, *_ in runs]
     if not state["warm"]:  # plans, schema texts and every tracer shape this split reaches, untimed
@@ -229,16 +233,74 @@ def stem_query_all(state, runs) -> list[set[int]]:
         state["warm"] = True
         gc.freeze()  # eval settles the heap after planning too (eval.loop.settled_heap): the plans made just now
     chunk = method.context.config.engine.chunk_questions
+    chunks = [questions[start : start + chunk] for start in range(0, len(questions), chunk)]
     answers: list[set[int]] = []
-    for start in range(0, len(questions), chunk):
-        answers.extend({e for e, _ in r.answers} for r in method.retrieve(questions[start : start + chunk]))
+    if not overlap:
+        for part in chunks:
+            answers.extend({e for e, _ in r.answers} for r in method.retrieve(part))
+        return answers
+    # as `stem-jax eval` does: the next chunk anchored and traced on a background thread while this one is ranked
+    with contextlib.closing(retrieve_overlapped(method, chunks, depth=overlap)) as pairs:
+        for _, retrievals in pairs:
+            answers.extend({e for e, _ in r.answers} for r in retrievals)
     return answers
+
+
+# --- Oxigraph from several workers: the same per-question queries, the questions split over N threads or N
+# processes (forked after the store is loaded, so each holds it copy-on-write). A worker takes every N-th question.
+
+WORKERS = [1]  # set from --workers in main
+
+
+def _oxigraph_slice(state, runs, first, step):
+    return [oxigraph_query(state, topic, path) for _, topic, path, _ in runs[first::step]]
+
+
+def _interleave(parts, total):
+    answers = [None] * total
+    for first, part in enumerate(parts):
+        answers[first :: len(parts)] = part
+    return answers
+
+
+def oxigraph_threads_query_all(state, runs):
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = WORKERS[0]
+    pool = state.setdefault("threads", ThreadPoolExecutor(n))  # started once, outside the timed rounds
+    parts = list(pool.map(lambda first: _oxigraph_slice(state, runs, first, n), range(n)))
+    return _interleave(parts, len(runs))
+
+
+_FORKED: dict = {}
+
+
+def _forked_slice(first):
+    state, runs, step = _FORKED["state"], _FORKED["runs"], _FORKED["step"]
+    return [sorted(a) for a in _oxigraph_slice(state, runs, first, step)]
+
+
+def oxigraph_processes_query_all(state, runs):
+    import multiprocessing
+
+    n = WORKERS[0]
+    if "pool" not in state:  # forked once with the store and the questions, outside the timed rounds
+        _FORKED.update(state=state, runs=[(None, topic, path, None) for _, topic, path, _ in runs], step=n)
+        state["pool"] = multiprocessing.get_context("fork").Pool(n)
+        state["pool"].map(int, range(n))  # every worker started
+    parts = state["pool"].map(_forked_slice, range(n))
+    return _interleave([[set(a) for a in part] for part in parts], len(runs))
 
 
 BATCH_ENGINES = {
     "stem_jax oracle": (_stem_setup("oracle"), stem_query_all, "stem_jax"),
+    "stem_jax oracle no-overlap": (_stem_setup("oracle"), lambda state, runs: stem_query_all(state, runs, 0), "stem_jax"),
     "stem_jax pattern": (_stem_setup("pattern"), stem_query_all, "stem_jax"),
+    "Oxigraph threads": (oxigraph_setup, oxigraph_threads_query_all, "pyoxigraph"),
+    "Oxigraph processes": (oxigraph_setup, oxigraph_processes_query_all, "pyoxigraph"),
 }
+# a first call untimed: stem_jax's compiles, the worker pools' start
+WARMED = {"stem_jax oracle", "stem_jax oracle no-overlap", "stem_jax pattern", "Oxigraph threads", "Oxigraph processes"}
 
 ENGINES = {
     "dict walk": (dict_setup, dict_query, None),
@@ -264,7 +326,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", default=",".join([*ENGINES, *BATCH_ENGINES]),
                         help="comma-separated; stem_jax rows: 'stem_jax oracle', 'stem_jax pattern'")
     parser.add_argument("--label", default="")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="threads / processes of the 'Oxigraph threads' and 'Oxigraph processes' rows (default: the "
+                        "cores this process may use)")
+    parser.add_argument("--cores", default=None,
+                        help="comma-separated core counts, e.g. 1,2: one child run per count, pinned to that many cores "
+                        "(the parallel Oxigraph rows with as many workers; stem_jax with $STEM_CPU_DEVICES CPU devices, "
+                        "its chunks overlapped on two threads); one table of every row")
+    parser.add_argument("--pin", type=int, default=None, help=argparse.SUPPRESS)  # a --cores child
     args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if args.cores:
+        return run_per_core_count(args, argv)
+
+    from stem_jax.devices import configure_cpu_devices, host_cores
+
+    if args.pin:  # before JAX's backend starts: the device count is fixed then
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.pin])
+    configure_cpu_devices()  # as the CLI does: $STEM_CPU_DEVICES, else its default
+    WORKERS[0] = args.workers or host_cores()
 
     from paper_common import publish
 
@@ -304,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
             began, began_cpu = time.perf_counter(), time.process_time()
             if name in BATCH_ENGINES:
                 answers = query(state, runs)
-                if r == 0:  # the untimed warm-up ran inside this first call: time it again
+                if r == 0 and name in WARMED:  # the untimed warm-up ran inside this first call: time it again
                     began, began_cpu = time.perf_counter(), time.process_time()
                     answers = query(state, runs)
             else:
@@ -316,12 +396,18 @@ def main(argv: list[str] | None = None) -> int:
                 agree[name] = sum(a == b for a, b in zip(answers, reference, strict=True))
             print(f"round {r} {name}: {elapsed:.2f} s (load {load:.1f})", flush=True)
 
+    for _, state in engines.values():  # worker pools end here, not in the interpreter's teardown
+        if isinstance(state, dict) and "pool" in state:
+            state["pool"].close()
+            state["pool"].join()
     rows, table = [], []
     for name in names:
         quiet = sorted(range(len(rounds[name])), key=lambda i: rounds[name][i][1])[:2]  # the two at the lowest load
         seconds = float(np.median([rounds[name][i][0] for i in quiet]))
         cpu_seconds = float(np.median([cpu[name][i] for i in quiet]))
         rows.append({"engine": name, "version": versions[name], "setup_seconds": setup_seconds[name],
+                     "cores": len(os.sched_getaffinity(0)), "workers": WORKERS[0] if "threads" in name or
+                     "processes" in name else None, "cpu_devices": _cpu_devices() if name.startswith("stem_jax") else None,
                      "seconds": seconds, "questions_per_second": len(runs) / seconds, "cpu_seconds": cpu_seconds,
                      "agreement": agree[name] / len(runs), "rounds": rounds[name], "cpu_rounds": cpu[name]})
         table.append([name, versions[name], round(setup_seconds[name], 1), round(seconds, 2),
@@ -342,9 +428,69 @@ def main(argv: list[str] | None = None) -> int:
              "equals the exact walk's (STEM's own accuracy, not a correctness check)."
              if any(n in BATCH_ENGINES for n in names) else ""))
     name = f"peers-graphdb-metaqa-{args.label}" if args.label else "peers-graphdb-metaqa"
-    payload = {"meta": meta, "argv": sys.argv[1:] if argv is None else argv, "questions": len(runs),
-               "engines": rows, "skipped": skipped}
+    payload = {"meta": meta, "argv": argv, "questions": len(runs), "engines": rows, "skipped": skipped}
     return publish(name, payload, md)
+
+
+def _cpu_devices() -> int:
+    import jax
+
+    return jax.local_device_count()
+
+
+def run_per_core_count(args, argv) -> int:
+    """One child run per ``--cores`` count (pinned, ``--pin N``), then one table of all their rows."""
+    import json
+    import subprocess
+
+    from paper_common import publish
+
+    from stem_jax.eval.report import markdown_table, run_metadata
+
+    counts = [int(c) for c in args.cores.split(",")]
+    rest, skip = [], False
+    for token in argv:  # the child's arguments: ours less --cores and --label
+        if skip:
+            skip = False
+            continue
+        if token in ("--cores", "--label"):
+            skip = True
+            continue
+        if not token.startswith(("--cores=", "--label=")):
+            rest.append(token)
+    base = f"peers-graphdb-metaqa-{args.label}" if args.label else "peers-graphdb-metaqa"
+    rows, loads = [], []
+    for count in counts:
+        label = f"{args.label}-cores{count}" if args.label else f"cores{count}"
+        loads.append(os.getloadavg())
+        subprocess.run([sys.executable, __file__, *rest, "--pin", str(count), "--label", label], check=True)
+        child = json.loads((RESULTS / f"peers-graphdb-metaqa-{label}.json").read_text())
+        rows += child["engines"]
+        questions = child["questions"]
+    by = {(r["engine"], r["cores"]): r for r in rows}
+    table = []
+    for row in rows:
+        oxi = by.get(("Oxigraph threads", row["cores"])) or by.get(("Oxigraph", row["cores"]))
+        ratio = row["questions_per_second"] / oxi["questions_per_second"] if oxi else None
+        table.append([row["cores"], row["engine"], row.get("cpu_devices") or row.get("workers") or 1,
+                      round(row["seconds"], 2), round(row["questions_per_second"]), round(row["cpu_seconds"], 2),
+                      "" if ratio is None else f"{ratio:.2f}", f"{round(row['agreement'] * questions)}/{questions}",
+                      ", ".join(f"{t:.2f}s@{load:.1f}" for t, load in row["rounds"])])
+    meta = run_metadata()
+    meta["load_average_at_each_child_start"] = [[round(x, 2) for x in load] for load in loads]
+    md = (f"MetaQA test (hops {args.hops}; {questions} questions with a gold path), each engine on 1 core and on all "
+          f"cores: one child run per core count, pinned to that many cores (the Oxigraph threads / processes rows with "
+          f"one worker per core; stem_jax with the CPU devices column's count, the next chunk traced on a second thread "
+          f"while one is ranked); machine {meta['machine']} "
+          f"({meta['cpu_count']} cores, shared), commit {meta['commit']}, load averages at each child's start "
+          f"{meta['load_average_at_each_child_start']}. Time = median of the two rounds at the lowest load; "
+          "vs Oxigraph = questions/s over the Oxigraph threads row (else the one-thread Oxigraph row) of the same "
+          "core count; agreement = answer set equal to `follow_relation_path`; process CPU counts this process's "
+          "threads, not the Oxigraph processes row's worker processes.\n\n"
+          f"Command: `python experiments/peers_graphdb.py {' '.join(argv)}`\n\n"
+          + markdown_table(["cores", "engine", "devices / workers", "time s", "questions/s", "process CPU s",
+                            "vs Oxigraph", "agreement", "rounds (time@load)"], table))
+    return publish(base, {"meta": meta, "argv": argv, "questions": questions, "engines": rows}, md)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ a :class:`~stem_jax.plan.factory.PlannerSpec` and a :class:`GuidanceSpec`, and c
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -41,7 +42,8 @@ from stem_jax.data.linker import EntityLinker
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.data.types import Dataset, Question
 from stem_jax.errors import StemError
-from stem_jax.eval.loop import evaluate_method
+from stem_jax.eval.loop import DEFAULT_OVERLAP, evaluate_method
+from stem_jax.eval.overlap import retrieve_overlapped
 from stem_jax.eval.records import make_records
 from stem_jax.eval.run_folder import engine_fingerprint, selection_of
 from stem_jax.gc_pause import collector_paused
@@ -588,6 +590,17 @@ class Engine:
         with self._lock:
             return self._retrieve(items, method)
 
+    def _retrieve_chunks(self, chosen: Any, batch: list[Question]) -> list[Any]:
+        """``chosen.retrieve(batch)``; a batch of more than ``engine.chunk_questions`` is retrieved in chunks of
+        that size with the next chunk planned, encoded and traced while the one before is ranked
+        (:func:`~stem_jax.eval.overlap.retrieve_overlapped`), as ``eval`` does: the same answers."""
+        size = self.config.engine.chunk_questions
+        if len(batch) <= size:
+            return chosen.retrieve(batch)
+        chunks = [batch[start : start + size] for start in range(0, len(batch), size)]
+        with contextlib.closing(retrieve_overlapped(chosen, chunks)) as pairs:
+            return [retrieval for _, retrievals in pairs for retrieval in retrievals]
+
     def _retrieve(self, items: list[str | Question], method: str) -> list[Answer]:
 
         parsed: list[tuple[Question, dict | None]] = [
@@ -603,7 +616,7 @@ class Engine:
             # plan again: a question asked twice is timed end to end both times
             chosen.forget([q.qid for q in batch])
         began = time.perf_counter()
-        retrievals = chosen.retrieve(batch)
+        retrievals = self._retrieve_chunks(chosen, batch)
         total_ms = 1000 * (time.perf_counter() - began) / max(len(batch), 1)
         answers = []
         index = chosen.context.index
@@ -738,8 +751,12 @@ class Engine:
         return self.retrieve([question], method=method)[0]
 
     def evaluate(self, out: Path | str, *, questions: Sequence[Question] | None = None, method: str = "stem",
-                 show_progress: bool | None = None, overwrite: bool = False) -> dict[str, Any]:
+                 show_progress: bool | None = None, overwrite: bool = False,
+                 overlap: int = DEFAULT_OVERLAP) -> dict[str, Any]:
         """Evaluate ``questions`` (default: the loaded split) into the run folder ``out`` (resumable).
+
+        ``overlap``: chunks traced ahead on a background thread while the one before is ranked and written
+        (0: none; the predictions are the same).
 
         ``out`` is fingerprinted (:meth:`results_fingerprint`): a folder holding another run's results is
         refused unless ``overwrite`` (which drops them). Leaves what ``stem-jax eval`` leaves there:
@@ -771,7 +788,8 @@ class Engine:
                                    selection=selection_of(self.dataset.questions),
                                    chunk_size=self.config.engine.chunk_questions,
                                    show_progress=self.show_progress if show_progress is None else show_progress,
-                                   log=self.log, fingerprint=fingerprint, overwrite=overwrite, report=report)
+                                   log=self.log, fingerprint=fingerprint, overwrite=overwrite, report=report,
+                                   overlap=overlap)
 
     def results_fingerprint(self, method: str = "stem") -> dict[str, Any]:
         """Everything that changes ``method``'s results here: config, method, planner, KG, encoder, data."""

@@ -17,6 +17,8 @@ the jax/jaxlib versions, machine and commit.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import resource
 import time
 from collections.abc import Sequence
@@ -27,6 +29,7 @@ import numpy as np
 
 from stem_jax.data.types import Question
 from stem_jax.encoder.request import request_scope
+from stem_jax.eval.overlap import staged_ahead
 from stem_jax.eval.records import make_records
 from stem_jax.plan.path_ranker import warm_path_planner
 
@@ -145,6 +148,16 @@ class StageTimer:
     def _run(self, batch: Sequence[Question]) -> dict[str, float]:
         times: dict[str, float] = {}
         cpu = time.process_time()
+        runs = self.front(batch, times)
+        self.back(batch, runs, times)
+        times["total"] = sum(times[s] for s in STAGES)
+        # CPU seconds of this process over the call (all its threads): on a shared machine wall time
+        # includes waiting for a core, this does not, so it estimates what an idle machine would take.
+        times["process_cpu"] = time.process_time() - cpu
+        return times
+
+    def front(self, batch: Sequence[Question], times: dict[str, float]) -> list[Any]:
+        """Question encoding, planning, schema encoding and GNN guidance of ``batch``: its runs."""
         plan = self._plan(batch, times)
         began = time.perf_counter()
         runs, _ = self.method.plan_runs(batch, plan)
@@ -154,6 +167,10 @@ class StageTimer:
         if self.method.context.guidance is not None:
             self.method.context.guidance.attach(batch, runs, show_progress=False)
         times["gnn"] = time.perf_counter() - began
+        return runs
+
+    def back(self, batch: Sequence[Question], runs: list[Any], times: dict[str, float]) -> None:
+        """Anchoring, tracing and answers of ``batch``'s runs (:meth:`front`'s)."""
         scored = self.method.score_grid(batch, [self.method.hyper], runs=runs)
         times["anchoring"] = scored.seconds["anchor"]
         times["tracing"] = scored.seconds["trace"]
@@ -161,11 +178,25 @@ class StageTimer:
         # the batch ranked together and its records made together, as Engine.retrieve / serve / eval do
         make_records(self.method.context, batch, scored.retrievals[0], "stem")
         times["answers"] = scored.seconds["answer"] + time.perf_counter() - began
-        times["total"] = sum(times[s] for s in STAGES)
-        # CPU seconds of this process over the call (all its threads): on a shared machine wall time
-        # includes waiting for a core, this does not, so it estimates what an idle machine would take.
-        times["process_cpu"] = time.process_time() - cpu
-        return times
+
+    def overlapped(self, batches: Sequence[Sequence[Question]], depth: int = 1) -> dict[str, Any]:
+        """Wall time and throughput of ``batches`` with each batch's :meth:`front` run on a background thread
+        ahead of the previous batch's :meth:`back` (:func:`~stem_jax.eval.overlap.staged_ahead`)."""
+
+        def front(batch: Sequence[Question]) -> tuple[list[Any], dict[str, float], contextvars.Context]:
+            with request_scope():  # the batch's request, carried to its back half
+                times: dict[str, float] = {}
+                return self.front(batch, times), times, contextvars.copy_context()
+
+        cpu, began = time.process_time(), time.perf_counter()
+        with contextlib.closing(staged_ahead(batches, front, depth=depth)) as pairs:
+            for batch, (runs, times, context) in pairs:
+                context.run(self.back, batch, runs, times)
+        seconds = time.perf_counter() - began
+        questions = sum(len(b) for b in batches)
+        return {"calls": len(batches), "questions": questions, "depth": depth, "seconds": seconds,
+                "questions_per_second": questions / max(seconds, 1e-9),
+                "process_cpu_seconds": time.process_time() - cpu}
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
@@ -176,13 +207,16 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Sequence[int] = (1, 8, 64, 256, 1024),
                  repeats: int | None = None, warmup: int = 2, min_seconds: float = 0.0, precompile: bool = True,
-                 log: Any = None) -> dict[str, Any]:
+                 overlapped: bool = True, log: Any = None) -> dict[str, Any]:
     """Latency per stage and batch size; see the module docstring. ``repeats`` defaults to a count
     that keeps every batch size near the same number of questions (at least 3 calls). After the
     first call, ``precompile`` runs :meth:`~stem_jax.engine.Engine.warm_up` for the batch size (the
     encoder's short rows, every capacity-ladder tracer shape the batch can escalate to), then
     ``warmup`` untimed calls; compiles in each phase and during the timed calls are reported, and
-    the encoder memo's hits and misses during the timed calls."""
+    the encoder memo's hits and misses during the timed calls. ``overlapped`` also times as many calls again
+    (other questions) with each batch's question encoding, planning, schema encoding and guidance run on a
+    background thread while the previous batch is anchored, traced and answered: its throughput is the
+    ``overlapped`` row (what ``eval`` and a many-question ``Engine.retrieve`` overlap)."""
     timer = StageTimer(engine)
     encoder = engine.encoder
     guidance = timer.method.context.guidance
@@ -223,6 +257,7 @@ def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Seq
         after = _compiles(encoder, guidance)
         memo_after = _memo(encoder)
         work_after = _encoder_work(encoder)
+        ahead = timer.overlapped([take(size) for _ in range(len(warm))]) if overlapped else None
         per_stage = {stage: _percentiles([w[stage] for w in warm]) for stage in (*STAGES, "total", "process_cpu")}
         total_seconds = sum(w["total"] for w in warm)
         results["batch_sizes"][str(size)] = {
@@ -231,6 +266,7 @@ def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Seq
             "first_call_ms": {k: 1000 * v for k, v in first.items()},
             "warm_ms": per_stage,
             "questions_per_second": size * len(warm) / max(total_seconds, 1e-9),
+            "overlapped": ahead,
             "compiles_first_call": {k: after_first[k] - before[k] for k in before},
             "precompile": precompiled,
             "compiles_precompile": {k: after_precompile[k] - after_first[k] for k in before},
@@ -245,7 +281,9 @@ def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Seq
             row = results["batch_sizes"][str(size)]
             cost = row["encoder_timed"]
             log(f"batch {size:5d}: end-to-end p50 {per_stage['total']['p50']:.1f} ms, "
-                f"{row['questions_per_second']:.0f} q/s, first call {row['first_call_ms']['total']:.0f} ms, "
+                f"{row['questions_per_second']:.0f} q/s"
+                + (f" ({ahead['questions_per_second']:.0f} q/s overlapped)" if ahead else "")
+                + f", first call {row['first_call_ms']['total']:.0f} ms, "
                 f"text encoder {100 * cost['share_of_total']:.0f}% of warm time"
                 + (" (dominates)" if cost["dominates"] else ""))
     results["compiles_total"] = _compiles(encoder, guidance)
@@ -269,6 +307,8 @@ def stage_table(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
             rows.append([size, stage, round(w["p50"], 2), round(w["p95"], 2), round(w["p99"], 2),
                          round(row["first_call_ms"][stage], 1)])
         rows.append([size, "questions/s", round(row["questions_per_second"], 1), "", "", ""])
+        if row.get("overlapped"):
+            rows.append([size, "questions/s overlapped", round(row["overlapped"]["questions_per_second"], 1), "", "", ""])
     return headers, rows
 
 

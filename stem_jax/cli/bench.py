@@ -45,6 +45,9 @@ def add_bench_stages_parser(bench_sub, add_dataset_flags, add_cache_flags, add_c
     p.add_argument("--warmup", type=int, default=2, help="untimed calls after the first, per batch size (default 2)")
     p.add_argument("--no-precompile", dest="precompile", action="store_false",
                    help="skip Engine.warm_up after the first call (warm calls may then compile capacity-ladder shapes)")
+    p.add_argument("--no-overlapped", dest="overlapped", action="store_false",
+                   help="skip the overlapped row (as many calls again, each batch planned and encoded on a background "
+                   "thread while the one before is traced and answered)")
     p.add_argument("--no-encoder-memo", dest="encoder_memo", action="store_false",
                    help="turn off the encoder's in-memory memo of repeated strings: every question is encoded; schema-step "
                    "texts naming an entity are still read from the KG's step table (--encoder.step_table_max=0: "
@@ -66,7 +69,8 @@ def cmd_bench_stages(args: argparse.Namespace) -> int:
     if not args.encoder_memo and hasattr(engine.encoder, "memo_size"):
         engine.encoder.memo_size = 0
     results = bench_stages(engine, engine.dataset.questions, batch_sizes=args.batch_sizes, repeats=args.repeats,
-                           warmup=args.warmup, precompile=args.precompile, log=print)
+                           warmup=args.warmup, precompile=args.precompile, overlapped=args.overlapped,
+                           log=print)
     meta = run_metadata()
     meta["load_average"] = {"before": [round(x, 2) for x in load_before],
                             "after": [round(x, 2) for x in os.getloadavg()]}

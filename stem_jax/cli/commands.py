@@ -321,7 +321,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if processes > 1:  # into its own resumable shard folder; `stem-jax score --out` merges them
         questions, out = share(engine.dataset.questions, pid, processes), shard_folder(out, pid, processes)
     # writes predictions.jsonl, fingerprint.json, metrics.json and metrics.md, as the API does
-    summary = engine.evaluate(out, method=method, questions=questions, overwrite=getattr(args, "overwrite", False))
+    summary = engine.evaluate(out, method=method, questions=questions, overwrite=getattr(args, "overwrite", False),
+                              overlap=getattr(args, "overlap", 1))
     wall = time.perf_counter() - start
     table = summary_table(summary)
     print(f"\n{engine.dataset.name}/{args.split}, method {method}, planner {label} (percent; F1/precision/recall are "

@@ -13,6 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from stem_jax import devices
 from stem_jax.cli import commands, distributed, gnn, planning, sweep
 from stem_jax.cli.args import (
     STEM_SECTIONS,
@@ -33,6 +34,16 @@ from stem_jax.cli.scr import add_train_scr_parser
 from stem_jax.cli.serve import add_bench_serve_parser, add_serve_parser
 from stem_jax.errors import UNWRITABLE, StemError, unwritable_message
 from stem_jax.methods import METHODS
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0 (0 = off), got {text!r}")
+    return value
 
 
 def add_method_flags(parser: argparse.ArgumentParser) -> None:
@@ -114,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--cpu-devices", default=None, metavar="N",
+                        help="XLA CPU devices to split traced batches over: a count or 'auto', one per core "
+                        f"(default ${devices.ENV}, else {devices.DEFAULT}). Accepted before or after the command. "
+                        "Ignored on a GPU or when XLA_FLAGS already sets --xla_force_host_platform_device_count")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=StemSubParser)
 
     demo = sub.add_parser("demo", help="run the pipeline on the generated demo KG (offline)",
@@ -153,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     distributed.add_distributed_flags(evaluate)
     evaluate.add_argument("--out", type=Path, default=None, metavar="DIR",
                           help="run folder (default runs/<dataset>-<split>-<planner>-<hash of the settings>)")
+    evaluate.add_argument("--overlap", type=non_negative_int, default=1, metavar="N",
+                          help="chunks traced ahead on a background thread while the one before is ranked and "
+                          "written (0: one chunk after the other; the predictions are the same)")
     evaluate.add_argument("--overwrite", action="store_true",
                           help="drop the predictions of a different run in --out instead of refusing to mix them")
     evaluate.set_defaults(func=commands.cmd_eval)
@@ -287,10 +305,42 @@ def _check_question_file(args: argparse.Namespace) -> None:
                     "docs/your-own-kg.md), or pass --split with a split that has a file, or --questions FILE")
 
 
+def take_cpu_devices(argv: list[str]) -> tuple[list[str], str | None]:
+    """``argv`` without its ``--cpu-devices N`` / ``--cpu-devices=N`` (wherever it stands), and N (None: absent).
+
+    Read before the command line is parsed, so it can stand after the command too, and before anything
+    starts JAX's backend (the device count is fixed then)."""
+    rest, value, i = [], None, 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            rest += argv[i:]
+            break
+        if token == "--cpu-devices":
+            if i + 1 >= len(argv):
+                raise StemError("--cpu-devices needs a value\n  how to fix: --cpu-devices N (1 = one device) or "
+                                "--cpu-devices auto")
+            value, i = argv[i + 1], i + 2
+            continue
+        if token.startswith("--cpu-devices="):
+            value, i = token.split("=", 1)[1], i + 1
+            continue
+        rest.append(token)
+        i += 1
+    return rest, value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    full = list(sys.argv[1:] if argv is None else argv)
+    try:
+        argv, cpu_devices = take_cpu_devices(full)
+        devices.configure_cpu_devices(cpu_devices)
+    except StemError as err:
+        print(f"stem-jax: error: {err}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.argv = full
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

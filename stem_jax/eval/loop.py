@@ -3,7 +3,8 @@
 Questions are retrieved in chunks of ``engine.chunk_questions``; each finished chunk is appended
 to ``predictions.jsonl`` and flushed, so a killed run resumes after the last written question and,
 because every metric is computed from what that file holds, ends with the same numbers as an
-uninterrupted run. The run scores the records it read at the start and those it appended, in the
+uninterrupted run. While one chunk is ranked and written, the next is anchored and traced on a background
+thread (``overlap``, :mod:`stem_jax.eval.overlap`; the same records in the same order). The run scores the records it read at the start and those it appended, in the
 file's order, rather than parsing the file it has just written again, and writes ``metrics.json`` and
 ``metrics.md`` (each atomically, replacing an earlier run's only once the new report is complete): every
 caller, ``stem-jax eval``, :meth:`stem_jax.engine.Engine.evaluate` and a sweep's grid points, leaves the
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from stem_jax.data.types import Question
 from stem_jax.errors import StemError
+from stem_jax.eval.overlap import retrieve_overlapped
 from stem_jax.eval.records import make_records
 from stem_jax.eval.report import run_metadata, summary_table, write_report
 from stem_jax.eval.run_folder import RunFolder, method_fingerprint, selection_of
@@ -34,6 +36,8 @@ from stem_jax.eval.scoring import (
 )
 from stem_jax.gc_pause import collector_paused
 from stem_jax.progress import progress
+
+DEFAULT_OVERLAP = 1  # chunks traced ahead of the one being ranked and written (0: none)
 
 if TYPE_CHECKING:  # annotations only: methods build on eval, never the other way at run time
     from stem_jax.methods.base import RetrievalMethod
@@ -51,6 +55,7 @@ def evaluate_method(
     overwrite: bool = False,
     selection: dict[str, Any] | None = None,
     report: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    overlap: int = DEFAULT_OVERLAP,
 ) -> dict[str, Any]:
     """Evaluate ``questions`` with ``method`` into ``out_dir`` (resumable), then score predictions.jsonl.
 
@@ -59,7 +64,9 @@ def evaluate_method(
     ``selection`` (default: ``questions`` themselves) records what the questions are a share of
     (:func:`~stem_jax.eval.run_folder.selection_of` the split, for a shard of a multi-process eval).
     ``report(summary)`` gives the fields ``metrics.json`` holds besides the run's metadata (default: the
-    summary itself); ``metrics.md`` is the summary's table."""
+    summary itself); ``metrics.md`` is the summary's table. ``overlap``: chunks traced ahead on a background
+    thread while the previous one is ranked and written (0: one chunk after the other; the records are the
+    same, in the same order)."""
     if not questions:
         raise StemError("no questions to evaluate: the selection is empty\n"
                         "  how to fix: check --hops, --limit, --split and the question file")
@@ -67,7 +74,8 @@ def evaluate_method(
     selection = selection_of(questions) if selection is None else selection
     with RunFolder.open(Path(out_dir), fingerprint, overwrite=overwrite, questions=questions, selection=selection,
                         log=log) as run:
-        summary = _evaluate_into(method, questions, run, chunk_size=chunk_size, show_progress=show_progress, log=log)
+        summary = _evaluate_into(method, questions, run, chunk_size=chunk_size, show_progress=show_progress, log=log,
+                                 overlap=overlap)
         write_metrics(run.path, summary if report is None else report(summary))
         return summary
 
@@ -154,7 +162,7 @@ class RunWriter:
 
 
 def _evaluate_into(method: RetrievalMethod, questions: Sequence[Question], run: Any, *, chunk_size: int,
-                   show_progress: bool, log: Callable[[str], None]) -> dict[str, Any]:
+                   show_progress: bool, log: Callable[[str], None], overlap: int) -> dict[str, Any]:
     writer = RunWriter(method, questions, run, log)
     todo = writer.todo
     with settled_heap() as settle:
@@ -164,9 +172,22 @@ def _evaluate_into(method: RetrievalMethod, questions: Sequence[Question], run: 
         settle()
         with progress(len(questions), f"eval {method.name}", "q", enabled=show_progress,
                       initial=len(questions) - len(todo)) as bar:
-            for start in range(0, len(todo), chunk_size):
-                chunk = todo[start : start + chunk_size]
-                writer.add(chunk, method.retrieve(chunk))
-                bar.update(len(chunk))
-                settle()
+            chunks = [todo[start : start + chunk_size] for start in range(0, len(todo), chunk_size)]
+            # one chunk has nothing to overlap with: no thread
+            ahead = overlap if len(chunks) > 1 else 0
+            with contextlib.closing(retrieved(method, chunks, ahead)) as pairs:
+                for chunk, retrievals in pairs:
+                    writer.add(chunk, retrievals)
+                    bar.update(len(chunk))
+                    settle()
         return writer.summary(prepared, prepare_seconds)
+
+
+def retrieved(method: RetrievalMethod, chunks: Sequence[Sequence[Question]], overlap: int,
+              ) -> Iterator[tuple[Sequence[Question], list[Any]]]:
+    """``(chunk, method.retrieve(chunk))`` per chunk in order; with ``overlap`` >= 1 (and a method that splits
+    its retrieval, STEM) up to that many chunks are traced ahead on a background thread while the caller
+    ranks and writes the one before (:mod:`stem_jax.eval.overlap`): the same records either way."""
+    if overlap >= 1:
+        return retrieve_overlapped(method, chunks, depth=overlap)
+    return ((chunk, method.retrieve(chunk)) for chunk in chunks)

@@ -18,6 +18,7 @@ answers it would get alone.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import threading
 import time
@@ -40,7 +41,7 @@ from stem_jax.methods.stem.plan import plan as plan_runs
 from stem_jax.methods.stem.rank import rank
 from stem_jax.methods.stem.settings import EffectiveSettings
 from stem_jax.methods.stem.trace import trace
-from stem_jax.methods.stem.types import Planner, Run, StemHyper, split_by_question
+from stem_jax.methods.stem.types import Planner, RankRules, Run, StemHyper, split_by_question
 from stem_jax.plan.factory import planned
 
 _LOCKS: weakref.WeakKeyDictionary[StemPipeline, threading.RLock] = weakref.WeakKeyDictionary()
@@ -54,6 +55,19 @@ def pipeline_lock(pipeline: StemPipeline) -> threading.RLock:
         if lock is None:
             lock = _LOCKS[pipeline] = threading.RLock()
         return lock
+
+
+@dataclasses.dataclass(frozen=True)
+class StagedChunk:
+    """A chunk :meth:`StemMethod.stage` has planned, anchored and traced, for :meth:`StemMethod.finish` to rank."""
+
+    questions: list[Question]
+    runs: list[list[Run]]  # per question, as traced
+    outputs: list[Any]  # per run, in the order of ``runs`` flattened
+    stage_ms: dict[str, float]
+    rules: RankRules
+    hyper: StemHyper
+    context: contextvars.Context | None = None  # the request scope the chunk was traced in
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,9 +370,31 @@ class StemMethod:
 
     def retrieve(self, questions: Sequence[Question]) -> list[Retrieval]:
         with self.lock, request_scope():
-            return self._retrieve(questions)
+            return self._finish(self._stage(questions))
 
-    def _retrieve(self, questions: Sequence[Question]) -> list[Retrieval]:
+    def stage(self, questions: Sequence[Question]) -> StagedChunk:
+        """The first part of :meth:`retrieve`: plan and encode what is not prepared, anchor and trace.
+
+        ``finish(stage(chunk))`` equals ``retrieve(chunk)``; the two halves may run in different threads, so a
+        caller can trace the next chunk while this one is ranked (:func:`stem_jax.eval.overlap.staged_ahead`)."""
+        with self.lock, request_scope():
+            staged = self._stage(questions)
+            # the request's shared vectors travel with the chunk: ranking (a learned answer scorer) reads them
+            return dataclasses.replace(staged, context=contextvars.copy_context())
+
+    def finish(self, staged: StagedChunk) -> list[Retrieval]:
+        """The rest of :meth:`retrieve` for a chunk :meth:`stage` returned: its answers ranked, in question order.
+
+        Runs without the pipeline lock (it reads only what the chunk carries and the immutable KG index), so
+        it overlaps the next chunk's :meth:`stage`; a learned answer scorer, which calls the text encoder,
+        takes the lock instead."""
+        guard = self.lock if staged.rules.scorer is not None else contextlib.nullcontext()
+        with guard:
+            if staged.context is None:
+                return self._finish(staged)
+            return staged.context.run(self._finish, staged)
+
+    def _stage(self, questions: Sequence[Question]) -> StagedChunk:
         for q in questions:  # a qid prepared on the fly for another question (other text or topic) is stale
             if q.qid in self._online and self._online[q.qid] != q:
                 del self._online[q.qid]
@@ -387,20 +423,27 @@ class StemMethod:
         traced = trace(resources, anchor(resources, chunk_runs, [self.hyper]))
         timings = traced.seconds
         stage_ms.update({"anchor": 1000 * timings["anchor"] / n, "trace": 1000 * timings["trace"] / n})
-        began = time.perf_counter()
         per_question = [self.runs[question.qid] for question in questions]
-        results = rank(resources.index, resources.rank_rules(), questions, per_question,
-                       split_by_question(traced.outputs[0], per_question), self.hyper, display=resources.context.display,
-                       stage_ms=stage_ms)
-        answer_ms = 1000 * (time.perf_counter() - began) / n
-        for retrieval in results:
-            retrieval.stage_ms["answer"] = answer_ms
         self.stage_seconds["anchor"] += timings["anchor"]
         self.stage_seconds["trace"] += timings["trace"]
-        self.stage_seconds["answer"] += answer_ms * n / 1000
+        # the chunk keeps its own runs: evicting them below (or another caller forgetting them) cannot touch it
         while self.keep_online and len(self._online) > max(self.keep_online, len(questions)):
             qid, _ = self._online.popitem(last=False)
             self.runs.pop(qid, None)
+        return StagedChunk(list(questions), per_question, traced.outputs[0], stage_ms, resources.rank_rules(),
+                           self.hyper)
+
+    def _finish(self, staged: StagedChunk) -> list[Retrieval]:
+        resources = self.pipeline
+        n = max(len(staged.questions), 1)
+        began = time.perf_counter()
+        results = rank(resources.index, staged.rules, staged.questions, staged.runs,
+                       split_by_question(staged.outputs, staged.runs), staged.hyper,
+                       display=resources.context.display, stage_ms=staged.stage_ms)
+        answer_ms = 1000 * (time.perf_counter() - began) / n
+        for retrieval in results:
+            retrieval.stage_ms["answer"] = answer_ms
+        self.stage_seconds["answer"] += answer_ms * n / 1000
         return results
 
 

@@ -1,0 +1,121 @@
+"""`stem-jax eval` end to end before and after a change, with flags per side, alternating: wall, CPU, predictions.
+
+    STEM_DATA_DIR=../shared/data python experiments/eval_overlap.py --before REV \\
+        --side after: --side "after-1dev:--cpu-devices 1" --flags "--hops 2" --planner pattern --rounds 2
+
+``--before REV`` runs from a checkout of REV (as ``predictions_identity.py`` makes them); each ``--side
+NAME:FLAGS`` runs this working tree with FLAGS added (``--overlap N``, ``--cpu-devices N``). Every run is a
+child process (``python -P``, its CPU seconds and peak RSS from ``os.wait4``) into a fresh folder, caches warm
+(one untimed run per side first unless ``--no-warm``); rounds alternate the sides' order, and the load average is
+recorded around each run. Every run's ``predictions.jsonl`` is compared with the first side's first run
+(answers, scores, evidence, coverage, overflow, θ; timings aside). Writes
+``experiments/results/eval-overlap-<dataset>-<planner>[-<tag>].{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from experiments.predictions_identity import compare, source_tree  # noqa: E402
+from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
+
+
+def run_once(tree: Path, out: Path, args: argparse.Namespace, flags: list[str]) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    command = [sys.executable, "-P", "-m", "stem_jax.cli.main", "eval", "--dataset", args.dataset, "--split", "test",
+               "--planner", args.planner, "--no-progress", "--out", str(out), *shlex.split(args.flags), *flags]
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+        began = time.perf_counter()
+        child = subprocess.Popen(command, cwd=tree, env=env, stdout=stdout, stderr=stderr)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - began
+        if os.waitstatus_to_exitcode(status) != 0:
+            stderr.seek(0)
+            raise SystemExit(f"eval failed in {tree}:\n{stderr.read().decode(errors='replace')[-3000:]}")
+    metrics = json.loads((out / "metrics.json").read_text())
+    return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+            "peak_rss_gib": round(usage.ru_maxrss / 2**20, 2), "load_before": round(load, 2),
+            "load_after": round(os.getloadavg()[0], 2), "questions": metrics["overall"]["n"],
+            "prepare_s": round(metrics.get("prepare_seconds", 0.0), 2),
+            "stage_s": {k: round(v / 1000, 2) for k, v in metrics.get("stage_ms_total_this_run", {}).items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--before", required=True, help="a commit: the side named 'before'")
+    parser.add_argument("--side", action="append", default=[], metavar="NAME:FLAGS",
+                        help="a side running this working tree with FLAGS added to eval's (repeatable)")
+    parser.add_argument("--planner", default="pattern")
+    parser.add_argument("--dataset", default="metaqa")
+    parser.add_argument("--flags", default="", help="eval flags of every side, e.g. '--hops 2'")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--no-warm", dest="warm", action="store_false", help="skip the untimed run per side")
+    parser.add_argument("--tag", default=None)
+    parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "identity")
+    args = parser.parse_args(argv)
+    args.runs.mkdir(parents=True, exist_ok=True)
+    sha, before_tree = source_tree(args.before, args.runs)
+    sides: dict[str, tuple[str, Path, list[str]]] = {"before": (sha, before_tree, [])}
+    for spec in args.side:
+        name, _, flags = spec.partition(":")
+        sides[name] = ("working tree", ROOT, shlex.split(flags))
+    scratch = Path(tempfile.mkdtemp(prefix="eval-overlap-"))
+    results: dict[str, list[dict]] = {side: [] for side in sides}
+    first: Path | None = None
+    try:
+        if args.warm:
+            for side, (_, tree, flags) in sides.items():
+                run_once(tree, scratch / f"warm-{side}", args, flags)
+        for r in range(args.rounds):
+            for side in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
+                _, tree, flags = sides[side]
+                out = scratch / f"{side}-{r}"
+                row = run_once(tree, out, args, flags)
+                first = first or out
+                found = compare(first, out)
+                row["identical_to_first"] = bool(found["identical"])
+                row["questions_differing"] = sum(found["differ"].values()) if isinstance(found["differ"], dict) else None
+                results[side].append(row)
+                print(f"round {r} {side}: {json.dumps(row)}", flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    rows = []
+    for side, (sha, _, flags) in sides.items():
+        for r, row in enumerate(results[side]):
+            rows.append([side, sha, " ".join(flags), r, row["questions"], row["wall_s"],
+                         round(row["questions"] / row["wall_s"]), row["cpu_s"], row["peak_rss_gib"],
+                         f"{row['load_before']} / {row['load_after']}", row["prepare_s"],
+                         ", ".join(f"{k} {v}" for k, v in sorted(row["stage_s"].items())),
+                         "yes" if row["identical_to_first"] else f"no ({row['questions_differing']})"])
+    meta = run_metadata()
+    shown = " ".join(argv if argv is not None else sys.argv[1:])
+    text = (f"`stem-jax eval --dataset {args.dataset} --split test --planner {args.planner} {args.flags}` end to end, "
+            f"caches warm, machine {meta['machine']} ({meta['cpu_count']} cores, shared), rounds alternating the "
+            "sides; predictions compared with the first timed run (timings aside).\n\nCommand: "
+            f"`python experiments/eval_overlap.py {shown}`\n\n"
+            + markdown_table(["side", "commit", "flags", "round", "questions", "wall s", "questions/s (wall)", "CPU s",
+                              "peak RSS GiB", "load before / after", "prepare s", "stage totals s",
+                              "predictions identical"], rows) + "\n")
+    name = f"eval-overlap-{args.dataset}-{args.planner}" + (f"-{args.tag}" if args.tag else "")
+    write_report(ROOT / "experiments" / "results", name,
+                 {"meta": meta, "sides": {k: {"commit": v[0], "flags": v[2]} for k, v in sides.items()},
+                  "runs": results}, text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
