@@ -96,9 +96,10 @@ class EncoderConfig:
     chunk_rows: int = 4096  # rows per TensorStore chunk (also the resume granularity)
     # Matmul operands of the online encodes (questions, schema texts, mentions): "bfloat16" (float32 accumulation;
     # faster on CPUs with bfloat16 matmuls, answers unchanged on the KGs tested: experiments/results/
-    # encoder-precision-accuracy.md) or "float32" (CPUs without bfloat16 matmuls).
+    # encoder-precision-accuracy.md), "float32" (slower there, faster on CPUs without them: encoder-dot-dtype-auto.md)
+    # or "auto": bfloat16 on accelerators and on CPUs whose flags name bfloat16 matmuls, else float32.
     # Embedding caches are always built in float32.
-    dot_dtype: str = "bfloat16"
+    dot_dtype: str = "auto"
     # What encodes a question online (the planners' question vectors): "minilm" (the model above, the same vectors
     # as every cache) or "student" (a one-layer encoder distilled into MiniLM's space, stem_jax/encoder/student.py:
     # about a sixth of MiniLM's work; its vectors are close to MiniLM's, not equal, so plans and answers can move:
@@ -325,7 +326,7 @@ _MAX_BATCH_WHY = ("a compiled batch holds runs x frontier x steps bindings, used
 _CHOICES = {
     "tracer.backend": ("auto", "blocks", "flat"),
     "encoder.name": ("minilm", "hashing"),
-    "encoder.dot_dtype": ("float32", "bfloat16"),
+    "encoder.dot_dtype": ("auto", "float32", "bfloat16"),
     "encoder.question_encoder": ("minilm", "student"),
     "engine.preset": ("default", "paper"),
     "engine.rank": ("beam", "max"),

@@ -57,13 +57,46 @@ def minilm_model_dir() -> Path:
     return model_dir
 
 
+# CPU flags of bfloat16 matmul instructions (x86: AVX512-BF16, AMX; Arm: BF16)
+BFLOAT16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
+    """The CPU feature flags Linux lists in /proc/cpuinfo (``flags`` on x86, ``Features`` on Arm); empty elsewhere."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return frozenset()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+def resolve_dot_dtype(dot_dtype: str, *, platform: str | None = None, flags: frozenset[str] | None = None) -> str:
+    """``encoder.dot_dtype`` as the encoder runs it: "auto" is bfloat16 on an accelerator or on a CPU with bfloat16
+    matmul instructions, float32 on any other CPU (where bfloat16 operands are converted in software and run
+    slower than float32); "float32" and "bfloat16" stay as given."""
+    if dot_dtype != "auto":
+        return dot_dtype
+    if platform is None:
+        import jax
+
+        platform = jax.default_backend()
+    if platform != "cpu":
+        return "bfloat16"
+    return "bfloat16" if (cpu_flags() if flags is None else flags) & BFLOAT16_CPU_FLAGS else "float32"
+
+
 def get_encoder(config: EncoderConfig) -> TextEncoder:
     """Build the encoder named by ``config.name``: "minilm" (the paper's PEM) or "hashing" (tests)."""
     if config.name == "minilm":
         from stem_jax.encoder.minilm import MiniLMEncoder
 
         return MiniLMEncoder(minilm_model_dir(), batch_size=config.batch_size, max_length=config.max_length,
-                             dot_dtype=config.dot_dtype, question_encoder=config.question_encoder)
+                             dot_dtype=resolve_dot_dtype(config.dot_dtype), question_encoder=config.question_encoder)
     if config.name == "hashing":
         from stem_jax.encoder.hashing import HashingEncoder
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from stem_jax.config import EncoderConfig, StemConfig, apply_overrides, field_problem
 from stem_jax.encoder import HashingEncoder, encode_exact, get_encoder, keyed_cache_path, open_or_build
+from stem_jax.encoder.base import cpu_flags, resolve_dot_dtype
 from stem_jax.encoder.bert import _LowPrecisionDense
 from stem_jax.encoder.minilm import cast_kernels
 
@@ -58,10 +59,28 @@ def test_cast_kernels_casts_only_the_dense_kernels():
 
 
 def test_dot_dtype_is_a_checked_config_field():
-    assert EncoderConfig().dot_dtype == "bfloat16"
+    assert EncoderConfig().dot_dtype == "auto"
     assert apply_overrides(StemConfig(), {"encoder.dot_dtype": "float32"}).encoder.dot_dtype == "float32"
     assert field_problem("encoder.dot_dtype", "float16") is not None
     assert field_problem("encoder.dot_dtype", "bfloat16") is None
+    assert field_problem("encoder.dot_dtype", "auto") is None
+
+
+X86_WITH_BF16 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16\n"
+X86_WITHOUT = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n"
+ARM_WITH_BF16 = "processor\t: 0\nFeatures\t: fp asimd bf16 i8mm\n"
+
+
+def test_auto_dot_dtype_is_bfloat16_only_where_the_hardware_multiplies_it():
+    assert cpu_flags(X86_WITH_BF16) >= {"avx2", "avx512_bf16"}
+    assert cpu_flags("no flags here") == frozenset()
+    assert resolve_dot_dtype("auto", platform="cpu", flags=cpu_flags(X86_WITH_BF16)) == "bfloat16"
+    assert resolve_dot_dtype("auto", platform="cpu", flags=cpu_flags(ARM_WITH_BF16)) == "bfloat16"
+    assert resolve_dot_dtype("auto", platform="cpu", flags=cpu_flags(X86_WITHOUT)) == "float32"
+    assert resolve_dot_dtype("auto", platform="gpu", flags=frozenset()) == "bfloat16"
+    for chosen in ("float32", "bfloat16"):  # an explicit choice stays
+        assert resolve_dot_dtype(chosen, platform="cpu", flags=cpu_flags(X86_WITH_BF16)) == chosen
+        assert resolve_dot_dtype(chosen, platform="gpu", flags=frozenset()) == chosen
 
 
 class _TwoPathEncoder(HashingEncoder):
