@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,12 +35,12 @@ from experiments.predictions_identity import source_tree  # noqa: E402
 from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 
-def run_once(tree: Path, out: Path, planner: str, dataset: str = "metaqa") -> dict:
-    """One eval in a child process; its own CPU time and peak RSS come from ``os.wait4`` (the children's
-    totals of ``getrusage`` would carry the largest RSS of any earlier run into every later row)."""
+def run_once(tree: Path, out: Path, planner: str, dataset: str = "metaqa", extra: Sequence[str] = ()) -> dict:
+    """One eval in a child process (``extra``: more eval flags); its own CPU time and peak RSS come from ``os.wait4``
+    (the children's totals of ``getrusage`` would carry the largest RSS of any earlier run into every later row)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     command = [sys.executable, "-P", "-m", "stem_jax.cli.main", "eval", "--dataset", dataset, "--split", "test",
-               "--planner", planner, "--no-progress", "--out", str(out)]
+               "--planner", planner, "--no-progress", "--out", str(out), *extra]
     load = os.getloadavg()[0]
     with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
         began = time.perf_counter()
@@ -54,6 +55,7 @@ def run_once(tree: Path, out: Path, planner: str, dataset: str = "metaqa") -> di
     return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
             "peak_rss_gib": round(usage.ru_maxrss / 2**20, 2), "load_before": round(load, 2),
             "load_after": round(os.getloadavg()[0], 2), "questions": metrics["overall"]["n"],
+            "prepare_s": round(metrics.get("prepare_seconds", 0.0), 2),
             "stage_s": {k: round(v / 1000, 2) for k, v in metrics.get("stage_ms_total_this_run", {}).items()}}
 
 

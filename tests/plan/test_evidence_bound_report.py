@@ -3,16 +3,18 @@ no graph yields exactly the gold answers."""
 
 import json
 
+from triple_tables import rows
+
 from stem_jax.cli.main import main
 
-TRIPLES = [
-    ("Ana", "plays_in_club", "Club_X"),
-    ("Ben", "plays_in_club", "Club_X"),
-    ("Cai", "plays_in_club", "Club_Y"),
-    ("Ana", "plays_position", "Forward"),
-    ("Cai", "plays_position", "Forward"),
-    ("Ben", "plays_position", "Goalkeeper"),
-]
+TRIPLES = rows("""
+    Ana | plays_in_club  | Club_X
+    Ben | plays_in_club  | Club_X
+    Cai | plays_in_club  | Club_Y
+    Ana | plays_position | Forward
+    Cai | plays_position | Forward
+    Ben | plays_position | Goalkeeper
+""")
 QUESTIONS = [
     # two topics: the tree Club_X + Forward yields exactly {Ana}
     {"id": "tree", "question": "which forward plays for Club_X", "answers": ["Ana"],
