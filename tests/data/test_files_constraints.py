@@ -3,22 +3,14 @@
 import json
 
 import pytest
-from triple_tables import rows
+from triple_tables import CLUBS_AND_POSITIONS
 
 from stem_jax.data.files import load_files, question_record
 from stem_jax.data.types import PathStep
 from stem_jax.errors import DataError
 from stem_jax.plan.oracle import OraclePlanner
 
-# Two clubs, two positions: only Ana plays for Club_X as a Forward.
-TRIPLES = rows("""
-    Ana | plays_in_club  | Club_X
-    Ben | plays_in_club  | Club_X
-    Cai | plays_in_club  | Club_Y
-    Ana | plays_position | Forward
-    Cai | plays_position | Forward
-    Ben | plays_position | Goalkeeper
-""")
+TRIPLES = CLUBS_AND_POSITIONS
 CONJUNCTION = {"id": "c1", "question": "which forward plays for Club_X", "answers": ["Ana"],
                "constraints": [["Club_X", ["^plays_in_club"]], ["Forward", ["^plays_position"]]]}
 

@@ -3,18 +3,11 @@ no graph yields exactly the gold answers."""
 
 import json
 
-from triple_tables import rows
+from triple_tables import CLUBS_AND_POSITIONS
 
 from stem_jax.cli.main import main
 
-TRIPLES = rows("""
-    Ana | plays_in_club  | Club_X
-    Ben | plays_in_club  | Club_X
-    Cai | plays_in_club  | Club_Y
-    Ana | plays_position | Forward
-    Cai | plays_position | Forward
-    Ben | plays_position | Goalkeeper
-""")
+TRIPLES = CLUBS_AND_POSITIONS
 QUESTIONS = [
     # two topics: the tree Club_X + Forward yields exactly {Ana}
     {"id": "tree", "question": "which forward plays for Club_X", "answers": ["Ana"],
