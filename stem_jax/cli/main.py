@@ -24,6 +24,7 @@ from stem_jax.cli.args import (
     add_dataset_flags,
     add_help_all,
     annotate_defaults,
+    command_parser,
     disable_abbreviations,
     mark_advanced,
     positive_int,
@@ -131,37 +132,26 @@ def build_parser() -> argparse.ArgumentParser:
                         "Ignored on a GPU or when XLA_FLAGS already sets --xla_force_host_platform_device_count")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=StemSubParser)
 
-    demo = sub.add_parser("demo", help="run the pipeline on the generated demo KG (offline)",
+    demo = command_parser(sub, "demo", help="run the pipeline on the generated demo KG (offline)",
                           description="Generate the demo KG, index it, encode it, and print a result table.")
-    add_dataset_flags(demo)
-    add_cache_flags(demo)
-    add_config_flags(demo)
     demo.add_argument("--out", type=Path, default=None, help="where to write demo.json/.md (default runs/demo)")
     demo.set_defaults(func=commands.cmd_demo)
 
-    index = sub.add_parser("index", help="build the embedding caches of a dataset's KG",
+    index = command_parser(sub, "index", dataset="metaqa", help="build the embedding caches of a dataset's KG",
                            description="Encode entities, relations and serialized triples once into TensorStore; "
                            "a rerun is a no-op and a killed run resumes.")
-    add_dataset_flags(index, default="metaqa")
-    add_cache_flags(index)
-    add_config_flags(index)
     index.set_defaults(func=commands.cmd_index)
 
-    stats = sub.add_parser("data-stats", help="question counts, subgraph sizes and answer coverage",
+    stats = command_parser(sub, "data-stats", cache=False, help="question counts, subgraph sizes and answer coverage",
                            description="Load a dataset, report skipped records, per-question subgraph sizes, "
                            "the share of questions whose answers are inside, and the gold-path upper bound.")
-    add_dataset_flags(stats)
-    add_config_flags(stats)
     stats.add_argument("--out", type=Path, default=None, help="write JSON + Markdown here")
     stats.add_argument("--no-progress", action="store_true", help="hide progress bars")
     stats.set_defaults(func=commands.cmd_data_stats)
 
-    evaluate = sub.add_parser("eval", help="trace a whole split and score it (resumable)",
+    evaluate = command_parser(sub, "eval", help="trace a whole split and score it (resumable)",
                               description="Plan, anchor and trace every question of a split, write predictions.jsonl "
                               "(resumable: a rerun skips finished questions), metrics.json and metrics.md.")
-    add_dataset_flags(evaluate)
-    add_cache_flags(evaluate)
-    add_config_flags(evaluate)
     planning.add_planner_flags(evaluate, plans=True)
     gnn.add_guidance_flags(evaluate)
     add_method_flags(evaluate)
