@@ -66,6 +66,18 @@ def write_arrays_with_manifest(folder: Path, prefix: str, arrays: dict[str, Any]
             stale.unlink(missing_ok=True)
 
 
+def save_model_files(folder: Path, prefix: str, arrays: dict[str, Any], manifest: str, meta: dict[str, Any], *,
+                     what: str, fix: str) -> None:
+    """:func:`write_arrays_with_manifest` for a trained model, an OSError reported as a StemError naming ``what``
+    could not be written and how to ``fix`` it."""
+    from stem_jax.errors import StemError
+
+    try:
+        write_arrays_with_manifest(Path(folder), prefix, arrays, manifest, meta)
+    except OSError as err:
+        raise StemError(f"{folder}: cannot write the {what} ({err.strerror or err})\n  how to fix: {fix}") from None
+
+
 def read_arrays_with_manifest(folder: Path, manifest: str, damaged: Any) -> tuple[dict[str, Any], dict[str, Any], str]:
     """What :func:`write_arrays_with_manifest` wrote: (meta, arrays, the arrays' sha256). A missing or unreadable
     file, or arrays whose sha256 differs from the recorded one, raise ``damaged(why)`` (an exception to raise)."""

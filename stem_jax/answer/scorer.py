@@ -171,17 +171,14 @@ class AnswerScorer:
         return self.report.get("arrays_sha256", "")
 
     def save(self, folder: Path) -> None:
-        from stem_jax.atomic import write_arrays_with_manifest
+        from stem_jax.atomic import save_model_files
 
         arrays = {f"params/{k}": np.asarray(v) for k, v in self.params.items()}
         meta = {"kind": "answer-scorer", "encoder": self.encoder_name, "temperature": self.temperature,
                 "cut": self.cut, "calibration": list(self.calibration), "type_keys": self.vocabulary.keys,
                 "features": list(self.features), "report": self.report}
-        try:
-            write_arrays_with_manifest(Path(folder), "scorer", arrays, SCORER_FILE, meta)
-        except OSError as err:
-            raise StemError(f"{folder}: cannot write the answer scorer ({err.strerror or err})\n"
-                            "  how to fix: make the cache folder writable (STEM_CACHE_DIR or --cache-dir)") from None
+        save_model_files(folder, "scorer", arrays, SCORER_FILE, meta, what="answer scorer",
+                         fix="make the cache folder writable (STEM_CACHE_DIR or --cache-dir)")
 
     @classmethod
     def load(cls, folder: Path) -> AnswerScorer:

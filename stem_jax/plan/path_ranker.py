@@ -447,7 +447,7 @@ class PathRanker:
     # ----- persistence ----------------------------------------------------------------------------
     def save(self, folder: Path) -> None:
         """``ranker.json`` + ``ranker-<sha>.npz`` in ``folder`` (the arrays first, then the JSON naming them)."""
-        from stem_jax.atomic import write_arrays_with_manifest
+        from stem_jax.atomic import save_model_files
 
         texts = sorted(self.relation_bank)
         arrays = {f"params/{k}": np.asarray(v) for k, v in self.params.items()}
@@ -458,11 +458,8 @@ class PathRanker:
         if self.tower is not None:  # the fine-tuned question layers (the layers below are the shipped encoder's)
             arrays.update({f"tower/{k}": v for k, v in self.tower.arrays().items()})
             meta["tower"] = {"split": self.tower.split, "layers": self.tower.layers}
-        try:
-            write_arrays_with_manifest(Path(folder), "ranker", arrays, RANKER_FILE, meta)
-        except OSError as err:
-            raise StemError(f"{folder}: cannot write the path planner ({err.strerror or err})\n"
-                            "  how to fix: make the folder writable, or pass --out a writable folder") from None
+        save_model_files(folder, "ranker", arrays, RANKER_FILE, meta, what="path planner",
+                         fix="make the folder writable, or pass --out a writable folder")
 
     @classmethod
     def load(cls, folder: Path, *, tower_factory: Callable[[int], Any] | None = None, **overrides: Any) -> PathRanker:

@@ -501,7 +501,7 @@ class PatternPlanner:
 
         from flax.traverse_util import flatten_dict
 
-        from stem_jax.atomic import write_arrays_with_manifest
+        from stem_jax.atomic import save_model_files
 
         folder = Path(folder)
         flat = {"params/" + "/".join(k): np.asarray(v) for k, v in flatten_dict(self.params).items()}
@@ -513,11 +513,8 @@ class PatternPlanner:
             "report": self.report,
         }
         with planner_lock(folder):
-            try:
-                write_arrays_with_manifest(folder, "arrays", arrays, PLANNER_FILE, meta)
-            except OSError as err:
-                raise StemError(f"{folder}: cannot write the pattern planner ({err.strerror or err})\n"
-                                "  how to fix: make the folder writable, or pass --out a writable folder") from None
+            save_model_files(folder, "arrays", arrays, PLANNER_FILE, meta, what="pattern planner",
+                             fix="make the folder writable, or pass --out a writable folder")
 
     @classmethod
     def load(cls, folder: Path, encoder: TextEncoder | None = None, **overrides: Any) -> PatternPlanner:
