@@ -236,6 +236,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(str(err).split("\n")[0].removeprefix("expected: ")) from None
 
 
+def non_negative_int(text: str) -> int:
+    """A flag taking a whole number where 0 turns something off (``--overlap``, ``--keep-prepared``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0 (0 = off), got {text!r}")
+    return value
+
+
 # The per-loader file flags of add_dataset_flags: (flag, type, metavar, help).
 LOADER_FILE_FLAGS: tuple[tuple[str, Callable[[str], Any], str, str], ...] = (
     ("--qtypes", Path, "FILE", "metaqa: relation-path type of each --questions line (the oracle needs it)"),

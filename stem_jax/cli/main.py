@@ -27,6 +27,7 @@ from stem_jax.cli.args import (
     command_parser,
     disable_abbreviations,
     mark_advanced,
+    non_negative_int,
     positive_int,
 )
 from stem_jax.cli.bench import add_bench_stages_parser
@@ -35,16 +36,6 @@ from stem_jax.cli.scr import add_train_scr_parser
 from stem_jax.cli.serve import add_bench_serve_parser, add_serve_parser
 from stem_jax.errors import UNWRITABLE, StemError, unwritable_message
 from stem_jax.methods import METHODS
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0 (0 = off), got {text!r}")
-    return value
 
 
 def add_method_flags(parser: argparse.ArgumentParser) -> None:

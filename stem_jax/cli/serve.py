@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from stem_jax.cli.args import command_parser, config_from_args, positive_int
+from stem_jax.cli.args import command_parser, config_from_args, non_negative_int, positive_int
 from stem_jax.cli.commands import method_options
 from stem_jax.cli.engine_args import open_engine
 from stem_jax.cli.gnn import add_guidance_flags
@@ -57,7 +57,7 @@ def add_serve_parser(sub, add_method_flags) -> None:
                    help="longest a question waits for others to join its batch (default 5 ms)")
     p.add_argument("--queue-size", dest="queue_size", type=positive_int, default=256,
                    help="questions admitted and waiting at most; more are refused with 503 + Retry-After (default 256)")
-    p.add_argument("--keep-prepared", dest="keep_prepared", type=_non_negative_int, default=4096,
+    p.add_argument("--keep-prepared", dest="keep_prepared", type=non_negative_int, default=4096,
                    help="questions whose prepared runs (plans, grounding, guidance) are kept, so asking one again "
                         "only traces it (default 4096; 0 prepares every request afresh)")
     p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
@@ -65,16 +65,6 @@ def add_serve_parser(sub, add_method_flags) -> None:
     p.add_argument("--log-level", dest="log_level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"), help="uvicorn's log level")
     p.set_defaults(func=cmd_serve)
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0 (e.g. 4096)")
-    return value
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
