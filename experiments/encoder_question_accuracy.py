@@ -5,7 +5,7 @@
 
 ``online_setting_accuracy.py`` over ``encoder.question_encoder`` = minilm, student: per KG one engine (pattern
 planner, defaults otherwise, schema texts made online) whose template classifier reads its question vectors from
-``encoder.encode_questions`` (the planner's ``embed_fn``); KG rows and schema texts are MiniLM's in both. A path
+``encoder.encode_questions``, which the pattern planner reads; KG rows and schema texts are MiniLM's in both. A path
 ranker's question side (webqsp-r, cwq-e) is left as it is: its tuned tower runs its own MiniLM layers, and a
 frozen one shares its encode with the relation texts. Writes ``experiments/results/encoder-question-accuracy.{json,md}``.
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -22,26 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from online_setting_accuracy import main as compare  # noqa: E402
 
 
-def route_questions(engine: Any) -> None:
-    """Point every template classifier of ``engine``'s planner (inside a mixed or branch planner too) at the
-    encoder's question encode."""
-    from stem_jax.plan.pattern import PatternPlanner
-
-    todo, seen = [engine.planner], set()
-    while todo:
-        planner = todo.pop()
-        if planner is None or id(planner) in seen:
-            continue
-        seen.add(id(planner))
-        if isinstance(planner, PatternPlanner):
-            planner.embed_fn = engine.encoder.encode_questions
-        todo += [getattr(planner, name, None) for name in ("first", "second", "base")]
-
-
 def main(argv: list[str] | None = None) -> int:
     defaults = {"field": "encoder.question_encoder", "values": "minilm,student", "name": "encoder-question-accuracy",
                 "per_hop": 1000, "datasets": "demo,metaqa,wc2014,webqsp-r"}
-    return compare(argv, script="experiments/encoder_question_accuracy.py", defaults=defaults, prepare=route_questions,
+    return compare(argv, script="experiments/encoder_question_accuracy.py", defaults=defaults,
                    about="The planner's question vectors from MiniLM (bfloat16 matmuls, today's online forward) or "
                          "from the distilled one-layer student; KG rows and schema texts are MiniLM's in both.")
 

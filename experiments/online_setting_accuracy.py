@@ -20,7 +20,6 @@ import argparse
 import json
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,13 +59,10 @@ def open_args(dataset: str) -> tuple[str, dict]:
     return dataset, {}
 
 
-def run(dataset: str, field: str, value: str, per_hop: int | None, out: Path,
-        prepare: Callable[[Engine], None] | None = None) -> tuple[dict, dict]:
+def run(dataset: str, field: str, value: str, per_hop: int | None, out: Path) -> tuple[dict, dict]:
     config = apply_overrides(StemConfig(), {field: value})
     name, fields = open_args(dataset)
     engine = Engine.open(name, config=config, planner="pattern", **fields)
-    if prepare is not None:  # what a wrapper script wires before the run (e.g. the planner's question encoder)
-        prepare(engine)
     engine.method("stem").resources.cache_dir = None  # schema texts made online, under the value tested
     questions = sample(engine.dataset.questions, per_hop)
     metrics = engine.evaluate(out, questions=questions, show_progress=False, overwrite=True)
@@ -79,10 +75,9 @@ def run(dataset: str, field: str, value: str, per_hop: int | None, out: Path,
 
 
 def main(argv: list[str] | None = None, *, script: str = "experiments/online_setting_accuracy.py",
-         defaults: dict | None = None, about: str = "", prepare: Callable[[Engine], None] | None = None) -> int:
+         defaults: dict | None = None, about: str = "") -> int:
     """``defaults`` presets the options (a wrapper script's field, values, labels, name, datasets, per-hop);
-    ``about`` is the results file's sentence on what the two values are; ``prepare(engine)`` runs on each engine
-    once it is open."""
+    ``about`` is the results file's sentence on what the two values are."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--field", help="the setting compared, e.g. encoder.dot_dtype")
     parser.add_argument("--values", help="its two values, comma-separated: the reference, then the one tested")
@@ -107,7 +102,7 @@ def main(argv: list[str] | None = None, *, script: str = "experiments/online_set
                 print(f"{dataset}: skipped, no GNN checkpoint in runs/{GNN_WEBQSP.name}", flush=True)
                 continue
             per_hop = args.per_hop if dataset == "metaqa" and args.per_hop else None
-            (ma, pa), (mb, pb) = (run(dataset, args.field, v, per_hop, Path(tmp) / f"{dataset}-{i}", prepare)
+            (ma, pa), (mb, pb) = (run(dataset, args.field, v, per_hop, Path(tmp) / f"{dataset}-{i}")
                                   for i, v in enumerate(values))
             same = sum(pb.get(k) == v for k, v in pa.items())
             groups = {}

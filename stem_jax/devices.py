@@ -2,9 +2,9 @@
 
 XLA's CPU backend shows one device unless told otherwise. The eval loop splits every traced batch over the
 local devices (:mod:`stem_jax.eval.sharding`), so with one CPU device per core a batch's tracing runs on all
-cores, with the same outputs as on one device. One device stays the default because on the shared 2-core
-CPU this project measures on, two devices traced the MetaQA split slower, not faster (docs/multi-device.md):
-the shards of a batch wait for each other, and XLA already spreads one device's work over a thread pool.
+cores, with the same outputs as on one device. One device stays the default: the shards of a batch wait for
+each other, and XLA already spreads one device's work over a thread pool, so more devices can be slower; the
+measured figures are in docs/multi-device.md.
 The device count is fixed when JAX creates its CPU backend (at the first device use, not at ``import jax``),
 so it must be chosen before that:
 
@@ -71,7 +71,7 @@ def cpu_platform_possible() -> bool:
     return not platforms or platforms.split(",")[0].strip().lower() == "cpu"
 
 
-DEFAULT = "1"  # what measured best on the 2-core CPU (module docstring); "auto" gives one device per core
+DEFAULT = "1"  # the measured best (docs/multi-device.md); "auto" gives one device per core
 
 
 def wanted_cpu_devices(value: str | int | None = None) -> int:
