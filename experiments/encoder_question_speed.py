@@ -25,7 +25,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from encoder_question_accuracy import route_questions  # noqa: E402
 from paper_common import fresh_metaqa_2hop, load_averages  # noqa: E402
 
 from stem_jax.bench.stages import STAGES, StageTimer  # noqa: E402
@@ -47,7 +46,6 @@ def main() -> int:
 
     engine, calls = fresh_metaqa_2hop(args.batch_sizes, args.calls)
     encoder = engine.encoder
-    route_questions(engine)
     loaded = load_dataset(DatasetSpec(name="metaqa", split="test", hops=(1, 2, 3)))
     wordings = sorted({mask_topics(q.text, topic_names(q, None))[0] for q in loaded.questions})
     tokens = [len(t) for t in encoder.tokenizer.tokenize(wordings)]
