@@ -130,6 +130,19 @@ def match_anchor(schema: SchemaGraph, entity_name: str) -> str | None:
     return lowered[close[0]] if close else None
 
 
+def anchor_closeness(constant: str, entity_name: str) -> float:
+    """How closely a schema constant names an entity: 2 exact, 1.5 up to case, else difflib's ratio (<= 1).
+
+    :func:`match_anchor` accepts fuzzy names, so two topic entities with similar names ("Billy Ray
+    Cyrus", "Miley Cyrus") can both match one constant; the closer one is the entity the plan means.
+    """
+    if constant == entity_name:
+        return 2.0
+    if constant.lower() == entity_name.lower():
+        return 1.5
+    return difflib.SequenceMatcher(None, entity_name.lower(), constant.lower()).ratio()
+
+
 @dataclasses.dataclass(frozen=True)
 class GroundedPlan:
     """A schema graph traced from one anchor, as int arrays the tracer consumes.

@@ -94,3 +94,26 @@ def test_plan_stage_counts_a_plan_lost_only_when_no_topic_anchors_it(res):
     # the first plan anchors (the other topic it leaves out is no failure); the second names no topic: lost once
     assert len(runs[0]) >= 1 and {r.beam for r in runs[0]} == {0}
     assert skipped == {"no schema node matches a topic entity": 1}
+
+
+def test_plan_stage_traces_a_named_topic_from_it_alone_not_from_a_similarly_named_one(res):
+    from stem_jax.methods.stem.plan import plan
+
+    schema = SchemaGraph((SchemaTriple("entity 1", "rel_0", "[ENT1]"),), "[ENT1]", "Precision")
+    # "entity 2" fuzzily matches the constant "entity 1" too (difflib ratio 0.875); the plan means entity 1
+    question = Question("two", "rel_0 of entity 1 and entity 2", ("entity 2", "entity 1"), ())
+    runs, skipped = plan(res, [question], lambda q, index: [schema])
+    assert [r.mention for r in runs[0]] == ["entity 1"]
+    assert skipped == {}
+    # a topic that only fuzzily matches still anchors the plan when no closer topic claims the constant
+    alone = Question("one", "rel_0 of entity 2", ("entity 2",), ())
+    runs, _ = plan(res, [alone], lambda q, index: [schema])
+    assert [r.mention for r in runs[0]] == ["entity 2"]
+
+
+def test_anchor_closeness_prefers_exact_then_case_then_similar_names():
+    from stem_jax.plan.schema import anchor_closeness
+
+    assert anchor_closeness("Billy Ray Cyrus", "Billy Ray Cyrus") > anchor_closeness("Billy Ray Cyrus", "billy ray cyrus")
+    assert anchor_closeness("Billy Ray Cyrus", "billy ray cyrus") > anchor_closeness("Billy Ray Cyrus", "Miley Cyrus")
+    assert 0.6 <= anchor_closeness("Billy Ray Cyrus", "Miley Cyrus") < 1.0

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from stem_jax.data.types import Question
 from stem_jax.methods.stem.resources import StemResources
 from stem_jax.methods.stem.types import Planner, Run, fold_name
-from stem_jax.plan.schema import ground, match_anchor
+from stem_jax.plan.schema import anchor_closeness, ground, match_anchor
 from stem_jax.trace.tracer import EXACT, FOLDED
 
 
@@ -71,6 +71,16 @@ def plan(res: StemResources, questions: Sequence[Question], planner: Planner,
                     unmatched += 1
                     continue
                 matched.append((topic, anchor_name, anchor, named))
+            if len(matched) > 1:
+                # a constant matched by several topics (fuzzy names) names the closest of them only
+                closeness = [2.0 if topic in schema.constants() else anchor_closeness(name, res.display(topic))
+                             for topic, name, _, _ in matched]
+                best = defaultdict(float)
+                for (_, name, _, _), close in zip(matched, closeness, strict=True):
+                    best[name] = max(best[name], close)
+                kept = [m for m, close in zip(matched, closeness, strict=True) if close >= best[m[1]]]
+                unmatched += len(matched) - len(kept)
+                matched = kept
             if unmatched and not matched:
                 # a plan from one of several topics leaves the others out: only a plan no topic anchors is lost
                 skipped["no schema node matches a topic entity"] += 1
