@@ -63,6 +63,20 @@ def kinds(data: Path) -> dict[str, str]:
     return out
 
 
+def value_condition_of(data: Path) -> dict[str, str]:
+    """qid -> whether the question's wording states a value condition (a date, comparison, superlative or number
+    outside its topic names: :func:`stem_jax.data.conditions.value_conditions`), which a KG without literal values
+    cannot apply."""
+    from stem_jax.data.conditions import value_conditions
+
+    out = {}
+    for line in (data / "dev.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        stated = value_conditions(record["question"], record.get("topic_entities") or [])
+        out[record["id"]] = "value condition" if stated else "no value condition"
+    return out
+
+
 def summarise(per_question: dict[str, dict[str, float]], kind_of: dict[str, str]) -> dict[str, dict]:
     """Mean Hit / Hit@1 / F1 over every dev question and per kind; a question with no record is a miss."""
     out = {}
@@ -71,6 +85,17 @@ def summarise(per_question: dict[str, dict[str, float]], kind_of: dict[str, str]
         rows = [per_question.get(q, {"hit": 0.0, "hit_at_1": 0.0, "f1": 0.0}) for q in qids]
         out[kind] = {"n": len(qids), **{m: sum(r[m] for r in rows) / max(len(rows), 1)
                                         for m in ("hit", "hit_at_1", "f1")}}
+    return out
+
+
+def by_condition(per_question: dict[str, dict[str, float]], condition_of: dict[str, str]) -> dict[str, dict]:
+    """Mean Hit / Hit@1 / F1 over the questions that state a value condition and over the rest."""
+    out = {}
+    for group in ("value condition", "no value condition"):
+        rows = [per_question.get(q, {"hit": 0.0, "hit_at_1": 0.0, "f1": 0.0})
+                for q, g in condition_of.items() if g == group]
+        out[group] = {"n": len(rows), **{m: sum(r[m] for r in rows) / max(len(rows), 1)
+                                         for m in ("hit", "hit_at_1", "f1")}}
     return out
 
 
@@ -98,16 +123,29 @@ def write_tree_plans(data: Path, path: Path) -> int:
     return len(lines)
 
 
-def run_row(name: str, data: Path, out: Path, kind_of: dict[str, str], reuse: bool) -> dict:
+def hop_row(hops: int, cache: Path, data: Path) -> dict:
+    """A row for a pattern planner whose path ranker enumerates paths of up to ``hops`` steps, trained (when its
+    cache has none yet) and evaluated with its own cache folder, so its planner and answer scorer stand apart from
+    the default's."""
+    env = {**os.environ, "STEM_CACHE_DIR": str(cache)}
+    train = ["train-planner", "--dataset", "files", "--data-dir", str(data), "--no-progress",
+             "--planner.path_max_hops", str(hops)]
+    if not (cache / f"files-{data.name}" / "planners").is_dir():
+        subprocess.run([sys.executable, "-m", "stem_jax.cli.main", *train], env=env, check=True)
+    return {"flags": ["--planner", "pattern"], "env": env, "train": "stem-jax " + " ".join(train)}
+
+
+def run_row(name: str, data: Path, out: Path, kind_of: dict[str, str], reuse: bool,
+            extra: dict | None = None) -> dict:
     if name == "oracle-tree":
         write_tree_plans(data, out.parent / "oracle-tree-plans.jsonl")
-    flags = [f.format(data=data, runs=out.parent) for f in ROWS[name]]
+    flags = extra["flags"] if extra else [f.format(data=data, runs=out.parent) for f in ROWS[name]]
     command = [sys.executable, "-m", "stem_jax.cli.main", "eval", "--dataset", "files", "--data-dir", str(data),
                "--split", "dev", "--out", str(out), "--no-progress", *flags]
     seconds = None
     if not (reuse and (out / "metrics.json").exists()):
         began = time.perf_counter()
-        done = subprocess.run([*command, "--overwrite"], env=os.environ.copy())
+        done = subprocess.run([*command, "--overwrite"], env=extra["env"] if extra else os.environ.copy())
         seconds = time.perf_counter() - began
         if done.returncode != 0:
             return {"command": "stem-jax " + " ".join(command[3:]), "failed": f"exit status {done.returncode}"}
@@ -116,16 +154,20 @@ def run_row(name: str, data: Path, out: Path, kind_of: dict[str, str], reuse: bo
     per_question = {r["id"]: scorer.strict_metrics(r["prediction"], r["ground_truth"]) for r in records}
     mids = sum(1 for r in records for p in r["prediction"] if p.startswith(("m.", "g.")))
     metrics = json.loads((out / "metrics.json").read_text())
-    return {"command": "stem-jax " + " ".join(command[3:]), "seconds": seconds, "mids_returned": mids,
-            "planner": metrics.get("planner_info", {}), "by_kind": summarise(per_question, kind_of)}
+    row = {"command": "stem-jax " + " ".join(command[3:]), "seconds": seconds, "mids_returned": mids,
+           "planner": metrics.get("planner_info", {}), "by_kind": summarise(per_question, kind_of),
+           "by_condition": by_condition(per_question, value_condition_of(data))}
+    if extra:
+        row["trained_with"] = extra["train"]
+    return row
 
 
-def bound(data: Path, kind_of: dict[str, str]) -> dict:
+def bound(data: Path, kind_of: dict[str, str], max_hops: int = 2) -> dict:
     from stem_jax.data.registry import DatasetSpec, load_dataset
     from stem_jax.plan.branches import evidence_bounds
 
     dataset = load_dataset(DatasetSpec(name="files", data_dir=data, split="dev"))
-    found = evidence_bounds(dataset)
+    found = evidence_bounds(dataset, max_hops=max_hops)
     per_question = {q: {"hit": float(b.best_f1 > 0), "hit_at_1": float(b.exact), "f1": b.best_f1}
                     for q, b in found.items()}
     table = summarise(per_question, kind_of)
@@ -134,6 +176,18 @@ def bound(data: Path, kind_of: dict[str, str]) -> dict:
         table[kind]["exact"] = sum(found[q].exact for q in qids if q in found) / max(len(qids), 1)
         table[kind]["with_branch"] = sum(bool(found[q].branches) for q in qids if q in found and found[q].exact)
     return table
+
+
+def literal_share_of(data: Path) -> float:
+    """The share of the KG's entity names that read as literal values."""
+    from stem_jax.data.conditions import literal_share
+
+    names = set()
+    for line in (data / "triples.tsv").read_text().splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3:
+            names.update((parts[0], parts[2]))
+    return literal_share(names)
 
 
 def machine() -> dict:
@@ -156,11 +210,20 @@ def main() -> int:
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "cwq-dev")
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
     parser.add_argument("--reuse", action="store_true", help="read finished run folders instead of re-running them")
+    parser.add_argument("--hop-caches", default="",
+                        help="HOPS=DIR,...: also a pattern row whose path ranker enumerates paths of up to HOPS "
+                             "steps, with its own cache folder DIR (trained there first when it has no planner), "
+                             "and the evidence bound at HOPS")
     args = parser.parse_args()
     data = Path(os.environ.get("STEM_DATA_DIR", ROOT.parent / "shared" / "data")) / "cwq-e"
     kind_of = kinds(data)
     rows = {name: run_row(name, data, args.runs / name, kind_of, args.reuse) for name in args.rows.split(",")}
+    hop_caches = {int(h): Path(d) for h, d in (item.split("=", 1) for item in args.hop_caches.split(",") if item)}
+    for hops, cache in hop_caches.items():
+        name = f"pattern-paths-{hops}-steps"
+        rows[name] = run_row(name, data, args.runs / name, kind_of, args.reuse, hop_row(hops, cache, data))
     limit = bound(data, kind_of)
+    wider = {hops: bound(data, kind_of, hops) for hops in hop_caches}
     counts = {k: sum(v == k for v in kind_of.values()) for k in KINDS}
 
     def cells(by_kind: dict) -> list[str]:
@@ -171,10 +234,19 @@ def main() -> int:
     body = [[name, *cells(r["by_kind"]), r["mids_returned"]] if "failed" not in r
             else [f"{name} (failed: {r['failed']})", *[""] * 12, ""] for name, r in rows.items()]
     body.append(["evidence bound (any gold / exact set / best F1)", *cells(limit), ""])
+    for hops, found in wider.items():
+        body.append([f"evidence bound, paths and branches of up to {hops} steps", *cells(found), ""])
     for peer, figures in PEERS.items():
         by_kind = [c for k in KINDS for c in ("", *map(str, PEER_BY_KIND[k]))] if peer.startswith("GNN-RAG (") \
             else [""] * 9
         body.append([f"{peer} (published)", *map(str, figures), *by_kind, ""])
+    condition_of = value_condition_of(data)
+    groups = ("value condition", "no value condition")
+    sizes = {g: sum(v == g for v in condition_of.values()) for g in groups}
+    condition_rows = [[name, *(f"{100 * r['by_condition'][g][m]:.1f}" for g in groups for m in ("hit", "hit_at_1", "f1"))]
+                      for name, r in rows.items() if "failed" not in r]
+    condition_table = table(["row", *(f"{g} ({sizes[g]}) {m}" for g in groups for m in ("Hit", "Hit@1", "F1"))],
+                            condition_rows)
     meta = machine()
     md = (f"cwq-e dev, every question (353; a question whose topic the loader could not find is a miss), percent, by "
           f"kind of question (topic entities in the file). Commit {meta['commit'][:10]}"
@@ -183,10 +255,17 @@ def main() -> int:
           + table(header, body)
           + "\n\nEvidence bound: per question, the best schema graph over the KG (a main path of 1-2 steps from one "
             "topic plus at most one branch from each other topic, meeting at the answer): Hit = some graph reaches a "
-            "gold answer, Hit@1 column = some graph yields exactly the gold set, F1 = the best F1 any one yields.\n")
+            "gold answer, Hit@1 column = some graph yields exactly the gold set, F1 = the best F1 any one yields.\n"
+          + "\nBy whether the question states a value condition (a date, comparison, superlative or number outside "
+            "its topic names, `stem_jax.data.conditions.value_conditions`). The KG holds no literal values (share of "
+            f"entity names that read as values: {literal_share_of(data):.4f}), so no schema graph can apply such a "
+            "condition: the answer is among the entities the rest of the question allows.\n\n"
+          + condition_table + "\n")
     args.out.mkdir(parents=True, exist_ok=True)
+    for row in rows.values():
+        row.pop("env", None)
     result = {"meta": meta, "rows": portable_paths(rows, ROOT, data.parent), "evidence_bound": limit,
-              "peers": PEERS}
+              "evidence_bound_by_hops": {str(h): found for h, found in wider.items()}, "peers": PEERS}
     (args.out / "cwq-dev.json").write_text(json.dumps(result, indent=1) + "\n")
     (args.out / "cwq-dev.md").write_text(md)
     print(md)

@@ -71,6 +71,9 @@ class PlannerConfig:
     # fine-tuned with the ranker, stored in the planner) or "auto" (both trained, chosen on held-out questions)
     path_question: str = "frozen"
     path_tune_layers: int = 1
+    # path ranker: the longest relation path it enumerates from a topic (a hop through a CVT counts as a step);
+    # 3 reaches "the X of the Y that Z" questions through a mediator, at a larger candidate list per topic
+    path_max_hops: int = 2
     # constraint branches for questions with several topic entities (plan/branch_planner.py): "auto" plans them with
     # the branch model train-planner stored beside the path ranker (none on templated KGs), "off" never does
     branches: str = "auto"
@@ -346,6 +349,7 @@ _ROW_FORMAT = re.compile(r"^(float16|int8|pca[1-9][0-9]*(-int8|-float16)?)$")  #
 _INT_MIN = {  # integer fields and their smallest allowed value
     "tracer.top_n": 1, "tracer.breadth_cap": 0, "guidance.k_prime": 1, "gnn.layers": 1, "gnn.d_gnn": 1,
     "planner.beam": 1, "planner.retries": 0, "planner.path_tune_layers": 1, "planner.max_triples": 1,
+    "planner.path_max_hops": 1,
     "subgraph.hops": 0, "subgraph.hub_cap": 1,
     "encoder.batch_size": 1, "encoder.max_length": 1, "encoder.chunk_rows": 1, "encoder.step_table_max": 0,
     "engine.frontier": 1, "engine.kg_shards": 1, "engine.node_matches": 1, "engine.window": 1, "engine.guidance": 1,
@@ -368,6 +372,7 @@ _INT_MAX = {  # integer fields with an upper bound, and why
     "engine.node_matches": (1 << 16, "matches per node are buffered for every run of a batch"),
     "seed": ((1 << 32) - 1, "numpy seeds are 32-bit"),
     "scr.finetune_layers": (6, "all-MiniLM-L6-v2 has 6 layers"),
+    "planner.path_max_hops": (4, "a topic's paths are enumerated up to fan_cap ** hops"),
     "scr.context_tokens": (512, "MiniLM has 512 position embeddings"),
 }
 _FLOAT_RANGE = {  # float fields: (low, high, low inclusive, high inclusive, why)

@@ -230,7 +230,8 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
         ranker = train_path_ranker(train, val, index, encoder_name=encoder.name, embed=embed,
                                    names=dataset.entity_names,
                                    extra_pairs=extra_pairs(dataset) if config.planner.path_pairs else (),
-                                   config=PathRankerConfig(seed=config.seed), log=log)
+                                   config=PathRankerConfig(seed=config.seed,
+                                                           max_hops=config.planner.path_max_hops), log=log)
     except StemError as err:
         if mode == "paths":
             raise
