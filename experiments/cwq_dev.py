@@ -221,7 +221,9 @@ def main() -> int:
     hop_caches = {int(h): Path(d) for h, d in (item.split("=", 1) for item in args.hop_caches.split(",") if item)}
     for hops, cache in hop_caches.items():
         name = f"pattern-paths-{hops}-steps"
-        rows[name] = run_row(name, data, args.runs / name, kind_of, args.reuse, hop_row(hops, cache, data))
+        row = run_row(name, data, args.runs / name, kind_of, args.reuse, hop_row(hops, cache, data))
+        row.pop("env", None)
+        rows[name] = json.loads(json.dumps(row).replace(str(cache), f"$CACHE_{hops}_STEPS"))
     limit = bound(data, kind_of)
     wider = {hops: bound(data, kind_of, hops) for hops in hop_caches}
     counts = {k: sum(v == k for v in kind_of.values()) for k in KINDS}
