@@ -51,6 +51,8 @@ BAD_SETTINGS = rows("""
     tracer.lam             | 0       | > 0
     tracer.lam             | inf     | finite
     planner.beam           | 0       | >= 1
+    planner.path_max_hops  | 0       | >= 1
+    planner.path_max_hops  | 5       | <= 4 (a topic's paths
     guidance.k_prime       | 0       | >= 1
     engine.answer_cut      | -0.1    | [0, 1]
     engine.beam_gap        | -0.5    | >= 0 or inf
