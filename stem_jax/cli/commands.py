@@ -15,6 +15,8 @@ from stem_jax.cli.distributed import join_processes, shard_folder, share
 from stem_jax.cli.engine_args import default_run_folder, embed, load, open_engine
 from stem_jax.cli.report import markdown_table, run_metadata, summary_table, write_report
 from stem_jax.config import as_dict, config_fields
+from stem_jax.data.conditions import KINDS as CONDITION_KINDS
+from stem_jax.data.conditions import literal_share, value_conditions
 from stem_jax.data.types import Dataset
 from stem_jax.engine import collector_paused
 from stem_jax.errors import StemError
@@ -113,7 +115,24 @@ def unscored_lines(questions: list, skipped: dict) -> list[str]:
 EVIDENCE_BOUND_MAX_QUESTIONS = 5000
 
 
-def _evidence_bound(dataset: Any, index: Any) -> dict[str, Any] | None:
+def _value_conditions(dataset: Any, index: Any) -> dict[str, Any] | None:
+    """How many questions state a value condition (``data.conditions.value_conditions``) and of which kind, and the
+    share of the KG's entity names that read as values; None for a split without questions."""
+    if not dataset.questions:
+        return None
+    names = dataset.entity_names or {}
+    kinds = {kind: 0 for kind in CONDITION_KINDS}
+    stating = 0
+    for question in dataset.questions:
+        found = value_conditions(question.text, [names.get(t, t) for t in question.topic_entities])
+        stating += bool(found)
+        for kind in found:
+            kinds[kind] += 1
+    return {"questions": len(dataset.questions), "stating": stating, "by_kind": kinds,
+            "kg_literal_share": literal_share(names.get(e, e) for e in index.entities)}
+
+
+def _evidence_bound(dataset: Any, index: Any, max_hops: int = 2) -> dict[str, Any] | None:
     """The evidence bound (``plan.branches.evidence_bounds``) over every question of the split and by kind of
     question (topic entities in the KG: several, one, none found), with one row per question; None when the split
     has no answers to bound or is too large to enumerate here."""
@@ -124,10 +143,10 @@ def _evidence_bound(dataset: Any, index: Any) -> dict[str, Any] | None:
               f"{EVIDENCE_BOUND_MAX_QUESTIONS}); pass --limit to bound a sample")
         return None
     names = dataset.entity_names or {}
-    rows = bound_rows(dataset, evidence_bounds(dataset, index=index),
+    rows = bound_rows(dataset, evidence_bounds(dataset, index=index, max_hops=max_hops),
                       [names.get(e, e) for e in index.entities])
     kinds = bound_by_kind(rows)
-    return {"n": kinds["all"]["n"], "max_hops": 2, "exact": kinds["all"]["exact"] / 100,
+    return {"n": kinds["all"]["n"], "max_hops": max_hops, "exact": kinds["all"]["exact"] / 100,
             "best_f1": kinds["all"]["best_f1"] / 100, "hit": kinds["all"]["hit"] / 100, "by_kind": kinds,
             "questions": rows}
 
@@ -160,11 +179,11 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
               f"from {source}):\n")
         print(_upper_bound_table(engine))
         payload["engine_bound"] = {"conventions": conventions, "source": source, **engine}
-    evidence = _evidence_bound(dataset, index)
+    evidence = _evidence_bound(dataset, index, config.planner.path_max_hops)
     if evidence is not None:
         print(f"\nEvidence bound (the best schema graph over the KG per question: a main relation path from one "
-              f"topic plus a branch from each other topic, {evidence['max_hops']} steps at most; over every "
-              f"question, a dropped one a miss):\n")
+              f"topic plus a branch from each other topic, {evidence['max_hops']} steps at most "
+              f"(--planner.path_max_hops); over every question, a dropped one a miss):\n")
         labels = {"all": "all", "several": "several topic entities", "one": "one topic entity",
                   "none": "no topic entity found (misses)"}
         print(markdown_table(["questions", "n", "exact gold set %", "best F1 %", "any gold answer %"],
@@ -175,6 +194,14 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
               "answers (best F1 below 100)" + ("; --out lists each with its best graph" if not args.out else
                                                 "; listed with their best graph in the JSON report"))
         payload["evidence_bound"] = evidence
+    conditions = _value_conditions(dataset, index)
+    if conditions is not None and conditions["stating"]:
+        kinds = ", ".join(f"{kind} {n}" for kind, n in conditions["by_kind"].items() if n)
+        holds = ("holds almost no literal values, so no schema graph can apply them"
+                 if conditions["kg_literal_share"] < 0.01 else "holds literal values")
+        print(f"\n{conditions['stating']} of {conditions['questions']} questions state a value condition ({kinds}); "
+              f"the KG {holds} ({100 * conditions['kg_literal_share']:.2f}% of entity names read as values)")
+        payload["value_conditions"] = conditions
     if args.out:
         paths = write_report(args.out, f"data-stats-{dataset.name}-{args.split}", payload, _subgraph_table(report))
         print(f"\nwrote {paths[0]} and {paths[1]}")

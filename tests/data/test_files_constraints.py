@@ -90,3 +90,15 @@ def test_data_stats_prints_the_evidence_bound(tmp_path, capsys):
     assert "Evidence bound" in out
     row = next(line for line in out.splitlines() if line.startswith("| all |"))
     assert [float(v) for v in row.strip("| ").split("|")[1:]] == [1, 100.0, 100.0, 100.0]  # the tree yields {Ana}
+
+
+def test_data_stats_counts_value_conditions_the_kg_holds_no_values_for(tmp_path, capsys):
+    from stem_jax.cli.main import main
+
+    dated = {"id": "d1", "question": "which forward played for Club_X before 1990", "answers": ["Ana"],
+             "topic_entities": ["Club_X"]}
+    load(tmp_path, CONJUNCTION, dated)
+    assert main(["data-stats", "--dataset", "files", "--data-dir", str(tmp_path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 2 questions state a value condition (date 1, comparison 1)" in out
+    assert "holds almost no literal values" in out
