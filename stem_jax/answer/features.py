@@ -78,6 +78,11 @@ def feature_columns(features: Sequence[str]) -> np.ndarray:
     """Positions in :data:`NUMERIC` of the named numeric features (what a scorer reads of ``Candidates.numeric``)."""
     return np.asarray([NUMERIC.index(f) for f in features], np.int64)
 N_QUESTION_WORDS = len(QUESTION_WORDS) + 1  # + other
+_LOG1P = [np.log1p(i) for i in range(4 * MAX_CANDIDATES)]  # log1p of a count, as the reference computes it
+
+
+def _log1p(count: int) -> float:
+    return _LOG1P[count] if 0 <= count < len(_LOG1P) else np.log1p(count)
 _YEAR = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
 _NUMBER = re.compile(r"^[\d.,\s%$-]+$")
 _WORD = re.compile(r"[a-z0-9]+")
@@ -406,7 +411,215 @@ class CandidateFeaturizer:
         """``runs[i]``/``outputs[i]``: question i's traced runs (``pipeline.Run`` and its output arrays);
         ``ranked[i]``: the tracer's ranking of its entities, uncut; ``pruned[i][k]``: run k's (nodes, via) with
         unreached bindings pruned, when the caller has them (:meth:`StemPipeline.fold_chunk` made them), else
-        pruned here."""
+        pruned here.
+
+        Gives what :meth:`_reference_call` gives, bit for bit, with less work: a binding's evidence is gathered only
+        for the entities among the first ``max_candidates`` of its question's ranking (the only ones read), the
+        other bindings in array passes; each question-relation cosine and each plan path's mean cosine is computed
+        once per question, not once per candidate."""
+        from stem_jax.answer.rank import answer_depth
+
+        n, m, v = len(questions), self.max_candidates, len(self.vocabulary.keys)
+        numeric = np.zeros((n, m, N_NUMERIC), np.float32)
+        types = np.zeros((n, m, v), np.float32)
+        mask = np.zeros((n, m), bool)
+        qvec = self.questions(questions)
+        phrases, has_phrase = self.phrase_rows(questions)
+        triple_relation = np.asarray(self.index.triples)[:, 1]
+        per_question: list[tuple] = []
+        relation_ids: set[int] = set()
+        for qi, (mine, outs) in enumerate(zip(runs, outputs, strict=True)):
+            wanted = np.asarray([e for e, _ in ranked[qi][:m]], np.int64)
+            order = np.argsort(wanted, kind="stable")
+            walked: list[np.ndarray] = []  # the join nodes of each run, made a set once per question
+            n_beams = max((r.beam for r in mine), default=0) + 1
+            bindings: list[tuple] = []  # per run: its bindings of wanted entities (candidate position, ...)
+            for k, (run, out) in enumerate(zip(mine, outs, strict=True)):
+                plan = run.plan
+                slot = plan.answer_slot
+                if slot < 0:
+                    continue
+                nodes, via = (pruned[qi][k] if pruned is not None else
+                              prune_unreached(out["nodes"], out["via"], out["parents"], plan.steps, plan.constants))
+                scores = np.asarray(out["scores"])
+                live = nodes[slot] >= 0
+                bound_nodes = nodes[slot][live]
+                walked.extend(nodes[other][nodes[other] >= 0] for other in range(1, len(nodes)) if other != slot)
+                depth = max(answer_depth(plan.steps, slot), 1)
+                steps = np.asarray(plan.steps).reshape(-1, 3)
+                path = tuple(int(r) for r in steps[:, 2].tolist() if r >= 0)
+                relation_ids.update(path)
+                bound_via = via[slot][live]
+                relation = triple_relation[np.maximum(bound_via, 0)]
+                relation_ids.update(np.unique(relation[bound_via >= 0]).tolist())
+                at = np.searchsorted(wanted, bound_nodes, sorter=order)
+                at = order[np.minimum(at, max(len(wanted) - 1, 0))] if len(wanted) else at
+                pick = wanted[at] == bound_nodes if len(wanted) else np.zeros(len(bound_nodes), bool)
+                if not pick.any():
+                    continue
+                asked = int(steps[slot - 1, 2]) if 0 < slot <= len(steps) else -1
+                has = bound_via[pick] >= 0
+                bindings.append((at[pick], scores[slot][live][pick].astype(np.float64), relation[pick], has,
+                                 has & (relation[pick] == asked), run.beam, float(run.beam_prob), depth,
+                                 float(scores[0, 0]), path, int(run.anchor_entity), len(bound_nodes)))
+            joins = set(np.concatenate(walked).tolist()) if walked else set()
+            per_question.append((self._evidence(bindings, len(wanted), n_beams), joins))
+        mentioned = [self.mentioned(q) if self.read_mentions else () for q in questions]
+        for question, extra in zip(questions, mentioned, strict=True):
+            named = [self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids]
+            for entity in [*(named if len(question.topic_entities) > 1 else ()), *extra]:
+                for relations in self.ties.of(entity).values():
+                    relation_ids.update(relations)
+        self._relations(relation_ids)
+        rows = self._relation_rows
+        entities, base = [], []
+        for qi, (question, (evidence, joins), ranking) in enumerate(zip(questions, per_question, ranked, strict=True)):
+            ents = np.asarray([e for e, _ in ranking], np.int64)
+            vals = np.asarray([s for _, s in ranking], np.float64)
+            entities.append(ents)
+            base.append(vals)
+            words = set(_WORD.findall(question.text.lower()))
+            years = set(_YEAR_WORD.findall(question.text))
+            topics = {self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids}
+            topic_words = {w for t in topic_names(question, self.names) for w in _WORD.findall(t.lower())}
+            cue_words = words - topic_words - _STOP
+            joins = {j for j in joins if self.raw_degree[j] <= JOIN_DEGREE}
+            n_beams = max((r.beam for r in runs[qi]), default=0) + 1
+            top = float(vals[0]) if len(vals) else 1.0
+            through, near = self.cue_matches(ents[:m], joins, topics, cue_words)
+            q = qvec[qi]
+            dots: dict[int, float] = {}  # relation -> the question's cosine with it, as the reference computes it
+
+            def dot(r: int, q: np.ndarray = q, dots: dict = dots) -> float:
+                found = dots.get(r)
+                if found is None:
+                    found = dots[r] = float(q @ rows[r])
+                return found
+
+            fair, cumulative, n_beams_of, best_beam, plan_answers, best_prob, exact, min_depth, anchors, bound = evidence
+            count = min(m, len(ents))
+            # relation cosine: the best over the relations that bind the candidate; path cosine: the best mean over
+            # the relation paths of the plans that bind it (0 without any), each cosine computed once
+            cos = np.full(count, -np.inf)
+            path_cos = np.full(count, -np.inf)
+            for at, relation, has, path in bound:
+                if has.any():
+                    np.maximum.at(cos, at[has], np.asarray([dot(r) for r in relation[has].tolist()], np.float64))
+                if path:
+                    np.maximum.at(path_cos, at, float(np.mean([q @ rows[r] for r in path])))
+            cos = np.where(np.isfinite(cos), cos, 0.0)
+            path_cos = np.where(np.isfinite(path_cos), path_cos, 0.0)
+            mention_of = self._constraint_pass(mentioned[qi], dot)
+            condition_of = self._constraint_pass(topics if len(topics) > 1 else set(), dot, anchors)
+            table = []
+            has_year = bool(years)
+            log_ents = np.log1p(len(ents))
+            for ci, (entity, support) in enumerate(zip(ents[:m].tolist(), vals[:m].tolist(), strict=False)):
+                name, name_words = self._name_cue(entity)
+                mention = mention_of(entity)
+                stripped = name.strip()
+                table.append((
+                    support, support / top if top > 0 else 0.0, _log1p(ci), ci == 0,
+                    fair[ci], cumulative[ci], n_beams_of[ci] / n_beams, best_beam[ci] / n_beams,
+                    _log1p(plan_answers[ci]), cos[ci],
+                    sum(w in words for w in name_words) / max(len(name_words), 1),
+                    bool(_YEAR.match(stripped)), bool(_NUMBER.match(stripped)),
+                    _log1p(len(name_words)), self.degree[entity], log_ents,
+                    best_prob[ci], path_cos[ci], exact[ci], min_depth[ci], has_year,
+                    has_year and bool(years.intersection(_YEAR_WORD.findall(name))),
+                    float(through[ci]), float(near[ci]),
+                    *condition_of(entity, ci),
+                    *(mention[i] for i in (0, 1, 2, 4)),  # count, share, all, cos (no "missed")
+                    0.0))  # type_cos: below, for all candidates at once
+            if count:
+                numeric[qi, :count] = table
+                mask[qi, :count] = True
+                cand = ents[:count]
+                lengths = self.type_offsets[cand + 1] - self.type_offsets[cand]
+                owner = np.repeat(np.arange(count), lengths)
+                position = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+                keys = self.type_ids[self.type_offsets[cand][owner] + position]
+                weight = np.zeros(count)
+                weight[lengths > 0] = 1.0 / np.sqrt(lengths[lengths > 0])
+                types[qi, owner, keys] = weight[owner]
+            if has_phrase[qi]:
+                numeric[qi, :, NUMERIC.index("type_cos")] = self.type_cos(types[qi], phrases[qi])
+        qword = np.asarray([question_word(q.text) for q in questions], np.int32)
+        return Candidates(entities=entities, base=base, numeric=numeric, qword=qword, types=types,
+                          question=qvec if len(qvec) else np.zeros((0, 1), np.float32), mask=mask)
+
+    @staticmethod
+    def _evidence(bindings: Sequence[tuple], count: int, n_beams: int) -> tuple:
+        """Per candidate position (``count`` of them), from the runs' ``bindings`` of the candidates (in run order):
+        the reference's per-entity evidence in array passes: (best fair T-Score, best cumulative T-Score, distinct
+        beams, best beam, answers of the first run at that beam, best plan probability, exact relation, least
+        depth; 0 where no run binds the candidate), the topic entities of the runs binding each, the (position,
+        relation, has relation, path) of each run for the cosines."""
+        fair, cumulative = np.full(count, -np.inf), np.full(count, -np.inf)
+        best_beam = np.full(count, n_beams, np.int64)
+        best_prob, exact = np.zeros(count), np.zeros(count, bool)
+        min_depth = np.full(count, np.iinfo(np.int64).max, np.int64)
+        anchors: dict[int, set[int]] = {}
+        bound = []
+        if not bindings:
+            zeros = np.zeros(count)
+            return (zeros, zeros, np.zeros(count, np.int64), best_beam, np.zeros(count, np.int64), best_prob, exact,
+                    np.zeros(count, np.int64), anchors, bound)
+        at = np.concatenate([b[0] for b in bindings])
+        score = np.concatenate([b[1] for b in bindings])
+        beam = np.concatenate([np.full(len(b[0]), b[5], np.int64) for b in bindings])
+        depth = np.concatenate([np.full(len(b[0]), b[7], np.int64) for b in bindings])
+        anchor = np.concatenate([np.full(len(b[0]), b[8]) for b in bindings])
+        answers = np.concatenate([np.full(len(b[0]), b[11], np.int64) for b in bindings])
+        np.maximum.at(fair, at, (score - anchor) / depth)
+        np.maximum.at(cumulative, at, score)
+        np.minimum.at(best_beam, at, beam)
+        np.minimum.at(min_depth, at, depth)
+        for b in bindings:
+            np.maximum.at(best_prob, b[0], b[6])
+            exact[b[0][b[4]]] = True
+            bound.append((b[0], b[2], b[3], b[9]))
+        # the first binding (in run order) at the candidate's best beam sets its plan's answer count
+        first = np.full(count, len(at), np.int64)
+        at_best = beam == best_beam[at]
+        np.minimum.at(first, at[at_best], np.flatnonzero(at_best))
+        seen = first < len(at)
+        plan_answers = np.where(seen, answers[np.minimum(first, len(at) - 1)], 0)
+        beams = np.bincount(np.unique(at * (n_beams + 1) + beam) // (n_beams + 1), minlength=count)
+        for position, entity in {(int(p), b[10]) for b in bindings for p in b[0].tolist()}:
+            anchors.setdefault(position, set()).add(entity)
+        fair = np.where(np.isfinite(fair), fair, 0.0)
+        cumulative = np.where(np.isfinite(cumulative), cumulative, 0.0)
+        min_depth = np.where(seen, min_depth, 0)
+        return fair, cumulative, beams, best_beam, plan_answers, best_prob, exact, min_depth, anchors, bound
+
+    def _constraint_pass(self, others: set[int] | Sequence[int], dot: Callable[[int], float],
+                         anchors: dict[int, set[int]] | None = None) -> Callable[[int], tuple[float, ...]]:
+        """``entity -> _constraints(entity, others [minus the topics that anchor it], question)``, reading each
+        relation's cosine through ``dot`` (one question's, kept)."""
+        others = set(others)
+        empty = (0.0, 0.0, 0.0, 0.0, 0.0)
+        if not others:
+            return lambda entity, position=-1: empty
+        ties = {t: self.ties.of(t) for t in others}
+
+        def constraints(entity: int, position: int = -1) -> tuple[float, ...]:
+            mine = others - anchors.get(position, set()) if anchors is not None else others
+            mine = mine - {entity}
+            if not mine:
+                return empty
+            tied = [ties[t].get(entity, ()) for t in mine]
+            hits = sum(bool(relations) for relations in tied)
+            cos = max((dot(r) for relations in tied for r in relations), default=0.0)
+            return (np.log1p(len(mine)), hits / len(mine), float(hits == len(mine)), np.log1p(len(mine) - hits), cos)
+
+        return constraints
+
+    def _reference_call(self, questions: Sequence[Question], runs: Sequence[Sequence], outputs: Sequence[Sequence[dict]],
+                 ranked: Sequence[Sequence[tuple[int, float]]],
+                 pruned: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]] | None = None) -> Candidates:
+        """:meth:`__call__` written plainly, binding by binding and candidate by candidate (the reference the faster
+        pass is tested against, bit for bit)."""
         from stem_jax.answer.rank import answer_depth
 
         n, m, v = len(questions), self.max_candidates, len(self.vocabulary.keys)
