@@ -358,6 +358,55 @@ class CandidateFeaturizer:
             np.maximum.at(through, candidate[keep], self.name_matches(far[keep], cue_words))
         return through, near
 
+    def cue_matches_batch(self, entities: Sequence[np.ndarray], joins: Sequence[set[int]], topics: Sequence[set[int]],
+                          cue_words: Sequence[set[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`cue_matches` of several questions (``entities[i]`` with ``joins[i]``, ``topics[i]``,
+        ``cue_words[i]``) in one set of array passes over all their candidates' neighbours: a neighbour counts for
+        its own question's candidate only (pairs keyed by question), and a name word is a cue of that question."""
+        sizes = [len(e) for e in entities]
+        out = [(np.zeros(n), np.zeros(n)) for n in sizes]
+        live = [i for i, n in enumerate(sizes) if n and cue_words[i]]
+        if not live:
+            return out
+        vocabulary, offsets, ids, lengths_of = self._name_word_table()
+        span, words = self.index.num_entities, len(vocabulary) + 1
+        flat = np.concatenate([np.asarray(entities[i], np.int64) for i in live])
+        question = np.repeat(np.arange(len(live), dtype=np.int64), [sizes[i] for i in live])
+
+        def keyed(sets: Sequence[set], width: int) -> np.ndarray:  # (question, member) pairs, sorted
+            pairs = [k * width + np.asarray(sorted(sets[i]), np.int64) for k, i in enumerate(live) if sets[i]]
+            return np.unique(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64)
+
+        barred = keyed(topics, span)
+        joined_pairs = keyed([{j for j in joins[i]} for i in range(len(joins))], span)
+        cue = keyed([{vocabulary[w] for w in cue_words[i] if w in vocabulary} for i in range(len(cue_words))], words)
+
+        def matches(nodes: np.ndarray, asker: np.ndarray) -> np.ndarray:
+            """:meth:`name_matches` of each node for its asking question's cue words."""
+            n_words = lengths_of[nodes]
+            owner = np.repeat(np.arange(len(nodes)), n_words)
+            position = np.arange(int(n_words.sum())) - np.repeat(np.cumsum(n_words) - n_words, n_words)
+            hits = np.isin(asker[owner] * words + ids[offsets[nodes][owner] + position], cue)
+            counts = np.bincount(owner, weights=hits, minlength=len(nodes))
+            return np.divide(counts, n_words, out=np.zeros(len(nodes)), where=n_words > 0)
+
+        through, near = np.zeros(len(flat)), np.zeros(len(flat))
+        owner, other = self._neighbours(flat, NEIGHBOURS)
+        keep = (other != flat[owner]) & ~np.isin(question[owner] * span + other, barred)
+        owner, other = owner[keep], other[keep]
+        np.maximum.at(near, owner, matches(other, question[owner]))  # scores >= 0: max(..., default=0.0)
+        joined = np.isin(question[owner] * span + other, joined_pairs)
+        if joined.any():
+            pairs = np.unique(owner[joined] * span + other[joined])  # (candidate, join), each once
+            hop, far = self._neighbours(pairs % span, JOIN_DEGREE)
+            candidate, join = pairs[hop] // span, pairs[hop] % span
+            keep = (far != flat[candidate]) & (far != join) & ~np.isin(question[candidate] * span + far, barred)
+            np.maximum.at(through, candidate[keep], matches(far[keep], question[candidate[keep]]))
+        bounds = np.cumsum([0, *(sizes[i] for i in live)])
+        for k, i in enumerate(live):
+            out[i] = (through[bounds[k]:bounds[k + 1]], near[bounds[k]:bounds[k + 1]])
+        return out
+
     def _name_cue(self, entity: int) -> tuple[str, list[str]]:
         """(name, its lower-cased words) of ``entity``, kept."""
         cached = self._name_cues.get(entity)
@@ -473,20 +522,20 @@ class CandidateFeaturizer:
         self._relations(relation_ids)
         rows = self._relation_rows
         entities, base = [], []
-        for qi, (question, (evidence, joins), ranking) in enumerate(zip(questions, per_question, ranked, strict=True)):
+        cue_inputs = [self._cue_inputs(question, joins, ranking) for question, (_, joins), ranking in
+                      zip(questions, per_question, ranked, strict=True)]
+        cues = self.cue_matches_batch(*zip(*cue_inputs, strict=True)) if cue_inputs else []
+        for qi, (question, (evidence, _), ranking) in enumerate(zip(questions, per_question, ranked, strict=True)):
             ents = np.asarray([e for e, _ in ranking], np.int64)
             vals = np.asarray([s for _, s in ranking], np.float64)
             entities.append(ents)
             base.append(vals)
             words = set(_WORD.findall(question.text.lower()))
             years = set(_YEAR_WORD.findall(question.text))
-            topics = {self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids}
-            topic_words = {w for t in topic_names(question, self.names) for w in _WORD.findall(t.lower())}
-            cue_words = words - topic_words - _STOP
-            joins = {j for j in joins if self.raw_degree[j] <= JOIN_DEGREE}
+            topics = cue_inputs[qi][2]
             n_beams = max((r.beam for r in runs[qi]), default=0) + 1
             top = float(vals[0]) if len(vals) else 1.0
-            through, near = self.cue_matches(ents[:m], joins, topics, cue_words)
+            through, near = cues[qi]
             q = qvec[qi]
             dots: dict[int, float] = {}  # relation -> the question's cosine with it, as the reference computes it
 
@@ -547,6 +596,16 @@ class CandidateFeaturizer:
         qword = np.asarray([question_word(q.text) for q in questions], np.int32)
         return Candidates(entities=entities, base=base, numeric=numeric, qword=qword, types=types,
                           question=qvec if len(qvec) else np.zeros((0, 1), np.float32), mask=mask)
+
+    def _cue_inputs(self, question: Question, joins: set[int], ranking: Sequence[tuple[int, float]]
+                    ) -> tuple[np.ndarray, set[int], set[int], set[str]]:
+        """(candidates, join nodes that are no hubs, topic ids, cue words) of a question, as the reference reads them."""
+        words = set(_WORD.findall(question.text.lower()))
+        topics = {self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids}
+        topic_words = {w for t in topic_names(question, self.names) for w in _WORD.findall(t.lower())}
+        candidates = np.asarray([e for e, _ in ranking[:self.max_candidates]], np.int64)
+        return (candidates, {j for j in joins if self.raw_degree[j] <= JOIN_DEGREE}, topics,
+                words - topic_words - _STOP)
 
     @staticmethod
     def _evidence(bindings: Sequence[tuple], count: int, n_beams: int) -> tuple:
