@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -90,6 +91,7 @@ _YEAR_WORD = re.compile(r"\b(1[5-9]\d\d|20\d\d)\b")
 _STOP = frozenset("a an and are as at be by did do does for from has have he her his how in is it its of on or she "
                   "that the their they to was were what when where which who whom whose why will with".split())
 JOIN_DEGREE = 64  # a node the plan walked through with more triples than this is a hub, not a join of one fact
+MENTIONED_TEXTS = 4096  # question texts whose linked mentions a featurizer keeps (least recently asked out first)
 NEIGHBOURS = 256  # triples of a candidate read for its direct neighbours' names
 
 
@@ -204,7 +206,7 @@ class CandidateFeaturizer:
         self.index = index
         self.read_mentions = features is None or bool(set(MENTION_FEATURES) & set(features))
         self._linker = None
-        self._mentioned: dict[str, tuple[int, ...]] = {}
+        self._mentioned: OrderedDict[str, tuple[int, ...]] = OrderedDict()  # text -> mentions, latest texts
         self.names = names or {}
         self.vocabulary = vocabulary
         self.embed = embed
@@ -433,6 +435,10 @@ class CandidateFeaturizer:
                 and not self.ties.mediators[self.index.entity_ids[link.entity]]
                 and not any(link.mention.lower() in name for name in covered)))
             self._mentioned[question.text] = found
+            while len(self._mentioned) > MENTIONED_TEXTS:
+                self._mentioned.popitem(last=False)
+        else:
+            self._mentioned.move_to_end(question.text)
         return found
 
     def _constraints(self, entity: int, others: set[int] | Sequence[int], question: np.ndarray) -> tuple[float, ...]:
