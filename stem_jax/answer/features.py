@@ -270,6 +270,18 @@ class CandidateFeaturizer:
             for i, row in zip(missing, rows / np.maximum(norms, 1e-9), strict=True):
                 self._relation_rows[i] = row.astype(np.float32)
 
+    def warm_up(self, chunk: int = 128) -> int:
+        """Embed, ahead of the first question, the relation texts of every KG relation (``chunk`` at a time, in id
+        order) and the type-bag keys' texts, which calls otherwise embed as their candidates first reach them;
+        returns how many relation texts were embedded. A relation's vector is the encoder's for the call that first
+        embeds it (the last float bits depend on the texts encoded with it), so a warmed featurizer can differ from
+        a cold one in those bits."""
+        self.key_rows  # noqa: B018 - made on first use
+        missing = [i for i in range(self.index.num_relations) if i not in self._relation_rows]
+        for begin in range(0, len(missing), chunk):
+            self._relations(set(missing[begin:begin + chunk]))
+        return len(missing)
+
     def _name_match(self, entity: int, cue_words: set[str]) -> float:
         """Share of ``entity``'s name words (stop words aside) that are cue words of the question."""
         words = self._name_words.get(entity)

@@ -6,7 +6,8 @@ ranker, constraint branches), grounding + schema-triple encoding, GNN guidance (
 over the batch, as ``Engine.retrieve``, ``serve`` and ``eval`` make them). For each batch
 size the first call (which compiles new shapes) is timed on its own; then the engine precompiles
 what a call of that size can reach (:meth:`~stem_jax.engine.Engine.warm_up`), and ``repeats`` warm
-calls on *other* questions of the split, each planned afresh (the path planner's scoring shapes precompiled too), give p50/p95/p99 per stage and end
+calls on *other* questions of the split, each planned afresh (the path planner's scoring shapes precompiled and
+the answer scorer's relation texts embedded too, as ``serve`` does before serving), give p50/p95/p99 per stage and end
 to end, and throughput. GNN guidance is computed, not read from its disk cache (the timer turns
 that cache off on the engine's provider). The encoder's in-memory memo (repeated question wordings and schema
 triples) stays on unless turned off (``encoder.memo_size = 0``); its hits are reported, and so are the schema-step
@@ -259,6 +260,10 @@ def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Seq
         precompiled = engine.warm_up(size) if precompile else None
         if precompile and timer.planner is not None:  # the path planner's scoring shapes, as `serve` warms them
             precompiled = {**precompiled, **warm_path_planner(timer.planner, size, log=lambda _: None)}
+        if precompile:  # the answer scorer's relation texts, as `serve` embeds them before serving
+            from stem_jax.serve.warm import warm_answer_scorer
+
+            precompiled = {**precompiled, **warm_answer_scorer(engine, log=lambda _: None)}
         after_precompile = _compiles(encoder, guidance)
         for _ in range(warmup):
             timer.run(take(size))

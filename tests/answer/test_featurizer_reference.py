@@ -11,7 +11,7 @@ import pytest
 
 from stem_jax.answer.features import Candidates, CandidateFeaturizer, TypeVocabulary
 from stem_jax.data.types import Question
-from stem_jax.kg.index import build_index
+from stem_jax.kg.index import build_index, relation_text
 
 WORDS = ["red", "river", "the", "of", "cup", "2008", "final", "blue", "team", "1998"]
 
@@ -89,3 +89,18 @@ def test_the_featurizer_equals_its_per_candidate_reference_bit_for_bit(seed):
         want = featurizer._reference_call(questions, runs, outputs, ranked, pruned)
         got = featurizer(questions, runs, outputs, ranked, pruned)
         assert _same(got, want) == []
+
+
+def test_a_warmed_featurizer_embeds_no_relation_text_when_it_answers():
+    rng = np.random.default_rng(7)
+    featurizer = _featurizer(rng)
+    assert featurizer.warm_up(chunk=3) == featurizer.index.num_relations
+    assert set(featurizer._relation_rows) == set(range(featurizer.index.num_relations))
+    embedded: list[str] = []
+    embed = featurizer.embed
+    featurizer.embed = lambda texts: embedded.extend(texts) or embed(texts)
+    questions, runs, outputs, ranked, pruned = _inputs(rng, featurizer)
+    featurizer(questions, runs, outputs, ranked, pruned)
+    texts = {relation_text(r, None) for r in featurizer.index.relations}
+    assert embedded and not set(embedded) & texts  # questions and phrases only
+    assert featurizer.warm_up() == 0
