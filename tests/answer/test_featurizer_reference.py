@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pytest
 
-from stem_jax.answer.features import Candidates, CandidateFeaturizer, TypeVocabulary
+from stem_jax.answer.features import CandidateFeaturizer, Candidates, TypeVocabulary
 from stem_jax.data.types import Question
 from stem_jax.kg.index import build_index, relation_text
 
