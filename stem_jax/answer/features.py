@@ -205,6 +205,9 @@ class CandidateFeaturizer:
         every question's text, are computed only when they are among them."""
         self.index = index
         self.read_mentions = features is None or bool(set(MENTION_FEATURES) & set(features))
+        # the numeric features computed (the others stay 0: the scorer never reads them); the relation texts the
+        # unread ones would use are still embedded, so that each relation's vector comes from the same call
+        self.reads = frozenset(NUMERIC if features is None else features)
         self._linker = None
         self._mentioned: OrderedDict[str, tuple[int, ...]] = OrderedDict()  # text -> mentions, latest texts
         self.names = names or {}
@@ -480,7 +483,9 @@ class CandidateFeaturizer:
         unreached bindings pruned, when the caller has them (:meth:`StemPipeline.fold_chunk` made them), else
         pruned here.
 
-        Gives what :meth:`_reference_call` gives, bit for bit, with less work: a binding's evidence is gathered only
+        The numeric features the scorer does not read (``features`` at construction) stay 0, and the answer phrases
+        are encoded only when ``type_cos`` is read. Gives what :meth:`_reference_call` gives, bit for bit, in the
+        features it computes, with less work: a binding's evidence is gathered only
         for the entities among the first ``max_candidates`` of its question's ranking (the only ones read), the
         other bindings in array passes; each question-relation cosine and each plan path's mean cosine is computed
         once per question, not once per candidate."""
@@ -491,7 +496,10 @@ class CandidateFeaturizer:
         types = np.zeros((n, m, v), np.float32)
         mask = np.zeros((n, m), bool)
         qvec = self.questions(questions)
-        phrases, has_phrase = self.phrase_rows(questions)
+        if "type_cos" in self.reads:
+            phrases, has_phrase = self.phrase_rows(questions)
+        else:  # no answer phrase to encode
+            phrases, has_phrase = np.zeros((n, 1), np.float32), np.zeros(n, bool)
         triple_relation = np.asarray(self.index.triples)[:, 1]
         per_question: list[tuple] = []
         relation_ids: set[int] = set()
@@ -542,7 +550,10 @@ class CandidateFeaturizer:
         entities, base = [], []
         cue_inputs = [self._cue_inputs(question, joins, ranking) for question, (_, joins), ranking in
                       zip(questions, per_question, ranked, strict=True)]
-        cues = self.cue_matches_batch(*zip(*cue_inputs, strict=True)) if cue_inputs else []
+        if cue_inputs and {"join_match", "neighbour_match"} & self.reads:
+            cues = self.cue_matches_batch(*zip(*cue_inputs, strict=True))
+        else:
+            cues = [(np.zeros(len(c[0])), np.zeros(len(c[0]))) for c in cue_inputs]
         for qi, (question, (evidence, _), ranking) in enumerate(zip(questions, per_question, ranked, strict=True)):
             ents = np.asarray([e for e, _ in ranking], np.int64)
             vals = np.asarray([s for _, s in ranking], np.float64)
@@ -569,15 +580,17 @@ class CandidateFeaturizer:
             # the relation paths of the plans that bind it (0 without any), each cosine computed once
             cos = np.full(count, -np.inf)
             path_cos = np.full(count, -np.inf)
+            read_path = "path_cos" in self.reads
             for at, relation, has, path in bound:
                 if has.any():
                     np.maximum.at(cos, at[has], np.asarray([dot(r) for r in relation[has].tolist()], np.float64))
-                if path:
+                if path and read_path:
                     np.maximum.at(path_cos, at, float(np.mean([q @ rows[r] for r in path])))
             cos = np.where(np.isfinite(cos), cos, 0.0)
             path_cos = np.where(np.isfinite(path_cos), path_cos, 0.0)
             mention_of = self._constraint_pass(mentioned[qi], dot)
-            condition_of = self._constraint_pass(topics if len(topics) > 1 else set(), dot, anchors)
+            conditions = topics if len(topics) > 1 and set(CONSTRAINT_FEATURES) & self.reads else set()
+            condition_of = self._constraint_pass(conditions, dot, anchors)
             table = []
             has_year = bool(years)
             log_ents = np.log1p(len(ents))

@@ -104,3 +104,26 @@ def test_a_warmed_featurizer_embeds_no_relation_text_when_it_answers():
     texts = {relation_text(r, None) for r in featurizer.index.relations}
     assert embedded and not set(embedded) & texts  # questions and phrases only
     assert featurizer.warm_up() == 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_featurizer_for_some_features_computes_those_as_the_full_one_and_skips_the_costly_others(seed):
+    from stem_jax.answer.features import CONSTRAINT_FEATURES, MENTION_FEATURES, NUMERIC, feature_columns
+
+    rng = np.random.default_rng(seed)
+    full = _featurizer(rng)
+    features = tuple(f for f in NUMERIC if rng.random() < 0.5)
+    some = CandidateFeaturizer(full.index, full.names, full.vocabulary, full.embed, max_candidates=full.max_candidates,
+                               features=features)
+    some.mentioned = full.mentioned
+    for _ in range(3):
+        questions, runs, outputs, ranked, pruned = _inputs(rng, full)
+        want = full(questions, runs, outputs, ranked, pruned)
+        got = some(questions, runs, outputs, ranked, pruned)
+        read = feature_columns(features)
+        assert np.array_equal(got.numeric[..., read], want.numeric[..., read])
+        groups = [("type_cos",), ("join_match", "neighbour_match"), ("path_cos",), CONSTRAINT_FEATURES,
+                  MENTION_FEATURES]  # the costly ones, computed together
+        skipped = [f for group in groups if not set(group) & set(features) for f in group]
+        assert not got.numeric[..., feature_columns(skipped)].any()
+        assert _same(dataclasses.replace(got, numeric=want.numeric), want) == []
