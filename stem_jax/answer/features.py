@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -78,6 +79,11 @@ def feature_columns(features: Sequence[str]) -> np.ndarray:
     """Positions in :data:`NUMERIC` of the named numeric features (what a scorer reads of ``Candidates.numeric``)."""
     return np.asarray([NUMERIC.index(f) for f in features], np.int64)
 N_QUESTION_WORDS = len(QUESTION_WORDS) + 1  # + other
+_LOG1P = [np.log1p(i) for i in range(4 * MAX_CANDIDATES)]  # log1p of a count, as the reference computes it
+
+
+def _log1p(count: int) -> float:
+    return _LOG1P[count] if 0 <= count < len(_LOG1P) else np.log1p(count)
 _YEAR = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
 _NUMBER = re.compile(r"^[\d.,\s%$-]+$")
 _WORD = re.compile(r"[a-z0-9]+")
@@ -85,6 +91,7 @@ _YEAR_WORD = re.compile(r"\b(1[5-9]\d\d|20\d\d)\b")
 _STOP = frozenset("a an and are as at be by did do does for from has have he her his how in is it its of on or she "
                   "that the their they to was were what when where which who whom whose why will with".split())
 JOIN_DEGREE = 64  # a node the plan walked through with more triples than this is a hub, not a join of one fact
+MENTIONED_TEXTS = 4096  # question texts whose linked mentions a featurizer keeps (least recently asked out first)
 NEIGHBOURS = 256  # triples of a candidate read for its direct neighbours' names
 
 
@@ -198,8 +205,11 @@ class CandidateFeaturizer:
         every question's text, are computed only when they are among them."""
         self.index = index
         self.read_mentions = features is None or bool(set(MENTION_FEATURES) & set(features))
+        # the numeric features computed (the others stay 0: the scorer never reads them); the relation texts the
+        # unread ones would use are still embedded, so that each relation's vector comes from the same call
+        self.reads = frozenset(NUMERIC if features is None else features)
         self._linker = None
-        self._mentioned: dict[str, tuple[int, ...]] = {}
+        self._mentioned: OrderedDict[str, tuple[int, ...]] = OrderedDict()  # text -> mentions, latest texts
         self.names = names or {}
         self.vocabulary = vocabulary
         self.embed = embed
@@ -262,6 +272,18 @@ class CandidateFeaturizer:
             norms = np.linalg.norm(rows, axis=1, keepdims=True)
             for i, row in zip(missing, rows / np.maximum(norms, 1e-9), strict=True):
                 self._relation_rows[i] = row.astype(np.float32)
+
+    def warm_up(self, chunk: int = 128) -> int:
+        """Embed, ahead of the first question, the relation texts of every KG relation (``chunk`` at a time, in id
+        order) and the type-bag keys' texts, which calls otherwise embed as their candidates first reach them;
+        returns how many relation texts were embedded. A relation's vector is the encoder's for the call that first
+        embeds it (the last float bits depend on the texts encoded with it), so a warmed featurizer can differ from
+        a cold one in those bits."""
+        self.key_rows  # noqa: B018 - made on first use
+        missing = [i for i in range(self.index.num_relations) if i not in self._relation_rows]
+        for begin in range(0, len(missing), chunk):
+            self._relations(set(missing[begin:begin + chunk]))
+        return len(missing)
 
     def _name_match(self, entity: int, cue_words: set[str]) -> float:
         """Share of ``entity``'s name words (stop words aside) that are cue words of the question."""
@@ -353,6 +375,55 @@ class CandidateFeaturizer:
             np.maximum.at(through, candidate[keep], self.name_matches(far[keep], cue_words))
         return through, near
 
+    def cue_matches_batch(self, entities: Sequence[np.ndarray], joins: Sequence[set[int]], topics: Sequence[set[int]],
+                          cue_words: Sequence[set[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`cue_matches` of several questions (``entities[i]`` with ``joins[i]``, ``topics[i]``,
+        ``cue_words[i]``) in one set of array passes over all their candidates' neighbours: a neighbour counts for
+        its own question's candidate only (pairs keyed by question), and a name word is a cue of that question."""
+        sizes = [len(e) for e in entities]
+        out = [(np.zeros(n), np.zeros(n)) for n in sizes]
+        live = [i for i, n in enumerate(sizes) if n and cue_words[i]]
+        if not live:
+            return out
+        vocabulary, offsets, ids, lengths_of = self._name_word_table()
+        span, words = self.index.num_entities, len(vocabulary) + 1
+        flat = np.concatenate([np.asarray(entities[i], np.int64) for i in live])
+        question = np.repeat(np.arange(len(live), dtype=np.int64), [sizes[i] for i in live])
+
+        def keyed(sets: Sequence[set], width: int) -> np.ndarray:  # (question, member) pairs, sorted
+            pairs = [k * width + np.asarray(sorted(sets[i]), np.int64) for k, i in enumerate(live) if sets[i]]
+            return np.unique(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64)
+
+        barred = keyed(topics, span)
+        joined_pairs = keyed([{j for j in joins[i]} for i in range(len(joins))], span)
+        cue = keyed([{vocabulary[w] for w in cue_words[i] if w in vocabulary} for i in range(len(cue_words))], words)
+
+        def matches(nodes: np.ndarray, asker: np.ndarray) -> np.ndarray:
+            """:meth:`name_matches` of each node for its asking question's cue words."""
+            n_words = lengths_of[nodes]
+            owner = np.repeat(np.arange(len(nodes)), n_words)
+            position = np.arange(int(n_words.sum())) - np.repeat(np.cumsum(n_words) - n_words, n_words)
+            hits = np.isin(asker[owner] * words + ids[offsets[nodes][owner] + position], cue)
+            counts = np.bincount(owner, weights=hits, minlength=len(nodes))
+            return np.divide(counts, n_words, out=np.zeros(len(nodes)), where=n_words > 0)
+
+        through, near = np.zeros(len(flat)), np.zeros(len(flat))
+        owner, other = self._neighbours(flat, NEIGHBOURS)
+        keep = (other != flat[owner]) & ~np.isin(question[owner] * span + other, barred)
+        owner, other = owner[keep], other[keep]
+        np.maximum.at(near, owner, matches(other, question[owner]))  # scores >= 0: max(..., default=0.0)
+        joined = np.isin(question[owner] * span + other, joined_pairs)
+        if joined.any():
+            pairs = np.unique(owner[joined] * span + other[joined])  # (candidate, join), each once
+            hop, far = self._neighbours(pairs % span, JOIN_DEGREE)
+            candidate, join = pairs[hop] // span, pairs[hop] % span
+            keep = (far != flat[candidate]) & (far != join) & ~np.isin(question[candidate] * span + far, barred)
+            np.maximum.at(through, candidate[keep], matches(far[keep], question[candidate[keep]]))
+        bounds = np.cumsum([0, *(sizes[i] for i in live)])
+        for k, i in enumerate(live):
+            out[i] = (through[bounds[k]:bounds[k + 1]], near[bounds[k]:bounds[k + 1]])
+        return out
+
     def _name_cue(self, entity: int) -> tuple[str, list[str]]:
         """(name, its lower-cased words) of ``entity``, kept."""
         cached = self._name_cues.get(entity)
@@ -379,6 +450,10 @@ class CandidateFeaturizer:
                 and not self.ties.mediators[self.index.entity_ids[link.entity]]
                 and not any(link.mention.lower() in name for name in covered)))
             self._mentioned[question.text] = found
+            while len(self._mentioned) > MENTIONED_TEXTS:
+                self._mentioned.popitem(last=False)
+        else:
+            self._mentioned.move_to_end(question.text)
         return found
 
     def _constraints(self, entity: int, others: set[int] | Sequence[int], question: np.ndarray) -> tuple[float, ...]:
@@ -406,7 +481,235 @@ class CandidateFeaturizer:
         """``runs[i]``/``outputs[i]``: question i's traced runs (``pipeline.Run`` and its output arrays);
         ``ranked[i]``: the tracer's ranking of its entities, uncut; ``pruned[i][k]``: run k's (nodes, via) with
         unreached bindings pruned, when the caller has them (:meth:`StemPipeline.fold_chunk` made them), else
-        pruned here."""
+        pruned here.
+
+        The numeric features the scorer does not read (``features`` at construction) stay 0, and the answer phrases
+        are encoded only when ``type_cos`` is read. Gives what :meth:`_reference_call` gives, bit for bit, in the
+        features it computes, with less work: a binding's evidence is gathered only
+        for the entities among the first ``max_candidates`` of its question's ranking (the only ones read), the
+        other bindings in array passes; each question-relation cosine and each plan path's mean cosine is computed
+        once per question, not once per candidate."""
+        from stem_jax.answer.rank import answer_depth
+
+        n, m, v = len(questions), self.max_candidates, len(self.vocabulary.keys)
+        numeric = np.zeros((n, m, N_NUMERIC), np.float32)
+        types = np.zeros((n, m, v), np.float32)
+        mask = np.zeros((n, m), bool)
+        qvec = self.questions(questions)
+        if "type_cos" in self.reads:
+            phrases, has_phrase = self.phrase_rows(questions)
+        else:  # no answer phrase to encode
+            phrases, has_phrase = np.zeros((n, 1), np.float32), np.zeros(n, bool)
+        triple_relation = np.asarray(self.index.triples)[:, 1]
+        per_question: list[tuple] = []
+        relation_ids: set[int] = set()
+        for qi, (mine, outs) in enumerate(zip(runs, outputs, strict=True)):
+            wanted = np.asarray([e for e, _ in ranked[qi][:m]], np.int64)
+            order = np.argsort(wanted, kind="stable")
+            walked: list[np.ndarray] = []  # the join nodes of each run, made a set once per question
+            n_beams = max((r.beam for r in mine), default=0) + 1
+            bindings: list[tuple] = []  # per run: its bindings of wanted entities (candidate position, ...)
+            for k, (run, out) in enumerate(zip(mine, outs, strict=True)):
+                plan = run.plan
+                slot = plan.answer_slot
+                if slot < 0:
+                    continue
+                nodes, via = (pruned[qi][k] if pruned is not None else
+                              prune_unreached(out["nodes"], out["via"], out["parents"], plan.steps, plan.constants))
+                scores = np.asarray(out["scores"])
+                live = nodes[slot] >= 0
+                bound_nodes = nodes[slot][live]
+                walked.extend(nodes[other][nodes[other] >= 0] for other in range(1, len(nodes)) if other != slot)
+                depth = max(answer_depth(plan.steps, slot), 1)
+                steps = np.asarray(plan.steps).reshape(-1, 3)
+                path = tuple(int(r) for r in steps[:, 2].tolist() if r >= 0)
+                relation_ids.update(path)
+                bound_via = via[slot][live]
+                relation = triple_relation[np.maximum(bound_via, 0)]
+                relation_ids.update(np.unique(relation[bound_via >= 0]).tolist())
+                at = np.searchsorted(wanted, bound_nodes, sorter=order)
+                at = order[np.minimum(at, max(len(wanted) - 1, 0))] if len(wanted) else at
+                pick = wanted[at] == bound_nodes if len(wanted) else np.zeros(len(bound_nodes), bool)
+                if not pick.any():
+                    continue
+                asked = int(steps[slot - 1, 2]) if 0 < slot <= len(steps) else -1
+                has = bound_via[pick] >= 0
+                bindings.append((at[pick], scores[slot][live][pick].astype(np.float64), relation[pick], has,
+                                 has & (relation[pick] == asked), run.beam, float(run.beam_prob), depth,
+                                 float(scores[0, 0]), path, int(run.anchor_entity), len(bound_nodes)))
+            joins = set(np.concatenate(walked).tolist()) if walked else set()
+            per_question.append((self._evidence(bindings, len(wanted), n_beams), joins))
+        mentioned = [self.mentioned(q) if self.read_mentions else () for q in questions]
+        for question, extra in zip(questions, mentioned, strict=True):
+            named = [self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids]
+            for entity in [*(named if len(question.topic_entities) > 1 else ()), *extra]:
+                for relations in self.ties.of(entity).values():
+                    relation_ids.update(relations)
+        self._relations(relation_ids)
+        rows = self._relation_rows
+        entities, base = [], []
+        cue_inputs = [self._cue_inputs(question, joins, ranking) for question, (_, joins), ranking in
+                      zip(questions, per_question, ranked, strict=True)]
+        if cue_inputs and {"join_match", "neighbour_match"} & self.reads:
+            cues = self.cue_matches_batch(*zip(*cue_inputs, strict=True))
+        else:
+            cues = [(np.zeros(len(c[0])), np.zeros(len(c[0]))) for c in cue_inputs]
+        for qi, (question, (evidence, _), ranking) in enumerate(zip(questions, per_question, ranked, strict=True)):
+            ents = np.asarray([e for e, _ in ranking], np.int64)
+            vals = np.asarray([s for _, s in ranking], np.float64)
+            entities.append(ents)
+            base.append(vals)
+            words = set(_WORD.findall(question.text.lower()))
+            years = set(_YEAR_WORD.findall(question.text))
+            topics = cue_inputs[qi][2]
+            n_beams = max((r.beam for r in runs[qi]), default=0) + 1
+            top = float(vals[0]) if len(vals) else 1.0
+            through, near = cues[qi]
+            q = qvec[qi]
+            dots: dict[int, float] = {}  # relation -> the question's cosine with it, as the reference computes it
+
+            def dot(r: int, q: np.ndarray = q, dots: dict = dots) -> float:
+                found = dots.get(r)
+                if found is None:
+                    found = dots[r] = float(q @ rows[r])
+                return found
+
+            fair, cumulative, n_beams_of, best_beam, plan_answers, best_prob, exact, min_depth, anchors, bound = evidence
+            count = min(m, len(ents))
+            # relation cosine: the best over the relations that bind the candidate; path cosine: the best mean over
+            # the relation paths of the plans that bind it (0 without any), each cosine computed once
+            cos = np.full(count, -np.inf)
+            path_cos = np.full(count, -np.inf)
+            read_path = "path_cos" in self.reads
+            for at, relation, has, path in bound:
+                if has.any():
+                    np.maximum.at(cos, at[has], np.asarray([dot(r) for r in relation[has].tolist()], np.float64))
+                if path and read_path:
+                    np.maximum.at(path_cos, at, float(np.mean([q @ rows[r] for r in path])))
+            cos = np.where(np.isfinite(cos), cos, 0.0)
+            path_cos = np.where(np.isfinite(path_cos), path_cos, 0.0)
+            mention_of = self._constraint_pass(mentioned[qi], dot)
+            conditions = topics if len(topics) > 1 and set(CONSTRAINT_FEATURES) & self.reads else set()
+            condition_of = self._constraint_pass(conditions, dot, anchors)
+            table = []
+            has_year = bool(years)
+            log_ents = np.log1p(len(ents))
+            for ci, (entity, support) in enumerate(zip(ents[:m].tolist(), vals[:m].tolist(), strict=False)):
+                name, name_words = self._name_cue(entity)
+                mention = mention_of(entity)
+                stripped = name.strip()
+                table.append((
+                    support, support / top if top > 0 else 0.0, _log1p(ci), ci == 0,
+                    fair[ci], cumulative[ci], n_beams_of[ci] / n_beams, best_beam[ci] / n_beams,
+                    _log1p(plan_answers[ci]), cos[ci],
+                    sum(w in words for w in name_words) / max(len(name_words), 1),
+                    bool(_YEAR.match(stripped)), bool(_NUMBER.match(stripped)),
+                    _log1p(len(name_words)), self.degree[entity], log_ents,
+                    best_prob[ci], path_cos[ci], exact[ci], min_depth[ci], has_year,
+                    has_year and bool(years.intersection(_YEAR_WORD.findall(name))),
+                    float(through[ci]), float(near[ci]),
+                    *condition_of(entity, ci),
+                    *(mention[i] for i in (0, 1, 2, 4)),  # count, share, all, cos (no "missed")
+                    0.0))  # type_cos: below, for all candidates at once
+            if count:
+                numeric[qi, :count] = table
+                mask[qi, :count] = True
+                cand = ents[:count]
+                lengths = self.type_offsets[cand + 1] - self.type_offsets[cand]
+                owner = np.repeat(np.arange(count), lengths)
+                position = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+                keys = self.type_ids[self.type_offsets[cand][owner] + position]
+                weight = np.zeros(count)
+                weight[lengths > 0] = 1.0 / np.sqrt(lengths[lengths > 0])
+                types[qi, owner, keys] = weight[owner]
+            if has_phrase[qi]:
+                numeric[qi, :, NUMERIC.index("type_cos")] = self.type_cos(types[qi], phrases[qi])
+        qword = np.asarray([question_word(q.text) for q in questions], np.int32)
+        return Candidates(entities=entities, base=base, numeric=numeric, qword=qword, types=types,
+                          question=qvec if len(qvec) else np.zeros((0, 1), np.float32), mask=mask)
+
+    def _cue_inputs(self, question: Question, joins: set[int], ranking: Sequence[tuple[int, float]]
+                    ) -> tuple[np.ndarray, set[int], set[int], set[str]]:
+        """(candidates, join nodes that are no hubs, topic ids, cue words) of a question, as the reference reads them."""
+        words = set(_WORD.findall(question.text.lower()))
+        topics = {self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids}
+        topic_words = {w for t in topic_names(question, self.names) for w in _WORD.findall(t.lower())}
+        candidates = np.asarray([e for e, _ in ranking[:self.max_candidates]], np.int64)
+        return (candidates, {j for j in joins if self.raw_degree[j] <= JOIN_DEGREE}, topics,
+                words - topic_words - _STOP)
+
+    @staticmethod
+    def _evidence(bindings: Sequence[tuple], count: int, n_beams: int) -> tuple:
+        """Per candidate position (``count`` of them), from the runs' ``bindings`` of the candidates (in run order):
+        the reference's per-entity evidence in array passes: (best fair T-Score, best cumulative T-Score, distinct
+        beams, best beam, answers of the first run at that beam, best plan probability, exact relation, least
+        depth; 0 where no run binds the candidate), the topic entities of the runs binding each, the (position,
+        relation, has relation, path) of each run for the cosines."""
+        fair, cumulative = np.full(count, -np.inf), np.full(count, -np.inf)
+        best_beam = np.full(count, n_beams, np.int64)
+        best_prob, exact = np.zeros(count), np.zeros(count, bool)
+        min_depth = np.full(count, np.iinfo(np.int64).max, np.int64)
+        anchors: dict[int, set[int]] = {}
+        bound = []
+        if not bindings:
+            zeros = np.zeros(count)
+            return (zeros, zeros, np.zeros(count, np.int64), best_beam, np.zeros(count, np.int64), best_prob, exact,
+                    np.zeros(count, np.int64), anchors, bound)
+        at = np.concatenate([b[0] for b in bindings])
+        score = np.concatenate([b[1] for b in bindings])
+        beam = np.concatenate([np.full(len(b[0]), b[5], np.int64) for b in bindings])
+        depth = np.concatenate([np.full(len(b[0]), b[7], np.int64) for b in bindings])
+        anchor = np.concatenate([np.full(len(b[0]), b[8]) for b in bindings])
+        answers = np.concatenate([np.full(len(b[0]), b[11], np.int64) for b in bindings])
+        np.maximum.at(fair, at, (score - anchor) / depth)
+        np.maximum.at(cumulative, at, score)
+        np.minimum.at(best_beam, at, beam)
+        np.minimum.at(min_depth, at, depth)
+        for b in bindings:
+            np.maximum.at(best_prob, b[0], b[6])
+            exact[b[0][b[4]]] = True
+            bound.append((b[0], b[2], b[3], b[9]))
+        # the first binding (in run order) at the candidate's best beam sets its plan's answer count
+        first = np.full(count, len(at), np.int64)
+        at_best = beam == best_beam[at]
+        np.minimum.at(first, at[at_best], np.flatnonzero(at_best))
+        seen = first < len(at)
+        plan_answers = np.where(seen, answers[np.minimum(first, len(at) - 1)], 0)
+        beams = np.bincount(np.unique(at * (n_beams + 1) + beam) // (n_beams + 1), minlength=count)
+        for position, entity in {(int(p), b[10]) for b in bindings for p in b[0].tolist()}:
+            anchors.setdefault(position, set()).add(entity)
+        fair = np.where(np.isfinite(fair), fair, 0.0)
+        cumulative = np.where(np.isfinite(cumulative), cumulative, 0.0)
+        min_depth = np.where(seen, min_depth, 0)
+        return fair, cumulative, beams, best_beam, plan_answers, best_prob, exact, min_depth, anchors, bound
+
+    def _constraint_pass(self, others: set[int] | Sequence[int], dot: Callable[[int], float],
+                         anchors: dict[int, set[int]] | None = None) -> Callable[[int], tuple[float, ...]]:
+        """``entity -> _constraints(entity, others [minus the topics that anchor it], question)``, reading each
+        relation's cosine through ``dot`` (one question's, kept)."""
+        others = set(others)
+        empty = (0.0, 0.0, 0.0, 0.0, 0.0)
+        if not others:
+            return lambda entity, position=-1: empty
+        ties = {t: self.ties.of(t) for t in others}
+
+        def constraints(entity: int, position: int = -1) -> tuple[float, ...]:
+            mine = others - anchors.get(position, set()) if anchors is not None else others
+            mine = mine - {entity}
+            if not mine:
+                return empty
+            tied = [ties[t].get(entity, ()) for t in mine]
+            hits = sum(bool(relations) for relations in tied)
+            cos = max((dot(r) for relations in tied for r in relations), default=0.0)
+            return (np.log1p(len(mine)), hits / len(mine), float(hits == len(mine)), np.log1p(len(mine) - hits), cos)
+
+        return constraints
+
+    def _reference_call(self, questions: Sequence[Question], runs: Sequence[Sequence], outputs: Sequence[Sequence[dict]],
+                 ranked: Sequence[Sequence[tuple[int, float]]],
+                 pruned: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]] | None = None) -> Candidates:
+        """:meth:`__call__` written plainly, binding by binding and candidate by candidate (the reference the faster
+        pass is tested against, bit for bit)."""
         from stem_jax.answer.rank import answer_depth
 
         n, m, v = len(questions), self.max_candidates, len(self.vocabulary.keys)

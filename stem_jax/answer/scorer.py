@@ -403,6 +403,10 @@ class ScoredAnswers:
         return cls(scorer, CandidateFeaturizer(index, names, scorer.vocabulary, encoder.encode,
                                                features=scorer.features))
 
+    def warm_up(self) -> int:
+        """Fill the featurizer's relation and type-key tables (:meth:`CandidateFeaturizer.warm_up`)."""
+        return self.featurizer.warm_up()
+
     def fingerprint(self) -> dict[str, Any]:
         return {"arrays_sha256": self.scorer.fingerprint(), "cut": self.scorer.cut,
                 "temperature": self.scorer.temperature}

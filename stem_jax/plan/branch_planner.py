@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ MODEL_FILE = "branch-model.json"
 FEATURES = ("mean_cos", "max_cos", "kept_share", "log_kept", "log_candidates", "two_steps", "mention", "bias")
 THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 MIN_QUESTIONS = 20  # training questions with a second topic below which no model is trained
+LINKED_TEXTS = 4096  # question texts whose entity mentions a planner keeps
 MAIN_PATHS = 3  # main paths per training question (the ones with the best answer F1), as a planner's beam offers
 
 
@@ -150,12 +151,26 @@ class Mentions:
         self.names = names or {}
         self.mediators = mediators
         self.linker = EntityLinker.from_index(index, names or None)
+        # the linker's mentions of the latest texts (a text asked again, as a served question often is, is not
+        # linked again); bounded, least recently asked first out
+        self._links: OrderedDict[str, list] = OrderedDict()
+
+    def links(self, text: str) -> list:
+        """The linker's mentions in ``text``, kept for the latest :data:`LINKED_TEXTS` texts."""
+        found = self._links.get(text)
+        if found is None:
+            found = self._links[text] = list(self.linker.mentions(text))
+            while len(self._links) > LINKED_TEXTS:
+                self._links.popitem(last=False)
+        else:
+            self._links.move_to_end(text)
+        return found
 
     def __call__(self, question: Question) -> list[int]:
         topics = set(_topic_ids(question, self.index))
         covered = [t.lower() for t in topic_names(question, self.names)]
         found = []
-        for link in self.linker.mentions(question.text):
+        for link in self.links(question.text):
             entity = self.index.entity_ids.get(link.entity, -1)
             if entity < 0 or entity in topics or self.mediators[entity] or entity in found:
                 continue

@@ -378,6 +378,7 @@ class PatternPlanner:
     type_penalty: float = 1e-3
     _signatures: dict[int, frozenset[tuple[str, bool]]] = dataclasses.field(default_factory=dict, repr=False)
     _requirements: list[list[tuple[int, tuple[str, bool]]]] | None = dataclasses.field(default=None, repr=False)
+    _need_table: tuple | None = dataclasses.field(default=None, repr=False)
 
     # ----- scoring ----------------------------------------------------------------------------
     def _encoder(self) -> TextEncoder:
@@ -428,20 +429,69 @@ class PatternPlanner:
 
         ``({0}, directed_by, [ENT1])`` needs the topic to head some ``directed_by`` triple (a film);
         a template that asks for a film's films is ruled out for a film. This is a check of the
-        entity's type, one hop deep; it never looks at answers.
+        entity's type, one hop deep; it never looks at answers. Written plainly, template by template (the
+        reference :meth:`admissible_rows`, which the planner uses, is tested against).
         """
+        requirements = self._template_requirements()
+        ids = [self.index.entity_ids.get(t) for t in question.topic_entities]
+        signatures = [self._signature(e) if e is not None else None for e in ids]
+        return np.asarray([
+            all(slot >= len(signatures) or signatures[slot] is None or need in signatures[slot] for slot, need in req)
+            for req in requirements
+        ], bool)
+
+    def _template_requirements(self) -> list[list[tuple[int, tuple[str, bool]]]]:
         if self._requirements is None:  # per template: (slot, (relation, slot is the head)) of its slot edges
             self._requirements = [
                 [(int(m.group(1)), (relation, is_head)) for head, relation, tail in t.triples
                  for node, is_head in ((head, True), (tail, False)) if (m := SLOT.match(node))]
                 for t in self.templates
             ]
-        ids = [self.index.entity_ids.get(t) for t in question.topic_entities]
-        signatures = [self._signature(e) if e is not None else None for e in ids]
-        return np.asarray([
-            all(slot >= len(signatures) or signatures[slot] is None or need in signatures[slot] for slot, need in req)
-            for req in self._requirements
-        ], bool)
+        return self._requirements
+
+    def _needs(self) -> tuple:
+        """The templates' slot edges as arrays, made once: per slot, (requirement ids, needed edge ids); per
+        requirement its template; per KG relation the edge id it gives its head and its tail (-1: no template
+        needs it); and the number of distinct edges."""
+        if self._need_table is None:
+            edges: dict[tuple[str, bool], int] = {}
+            template, slot, need = [], [], []
+            for t, requirements in enumerate(self._template_requirements()):
+                for s, edge in requirements:
+                    template.append(t)
+                    slot.append(s)
+                    need.append(edges.setdefault(edge, len(edges)))
+            slot_of, need_of = np.asarray(slot, np.int64), np.asarray(need, np.int64)
+            by_slot = {s: (np.flatnonzero(slot_of == s), need_of[slot_of == s]) for s in sorted(set(slot))}
+            relations = self.index.relations
+            head = np.asarray([edges.get((r, True), -1) for r in relations], np.int64)
+            tail = np.asarray([edges.get((r, False), -1) for r in relations], np.int64)
+            self._need_table = (by_slot, np.asarray(template, np.int64), head, tail, len(edges))
+        return self._need_table
+
+    def admissible_rows(self, questions: Sequence[Question]) -> np.ndarray:
+        """bool [Q, T]: :meth:`admissible` of each question, each entity's edges read in one array pass."""
+        by_slot, template, head, tail, n_edges = self._needs()
+        out = np.ones((len(questions), len(self.templates)), bool)
+        held: dict[int, np.ndarray] = {}  # entity -> bool [edges + 1]: the template edges it has (last: none)
+        for qi, question in enumerate(questions):
+            ids = [self.index.entity_ids.get(t) for t in question.topic_entities]
+            failed = np.zeros(len(template), bool)
+            for s, entity in enumerate(ids):
+                if entity is None or s not in by_slot:
+                    continue
+                has = held.get(entity)
+                if has is None:
+                    rows = self.index.triples[self.index.incident(entity)]
+                    has = np.zeros(n_edges + 1, bool)
+                    has[head[rows[rows[:, 0] == entity, 1]]] = True
+                    has[tail[rows[rows[:, 2] == entity, 1]]] = True
+                    has[-1] = False  # relations no template needs
+                    held[entity] = has
+                where, need = by_slot[s]
+                failed[where] = ~has[need]
+            out[qi] = np.bincount(template[failed], minlength=len(self.templates)) == 0
+        return out
 
     def beams_from_scores(self, questions: Sequence[Question], probs: np.ndarray, breadth: np.ndarray) -> list[list[ScoredSchema]]:
         """The beam of each question: top templates (after the type filter) instantiated with its entities.
@@ -454,7 +504,7 @@ class PatternPlanner:
         strictly first) drops it to 98.2%.
         """
         if self.type_filter and self.index is not None:
-            allowed = np.stack([self.admissible(q) for q in questions])
+            allowed = self.admissible_rows(questions)
             probs = probs * np.where(allowed, 1.0, self.type_penalty)
             probs = probs / np.maximum(probs.sum(axis=1, keepdims=True), 1e-12)
         out = []

@@ -3,7 +3,7 @@
 :meth:`Engine.warm_up <stem_jax.engine.Engine.warm_up>` compiles the encoder and the tracer's shapes. What a request
 also reaches on a natural-question KG (the path planner's scoring call, the answer scorer, the planner's and the
 scorer's tables built on first use) compiles or fills on first use. This module compiles the path planner's bounded
-set of scoring shapes, then answers ``1, 2, 4, ... max_batch`` questions of the split once each, so that the first
+set of scoring shapes, embeds the answer scorer's relation texts, then answers ``1, 2, 4, ... max_batch`` questions of the split once each, so that the first
 request finds every table built and (with JAX's persistent compilation cache, which a second start reads) compiles
 nothing. Each step is printed as it ends.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from stem_jax.plan.path_ranker import planner_parts, warm_path_planner
 
-__all__ = ["batch_sizes", "planner_parts", "warm_by_example", "warm_path_planner"]
+__all__ = ["batch_sizes", "planner_parts", "warm_answer_scorer", "warm_by_example", "warm_path_planner"]
 
 
 def batch_sizes(max_batch: int) -> list[int]:
@@ -28,11 +28,28 @@ def batch_sizes(max_batch: int) -> list[int]:
     return [*sizes, max_batch]
 
 
+def warm_answer_scorer(engine: Any, *, method: str = "stem", log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Fill the learned answer scorer's relation-text table (every KG relation) when ``method`` has one; returns how
+    many texts and how long."""
+    methods = getattr(engine, "method", None)  # an engine that retrieves without methods has no scorer
+    scorer = getattr(getattr(methods(method), "context", None), "answer_scorer", None) if methods else None
+    if scorer is None or not hasattr(scorer, "warm_up"):
+        return {}
+    log("  embedding the answer scorer's relation texts ...")
+    began = time.perf_counter()
+    texts = scorer.warm_up()
+    seconds = time.perf_counter() - began
+    log(f"  answer scorer: {texts} relation texts in {seconds:.1f}s")
+    return {"answer_scorer_relations": texts, "answer_scorer_seconds": round(seconds, 3)}
+
+
 def warm_by_example(engine: Any, max_batch: int, *, method: str = "stem",
                     log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Compile the path planner's scoring shapes (when the engine plans with one), then answer ``1, 2, 4, ...
-    max_batch`` questions of the loaded split; returns what ran and how long each part took."""
+    """Compile the path planner's scoring shapes (when the engine plans with one), fill the answer scorer's relation
+    table (:func:`warm_answer_scorer`), then answer ``1, 2, 4, ... max_batch`` questions of the loaded split; returns
+    what ran and how long each part took."""
     info = warm_path_planner(getattr(engine, "planner", None), max_batch, log=log)
+    info.update(warm_answer_scorer(engine, method=method, log=log))
     questions = [q for q in getattr(engine.dataset, "questions", ()) if q.topic_entities]
     done = []
     for size in batch_sizes(max_batch):

@@ -47,3 +47,21 @@ def test_name_matches_for_many_entities_equal_one_at_a_time():
     cue = {"red", "cup", "2008"}
     got = featurizer.name_matches(entities, cue)
     assert got.tolist() == [featurizer._name_match(int(e), cue) for e in entities.tolist()]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cue_matches_of_a_whole_batch_equal_the_per_candidate_reference(seed, monkeypatch):
+    import stem_jax.answer.features as module
+
+    monkeypatch.setattr(module, "NEIGHBOURS", int(np.random.default_rng(seed).integers(1, 12)))
+    monkeypatch.setattr(module, "JOIN_DEGREE", int(np.random.default_rng(seed + 1).integers(1, 12)))
+    featurizer, rng = _featurizer(seed)
+    n = featurizer.index.num_entities
+    inputs = [(rng.integers(0, n, int(rng.integers(0, 10))), set(rng.integers(0, n, int(rng.integers(0, 8))).tolist()),
+               set(rng.integers(0, n, int(rng.integers(0, 3))).tolist()),
+               set(rng.choice(WORDS, size=int(rng.integers(0, 4))).tolist())) for _ in range(int(rng.integers(0, 7)))]
+    got = featurizer.cue_matches_batch(*zip(*inputs, strict=True)) if inputs else []
+    assert len(got) == len(inputs)
+    for (through, near), (entities, joins, topics, cue) in zip(got, inputs, strict=True):
+        for i, entity in enumerate(entities.tolist()):
+            assert (through[i], near[i]) == featurizer._cue_matches(entity, joins, topics, cue)

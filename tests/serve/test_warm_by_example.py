@@ -39,3 +39,13 @@ def test_planner_parts_reach_the_wrapped_planners():
     mixed = SimpleNamespace(first=SimpleNamespace(name="templates"), second=inner)
     outer = SimpleNamespace(base=mixed)
     assert inner in list(planner_parts(outer))
+
+
+def test_warm_up_embeds_the_answer_scorers_relation_texts_before_the_examples():
+    lines, order = [], []
+    scorer = SimpleNamespace(warm_up=lambda: order.append("scorer") or 7)
+    engine = SimpleNamespace(planner=None, dataset=SimpleNamespace(questions=[]),
+                             method=lambda name: SimpleNamespace(context=SimpleNamespace(answer_scorer=scorer)))
+    info = warm_by_example(engine, 4, log=lines.append)
+    assert order == ["scorer"] and info["answer_scorer_relations"] == 7
+    assert lines[-1].startswith("  answer scorer: 7 relation texts")
