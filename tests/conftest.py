@@ -80,6 +80,23 @@ def shared_data() -> Path:
     return Path(value)
 
 
+@pytest.fixture(scope="session")
+def demo_hashing64(tmp_path_factory):
+    """The demo KG's test split with hashing-encoder (d=64) embedding caches, built once per test process:
+    ``(dataset, index, encoder, embeddings)``. Tests read it and never change it."""
+    from stem_jax.data.registry import DatasetSpec, load_dataset
+    from stem_jax.encoder.hashing import HashingEncoder
+    from stem_jax.kg.embeddings import build_kg_embeddings
+    from stem_jax.kg.index import build_index
+
+    dataset = load_dataset(DatasetSpec(name="demo"))
+    index = build_index(dataset.triples)
+    encoder = HashingEncoder(dim=64)
+    embeddings = build_kg_embeddings(index, encoder, tmp_path_factory.mktemp("demo-emb64"), chunk_rows=1024,
+                                     progress=False)
+    return dataset, index, encoder, embeddings
+
+
 _MAPS_BEFORE_CLEARING = 20_000
 
 

@@ -5,7 +5,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from stem_jax.kg.index import relation_text
+from stem_jax.encoder.hashing import HashingEncoder
+from stem_jax.kg.index import build_index, relation_text
 
 
 def tables_for(index, encoder) -> SimpleNamespace:
@@ -16,3 +17,12 @@ def tables_for(index, encoder) -> SimpleNamespace:
 
     return SimpleNamespace(entities=table(list(index.entities)),
                            relations=table([relation_text(r) for r in index.relations]))
+
+
+def hashing_kg(triples, questions=(), **more) -> SimpleNamespace:
+    """A small KG as method tests read it: ``triples``, ``questions``, its index, the hashing encoder and
+    :func:`tables_for` as ``embeddings``, plus ``more``."""
+    index = build_index(triples)
+    encoder = HashingEncoder()
+    return SimpleNamespace(triples=triples, questions=questions, index=index, encoder=encoder,
+                           embeddings=tables_for(index, encoder), **more)

@@ -32,3 +32,15 @@ def random_triples(rng: np.random.Generator, n_nodes: int, n_relations: int, dra
         if rng.random() < inverse:
             triples.append((f"e{t}", f"r{r}_inverse", f"e{h}"))
     return triples
+
+
+def filled_to(triples: list[tuple[str, str, str]], size: int, n_nodes: int, relation: str) -> list[tuple[str, str, str]]:
+    """``triples`` without repeats, cut or topped up to ``size`` with triples of ``relation`` over ``e0..``: a fixed
+    size, so every example of a property shares one compiled tracer shape."""
+    triples = list(dict.fromkeys(triples))[:size]
+    for k in range(n_nodes * n_nodes):  # every (head, tail) pair once, if need be
+        if len(triples) == size:
+            break
+        triples = list(dict.fromkeys(triples + [(f"e{k % n_nodes}", relation, f"e{(k * 5 + 1 + k // n_nodes) % n_nodes}")]))
+    assert len(triples) == size, f"{len(triples)} distinct triples, not {size}"
+    return triples

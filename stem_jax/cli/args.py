@@ -305,6 +305,17 @@ def command_parser(sub: Any, name: str, *, help: str, description: str, dataset:
     return parser
 
 
+def training_parser(sub: Any, name: str, command: Callable[[argparse.Namespace], int], *,
+                    help: str) -> argparse.ArgumentParser:
+    """Training command ``name`` (``train-<what>``) that runs ``command`` and keeps a resumable run folder:
+    :func:`command_parser` on the dataset's training split, described by ``command``'s docstring, then ``--out``
+    (default ``runs/<what>-<dataset>``, :func:`run_folder`)."""
+    parser = command_parser(sub, name, help=help, description=inspect.getdoc(command) or "", training=True)
+    add_run_folder_flag(parser, name.removeprefix("train-") + "-<dataset>")
+    parser.set_defaults(func=command)
+    return parser
+
+
 def use_training_split(parser: argparse.ArgumentParser) -> None:
     """``--split`` of a training command: by default the dataset's training split (what
     :func:`stem_jax.plan.factory.training_split` says: dev for MetaQA, which ships no train QA text,
@@ -329,6 +340,31 @@ def mark_advanced(*actions: argparse.Action) -> None:
     """Flags ``--help`` leaves to ``--help-all`` (rarely needed, or for one dataset or planner only)."""
     for action in actions:
         action.stem_advanced = True  # type: ignore[attr-defined]
+
+
+# A run of plain valued flags for add_valued_flags: (flag, type, default, help); the dest is argparse's own,
+# from the flag's name (--graphs-per-step -> graphs_per_step).
+ValuedFlag = tuple[str, Callable[[str], Any], Any, str]
+
+
+def add_valued_flags(parser: Any, flags: Iterable[ValuedFlag]) -> None:
+    """Add each ``(flag, type, default, help)`` of ``flags`` to ``parser`` (a parser or an argument group), in order."""
+    for flag, kind, default, text in flags:
+        parser.add_argument(flag, type=kind, default=default, help=text)
+
+
+def add_run_folder_flag(parser: argparse.ArgumentParser, folder: str) -> None:
+    """``--out DIR``: the command's run folder, by default ``runs/<folder>``, where ``folder`` may name
+    ``<dataset>`` and ``<split>`` (:func:`run_folder` fills them in)."""
+    parser.add_argument("--out", type=Path, default=None, help=f"run folder (default runs/{folder})")
+    parser.set_defaults(run_folder=folder)
+
+
+def run_folder(args: argparse.Namespace, dataset: str) -> Path:
+    """``--out``, else the default run folder of :func:`add_run_folder_flag` for ``dataset`` and ``--split``."""
+    if args.out is not None:
+        return args.out
+    return Path("runs") / args.run_folder.replace("<dataset>", dataset).replace("<split>", str(args.split))
 
 
 def add_cache_flags(parser: argparse.ArgumentParser) -> None:

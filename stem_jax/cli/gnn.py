@@ -11,7 +11,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stem_jax.cli.args import check_out_path, command_parser, config_from_args, training_split_of
+from stem_jax.cli.args import (
+    ValuedFlag,
+    add_run_folder_flag,
+    add_valued_flags,
+    check_out_path,
+    command_parser,
+    config_from_args,
+    run_folder,
+    training_parser,
+    training_split_of,
+)
 from stem_jax.cli.planning import add_planner_flags
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import GNNConfig, StemConfig, as_dict
@@ -42,28 +52,25 @@ def example_factory(config: StemConfig, dataset: Dataset, index: KGIndex, embedd
 
 
 def add_train_gnn_parser(sub) -> None:
-    p = command_parser(
-        sub, "train-gnn", training=True, help="train the Triple-GNN that builds the guidance graph (resumable)",
-        description="Train the Triple-GNN (paper appendix A, C.1-C.2) with AdamW on balanced BCE: questions of "
-        "--split (default: the dataset's train split, dev for MetaQA, which has no train QA text; hash-split by "
-        "question id into train/val) planned by the oracle, plus random-walk examples (reverse generation, Phase 1). Orbax checkpoints in --out; rerunning "
-        "the same command resumes from the last one. Writes curves.png, history.json, train-summary.json.")
-    p.add_argument("--out", type=Path, default=None, help="run folder (default runs/gnn-<dataset>)")
+    p = training_parser(sub, "train-gnn", cmd_train_gnn,
+                        help="train the Triple-GNN that builds the guidance graph (resumable)")
     p.add_argument("--preset", choices=("small", "paper"), default="small",
                    help="architecture: small = L=3, d=64 (CPU, the default); paper = L=6, d=512. "
                    "--gnn.layers / --gnn.d_gnn override either")
-    p.add_argument("--steps", type=int, default=300, help="optimisation steps (default 300)")
-    p.add_argument("--graphs-per-step", dest="graphs_per_step", type=int, default=8, help="graphs per step (default 8)")
-    p.add_argument("--lr", type=float, default=1e-3, help="peak AdamW learning rate (default 1e-3)")
-    p.add_argument("--synthetic-ratio", dest="synthetic_ratio", type=float, default=0.25,
-                   help="share of random-walk (reverse-generation) examples (default 0.25)")
-    p.add_argument("--val-percent", dest="val_percent", type=int, default=10,
-                   help="percent of question ids held out for validation (default 10)")
-    p.add_argument("--val-questions", dest="val_questions", type=int, default=192,
-                   help="validation questions per evaluation, stratified by hop (default 192)")
-    p.add_argument("--val-every", dest="val_every", type=int, default=50, help="steps between validations")
-    p.add_argument("--ckpt-every", dest="ckpt_every", type=int, default=50, help="steps between checkpoints")
-    p.set_defaults(func=cmd_train_gnn)
+    add_valued_flags(p, TRAIN_GNN_FLAGS)
+
+
+# train-gnn's budget and validation flags (TrainConfig's fields, and the validation share)
+TRAIN_GNN_FLAGS: tuple[ValuedFlag, ...] = (
+    ("--steps", int, 300, "optimisation steps (default 300)"),
+    ("--graphs-per-step", int, 8, "graphs per step (default 8)"),
+    ("--lr", float, 1e-3, "peak AdamW learning rate (default 1e-3)"),
+    ("--synthetic-ratio", float, 0.25, "share of random-walk (reverse-generation) examples (default 0.25)"),
+    ("--val-percent", int, 10, "percent of question ids held out for validation (default 10)"),
+    ("--val-questions", int, 192, "validation questions per evaluation, stratified by hop (default 192)"),
+    ("--val-every", int, 50, "steps between validations"),
+    ("--ckpt-every", int, 50, "steps between checkpoints"),
+)
 
 
 def gnn_architecture(args: argparse.Namespace, config: StemConfig) -> GNNConfig:
@@ -77,6 +84,11 @@ def gnn_architecture(args: argparse.Namespace, config: StemConfig) -> GNNConfig:
 
 
 def cmd_train_gnn(args: argparse.Namespace) -> int:
+    """Train the Triple-GNN (paper appendix A, C.1-C.2) with AdamW on balanced BCE: questions of --split (default:
+    the dataset's train split, dev for MetaQA, which has no train QA text; hash-split by question id into
+    train/val) planned by the oracle, plus random-walk examples (reverse generation, Phase 1). Orbax checkpoints in
+    --out; rerunning the same command resumes from the last one. Writes curves.png, history.json,
+    train-summary.json."""
     from stem_jax.cli.engine_args import embed, load
     from stem_jax.gnn.data import question_examples, split_by_qid
     from stem_jax.gnn.model import ModelSpec
@@ -109,7 +121,7 @@ def cmd_train_gnn(args: argparse.Namespace) -> int:
     spec = ModelSpec(layers=arch.layers, d_gnn=arch.d_gnn, d_pem=factory.featurizer.dim,
                      num_relations=index.num_relations)
     val_pairs = stratified(val_pairs, tc.val_questions)
-    out = args.out or Path("runs") / f"gnn-{dataset.name}"
+    out = run_folder(args, dataset.name)
     print(f"train-gnn: {len(train_pairs)} training questions ({args.split} ids with hash bucket >= {args.val_percent}), "
           f"{len(val_pairs)} validation questions, skipped {skipped or 'none'}; L={spec.layers}, d={spec.d_gnn}, "
           f"d_pem={spec.d_pem}; {tc.steps} steps x {tc.graphs_per_step} graphs -> {out}")
@@ -155,7 +167,7 @@ def add_ablate_parser(sub) -> None:
     add_guidance_flags(p, required=True)
     p.add_argument("--subset", type=int, default=None,
                    help="deterministic stratified subset: per hop, the N questions with the lowest sha256(qid)")
-    p.add_argument("--out", type=Path, default=None, help="run folder (default runs/ablate-<dataset>-<split>)")
+    add_run_folder_flag(p, "ablate-<dataset>-<split>")
     p.set_defaults(func=cmd_ablate_guidance)
 
 
@@ -193,7 +205,7 @@ def cmd_ablate_guidance(args: argparse.Namespace) -> int:
     method = engine.method("stem")
     provider = method.context.guidance
     planner_info = engine.planner_info
-    out = args.out or Path("runs") / f"ablate-{dataset.name}-{args.split}"
+    out = run_folder(args, dataset.name)
     results = run_guidance_ablation(method, dataset.questions, out, fingerprint=engine.results_fingerprint("stem"),
                                     show_progress=not args.no_progress)
     table = ablation_table(results)

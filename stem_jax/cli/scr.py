@@ -4,32 +4,29 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
-from stem_jax.cli.args import command_parser, config_from_args, training_split_of
+from stem_jax.cli.args import config_from_args, run_folder, training_parser, training_split_of
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import as_dict
 
 
 def add_train_scr_parser(sub) -> None:
-    p = command_parser(
-        sub, "train-scr", training=True, help="train SCR (stepwise contrastive reasoning) for --method scr (resumable)",
-        description="Train SCR's relational GAT and question head with InfoNCE on teacher-forced reasoning steps "
-        "along the gold relation paths of --split (default: the dataset's train split, dev for MetaQA; hash-split by "
-        "question id into train/validation, the same split as the planners; test is never read by default). Orbax checkpoints in --out; rerunning the same "
-        "command resumes. Writes curves.png, history.json, train-summary.json and train-scr.{json,md}. "
-        "Architecture and budget: --scr.dim, --scr.layers, --scr.steps, --scr.train_batch, --scr.lr, ...; "
-        "--scr.question_encoder=minilm fine-tunes MiniLM's top --scr.finetune_layers layers over the context string "
-        "(the paper's BERT; slow on a CPU)")
-    p.add_argument("--out", type=Path, default=None, help="run folder (default runs/scr-<dataset>)")
+    p = training_parser(sub, "train-scr", cmd_train_scr,
+                        help="train SCR (stepwise contrastive reasoning) for --method scr (resumable)")
     p.add_argument("--val-fraction", dest="val_fraction", type=float, default=0.1,
                    help="share of question ids held out for validation (default 0.1, as the planners)")
     p.add_argument("--stop-at", dest="stop_at", type=int, default=None,
                    help="end after this many total steps (resume later with the same command)")
-    p.set_defaults(func=cmd_train_scr)
 
 
 def cmd_train_scr(args: argparse.Namespace) -> int:
+    """Train SCR's relational GAT and question head with InfoNCE on teacher-forced reasoning steps along the gold
+    relation paths of --split (default: the dataset's train split, dev for MetaQA; hash-split by question id into
+    train/validation, the same split as the planners; test is never read by default). Orbax checkpoints in --out;
+    rerunning the same command resumes. Writes curves.png, history.json, train-summary.json and
+    train-scr.{json,md}. Architecture and budget: --scr.dim, --scr.layers, --scr.steps, --scr.train_batch,
+    --scr.lr, ...; --scr.question_encoder=minilm fine-tunes MiniLM's top --scr.finetune_layers layers over the
+    context string (the paper's BERT; slow on a CPU)"""
     from stem_jax.cli.args import cache_root
     from stem_jax.cli.engine_args import embed, load
     from stem_jax.data.splits import hash_split
@@ -41,7 +38,7 @@ def cmd_train_scr(args: argparse.Namespace) -> int:
     dataset, index = load(args, config)
     encoder, embeddings, _ = embed(args, config, dataset, index)
     train_q, val_q = hash_split(dataset.questions, args.val_fraction)
-    out = args.out or Path("runs") / f"scr-{dataset.name}"
+    out = run_folder(args, dataset.name)
     data = prepare_data(train_q, val_q, index, embeddings, encoder, config.scr, seed=config.seed,
                         cache=cache_root(args) / dataset.name / "scr-questions", names=dataset.entity_names)
     scr = config.scr

@@ -10,7 +10,14 @@ import threading
 import time
 from pathlib import Path
 
-from stem_jax.cli.args import command_parser, config_from_args, non_negative_int, positive_int
+from stem_jax.cli.args import (
+    ValuedFlag,
+    add_valued_flags,
+    command_parser,
+    config_from_args,
+    non_negative_int,
+    positive_int,
+)
 from stem_jax.cli.commands import method_options
 from stem_jax.cli.engine_args import open_engine
 from stem_jax.cli.gnn import add_guidance_flags
@@ -38,6 +45,19 @@ def _port(text: str) -> int:
     return value
 
 
+# Where the server listens, and its batching and queueing limits
+SERVE_FLAGS: tuple[ValuedFlag, ...] = (
+    ("--host", str, "127.0.0.1", "address to bind (default 127.0.0.1: this machine only)"),
+    ("--port", _port, 8000, "port (default 8000; 0 picks a free one)"),
+    ("--max-batch", positive_int, 32, "most questions per engine call (default 32; 1 turns batching off)"),
+    ("--max-wait-ms", _non_negative, 5.0, "longest a question waits for others to join its batch (default 5 ms)"),
+    ("--queue-size", positive_int, 256,
+     "questions admitted and waiting at most; more are refused with 503 + Retry-After (default 256)"),
+    ("--keep-prepared", non_negative_int, 4096, "questions whose prepared runs (plans, grounding, guidance) are "
+     "kept, so asking one again only traces it (default 4096; 0 prepares every request afresh)"),
+)
+
+
 def add_serve_parser(sub, add_method_flags) -> None:
     p = command_parser(
         sub, "serve", help="HTTP JSON API over one warmed engine, with dynamic batching and Prometheus metrics",
@@ -49,17 +69,7 @@ def add_serve_parser(sub, add_method_flags) -> None:
     add_planner_flags(p, default="pattern")
     add_guidance_flags(p)
     add_method_flags(p)
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks a free one)")
-    p.add_argument("--max-batch", dest="max_batch", type=positive_int, default=32,
-                   help="most questions per engine call (default 32; 1 turns batching off)")
-    p.add_argument("--max-wait-ms", dest="max_wait_ms", type=_non_negative, default=5.0,
-                   help="longest a question waits for others to join its batch (default 5 ms)")
-    p.add_argument("--queue-size", dest="queue_size", type=positive_int, default=256,
-                   help="questions admitted and waiting at most; more are refused with 503 + Retry-After (default 256)")
-    p.add_argument("--keep-prepared", dest="keep_prepared", type=non_negative_int, default=4096,
-                   help="questions whose prepared runs (plans, grounding, guidance) are kept, so asking one again "
-                        "only traces it (default 4096; 0 prepares every request afresh)")
+    add_valued_flags(p, SERVE_FLAGS)
     p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                    help="skip Engine.warm_up (faster start; the first requests then compile)")
     p.add_argument("--log-level", dest="log_level", default="info",

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
-from stem_jax.cli.args import command_parser, config_from_args
+from stem_jax.cli.args import add_run_folder_flag, command_parser, config_from_args, run_folder
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import as_dict
 from stem_jax.data.sampling import sample_per_hop
@@ -36,7 +35,7 @@ def add_sweep_parser(sub) -> None:
                       "over points; 0 = vmap all)")
     p.add_argument("--subset", type=int, default=None,
                    help="deterministic stratified subset: per hop, the N questions with the lowest sha256(qid)")
-    p.add_argument("--out", type=Path, default=None, help="run folder (default runs/sweep-<dataset>-<split>)")
+    add_run_folder_flag(p, "sweep-<dataset>-<split>")
     p.add_argument("--overwrite", action="store_true",
                    help="drop the predictions of grid points that ran with other settings instead of refusing")
     p.set_defaults(func=cmd_sweep)
@@ -62,7 +61,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     questions = sample_per_hop(list(engine.dataset.questions), args.subset, rule="lowest_hash")
     if args.subset is not None:
         print(f"stratified subset: {len(questions)} questions ({args.subset} per hop, lowest sha256(qid))")
-    out = args.out or Path("runs") / f"sweep-{engine.dataset.name}-{args.split}"
+    out = run_folder(args, engine.dataset.name)
     method = engine.method("stem")
     points = make_grid(config, **axes, default_theta=method.settings.theta)
     print(f"sweep: {len(points)} grid points x {len(questions)} questions -> {out}")

@@ -9,7 +9,7 @@ writes any loaded dataset in this format, each question's graph its topics' k-ho
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,36 @@ def _as_names(value: Any) -> tuple[str, ...] | None:
     return None
 
 
+def _answer_names(record: dict[str, Any]) -> tuple[str, ...] | None:
+    """``answer``, or ``a_entity`` where ``answer`` is empty (some RoG records fill only one of them)."""
+    answers = _as_names(record["answer"])
+    return _as_names(record.get("a_entity")) if answers == () else answers
+
+
+# The list fields a record needs: how each is read (None: it holds something else), and the skip reason and
+# fix when it holds something else, then when it is empty.
+LIST_FIELDS: dict[str, tuple[Callable[[dict[str, Any]], Any], tuple[str, str], tuple[str, str]]] = {
+    "graph": (lambda record: _as_triples(record["graph"]),
+              ("graph is not a list of [head, relation, tail]", "store the graph as a list of 3-item lists"),
+              ("empty graph", "the question needs a non-empty subgraph")),
+    "q_entity": (lambda record: _as_names(record["q_entity"]),
+                 ("q_entity is not a list of names", "list the topic entities as strings in q_entity"),
+                 ("no question entity (q_entity is empty)", "list the topic entities in q_entity")),
+    "answer": (_answer_names,
+               ("answer is not a list of names", "list the answers as strings in answer"),
+               ("question without answers", "fill the answer field")),
+}
+
+
+def _list_field(record: dict[str, Any], field: str) -> tuple[Any, tuple[str, str] | None]:
+    """``(value, None)`` for a non-empty list field of ``record``, else ``(None, (reason, fix))`` to skip it."""
+    read, wrong, empty = LIST_FIELDS[field]
+    value = read(record)
+    if value is None:
+        return None, wrong
+    return (value, None) if value else (None, empty)
+
+
 def load_rog(path: Path, *, split: str = "test", name: str = "rog", strict: bool = False) -> Dataset:
     """Load RoG-format questions with their per-question graphs.
 
@@ -117,32 +147,21 @@ def load_rog(path: Path, *, split: str = "test", name: str = "rog", strict: bool
             if missing:
                 bad(f"record without field(s) {', '.join(missing)}", "RoG records need " + ", ".join(REQUIRED_FIELDS))
                 continue
-            graph = _as_triples(record["graph"])
-            if graph is None:
-                bad("graph is not a list of [head, relation, tail]", "store the graph as a list of 3-item lists")
-                continue
-            if not graph:
-                bad("empty graph", "the question needs a non-empty subgraph")
+            graph, problem = _list_field(record, "graph")
+            if problem:
+                bad(*problem)
                 continue
             nodes = {h for h, _, _ in graph} | {t for _, _, t in graph}
-            topics = _as_names(record["q_entity"])
-            if topics is None:
-                bad("q_entity is not a list of names", "list the topic entities as strings in q_entity")
-                continue
-            if not topics:
-                bad("no question entity (q_entity is empty)", "list the topic entities in q_entity")
+            topics, problem = _list_field(record, "q_entity")
+            if problem:
+                bad(*problem)
                 continue
             if not any(t in nodes for t in topics):
                 bad("topic entity not in its graph", "q_entity must name nodes of the question's graph")
                 continue
-            answers = _as_names(record["answer"])
-            if answers == ():
-                answers = _as_names(record.get("a_entity"))
-            if answers is None:
-                bad("answer is not a list of names", "list the answers as strings in answer")
-                continue
-            if not answers:
-                bad("question without answers", "fill the answer field")
+            answers, problem = _list_field(record, "answer")
+            if problem:
+                bad(*problem)
                 continue
             gold_path = None
             if record.get("gold_path") is not None:  # optional; written by write_rog, absent from RoG's own files

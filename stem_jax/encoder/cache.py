@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from stem_jax.array_fields import axis_length
 from stem_jax.encoder.base import TextEncoder
 from stem_jax.errors import CacheError
 from stem_jax.locks import build_lock
@@ -53,15 +54,8 @@ class EmbeddingTable:
     encoded_rows: int = 0  # rows encoded in this call (0 when the cache was complete)
     recomputed_chunks: list[int] = dataclasses.field(default_factory=list)  # failed verification
 
-    @property
-    def n(self) -> int:
-        """Rows: one per text, in the order the texts were given."""
-        return int(self.array.shape[0])
-
-    @property
-    def dim(self) -> int:
-        """The encoder's vector width."""
-        return int(self.array.shape[1])
+    n = axis_length("array", 0, "Rows: one per text, in the order the texts were given.")
+    dim = axis_length("array", 1, "The encoder's vector width.")
 
     @property
     def strings_per_second(self) -> float:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from stem_jax.array_fields import axis_length
 from stem_jax.atomic import write_bytes_atomic
 from stem_jax.encoder.cache import CacheWarning, EmbeddingTable
 from stem_jax.errors import CacheError, StemError
@@ -94,15 +95,8 @@ class CompactRows:
     build_seconds: float = 0.0  # spent fitting and writing in this call (0 when cached)
     explained: float | None = None  # share of the rows' variance the projection keeps (pca formats)
 
-    @property
-    def n(self) -> int:
-        """Rows: one per row of the float table they compact."""
-        return int(self.codes.shape[0])
-
-    @property
-    def width(self) -> int:
-        """Stored values per row (the projection's width for the pca formats)."""
-        return int(self.codes.shape[1])
+    n = axis_length("codes", 0, "Rows: one per row of the float table they compact.")
+    width = axis_length("codes", 1, "Stored values per row (the projection's width for the pca formats).")
 
     @property
     def source_dim(self) -> int:

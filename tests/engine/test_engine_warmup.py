@@ -80,7 +80,9 @@ def test_warm_up_with_gnn_guidance_compiles_the_reach_shapes_of_small_calls(tmp_
     assert main(["train-gnn", "--dataset", "demo", "--encoder.name=hashing", "--steps", "2", "--graphs-per-step", "4",
                  "--val-every", "2", "--ckpt-every", "2", "--val-questions", "4", "--out", str(run),
                  "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 0
-    config = apply_overrides(StemConfig(), FAST)
+    # a one-level capacity ladder: this pins the GNN's shapes, and each ladder level is one more tracer shape per
+    # steps bucket for warm_up to compile
+    config = apply_overrides(StemConfig(), {**FAST, "engine.max_frontier": FAST["engine.frontier"]})
     engine = Engine.open("demo", config=config, planner="oracle", cache_dir=tmp_path / "cache", limit=12,
                          guidance=run)
     info = engine.warm_up(1)

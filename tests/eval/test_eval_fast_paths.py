@@ -59,6 +59,13 @@ def test_many_walks_edge_cases():
     assert [x.size for x in path_walk_triples_many(index, [a], [], [np.asarray([1])])] == [0]
 
 
+def random_case(seed: int, count: int) -> tuple[np.random.Generator, object, list[Question]]:
+    """A random KG and ``count`` random questions over it, drawn from ``seed``, and the generator for more draws."""
+    rng = np.random.default_rng(seed)
+    index = random_kg(rng)
+    return rng, index, random_questions(rng, index, count)
+
+
 def random_questions(rng: np.random.Generator, index, count: int) -> list[Question]:
     """Questions with stored gold paths, constraints, a RoG graph, unknown topics and no answers."""
     names = list(index.entities)
@@ -89,9 +96,7 @@ def random_questions(rng: np.random.Generator, index, count: int) -> list[Questi
 
 @pytest.mark.parametrize("seed", range(15))
 def test_gold_ids_of_a_batch_equal_each_questions_gold_triples(seed):
-    rng = np.random.default_rng(100 + seed)
-    index = random_kg(rng)
-    questions = random_questions(rng, index, 30)
+    _, index, questions = random_case(100 + seed, 30)
     batch = gold_path_triple_ids(questions, index)
     for question, ids in zip(questions, batch, strict=True):
         if question.graph is not None and gold_path_triples(question, index):
@@ -140,9 +145,7 @@ def random_retrievals(rng: np.random.Generator, index, questions, gold_bias: boo
 
 @pytest.mark.parametrize("seed", range(10))
 def test_batch_records_equal_one_question_records(seed):
-    rng = np.random.default_rng(200 + seed)
-    index = random_kg(rng)
-    questions = random_questions(rng, index, 25)
+    rng, index, questions = random_case(200 + seed, 25)
     names = {e: e.upper() for e in list(index.entities)[::2]}  # some entities have display names
     context = MethodContext(Dataset("toy", questions, [], entity_names=names), index, None, None, StemConfig())
     retrievals = random_retrievals(rng, index, questions)
@@ -201,9 +204,7 @@ def test_eval_scores_what_it_wrote_as_the_file_scores(tmp_path):
 
 @pytest.mark.filterwarnings("ignore::stem_jax.eval.run_folder.RunFolderWarning")
 def test_a_repeated_question_id_is_scored_from_the_file(tmp_path):
-    rng = np.random.default_rng(8)
-    index = random_kg(rng)
-    questions = random_questions(rng, index, 6)
+    rng, index, questions = random_case(8, 6)
     questions = questions + questions[:2]  # two ids twice: the file cleans them up, and so does the score
     context = MethodContext(Dataset("toy", questions, []), index, None, None, StemConfig())
     method = _Replay(context, random_retrievals(rng, index, questions[:6]))

@@ -7,11 +7,7 @@ import numpy as np
 import pytest
 
 from stem_jax.config import EncoderConfig, StemConfig
-from stem_jax.data.registry import DatasetSpec, load_dataset
-from stem_jax.encoder import HashingEncoder
 from stem_jax.eval.scoring import read_finished
-from stem_jax.kg.embeddings import build_kg_embeddings
-from stem_jax.kg.index import build_index
 from stem_jax.methods.stem import StemPipeline, evaluate
 from stem_jax.plan.oracle import OraclePlanner
 from stem_jax.trace.reference import anchor_reference, trace_reference
@@ -20,13 +16,8 @@ from stem_jax.trace.types import TraceOptions
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    dataset = load_dataset(DatasetSpec(name="demo"))
-    index = build_index(dataset.triples)
-    encoder = HashingEncoder(dim=64)
-    folder = tmp_path_factory.mktemp("emb")
-    embeddings = build_kg_embeddings(index, encoder, folder, chunk_rows=1024, progress=False)
-    return dataset, index, encoder, embeddings
+def demo(demo_hashing64):
+    return demo_hashing64
 
 
 def _evaluator(demo, **engine):

@@ -8,12 +8,8 @@ import time
 import pytest
 
 from stem_jax.config import EncoderConfig, StemConfig
-from stem_jax.data.registry import DatasetSpec, load_dataset
-from stem_jax.encoder import HashingEncoder
 from stem_jax.eval.loop import evaluate_method
 from stem_jax.eval.overlap import retrieve_overlapped, staged_ahead
-from stem_jax.kg.embeddings import build_kg_embeddings
-from stem_jax.kg.index import build_index
 from stem_jax.methods.stem import StemPipeline
 from stem_jax.methods.stem.method import StemMethod
 from stem_jax.plan.oracle import OraclePlanner
@@ -73,11 +69,8 @@ def test_a_method_without_stages_is_retrieved_chunk_by_chunk():
 
 
 @pytest.fixture(scope="module")
-def demo_method(tmp_path_factory):
-    dataset = load_dataset(DatasetSpec(name="demo"))
-    index = build_index(dataset.triples)
-    encoder = HashingEncoder(dim=64)
-    embeddings = build_kg_embeddings(index, encoder, tmp_path_factory.mktemp("emb"), chunk_rows=1024, progress=False)
+def demo_method(demo_hashing64):
+    dataset, index, encoder, embeddings = demo_hashing64
     config = StemConfig(encoder=EncoderConfig(name="hashing"))
     config = dataclasses.replace(config, engine=dataclasses.replace(
         config.engine, batch_precision=64, batch_breadth=16, chunk_questions=32))

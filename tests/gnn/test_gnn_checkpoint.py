@@ -72,7 +72,11 @@ READERS = {
 
 @pytest.mark.parametrize("user", sorted(WRITERS))
 def test_checkpoint_written_on_another_device_restores_here(tmp_path, user):
-    head = f"import json, pathlib\nimport jax, numpy as np\nroot = pathlib.Path({str(tmp_path)!r})\n"
+    # the suite's compiled programs ($STEM_COMPILE_CACHE, which conftest sets): the eager init's small compiles
+    # are most of each script's time
+    head = (f"import json, pathlib\nimport jax, numpy as np\nroot = pathlib.Path({str(tmp_path)!r})\n"
+            "from stem_jax.compile_cache import enable_compile_cache\nfrom stem_jax.config import default_cache_dir\n"
+            "enable_compile_cache(default_cache_dir())\n")
     writer = head + textwrap.dedent(WRITERS[user]) + textwrap.dedent("""
         store = CheckpointStore(folder)
         store.save(7, params, {"unused": jax.numpy.zeros(2)}, {"step": 7})

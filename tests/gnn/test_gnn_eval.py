@@ -8,14 +8,10 @@ import pytest
 
 from stem_jax.cli.main import main
 from stem_jax.config import EncoderConfig, StemConfig
-from stem_jax.data.registry import DatasetSpec, load_dataset
-from stem_jax.encoder import HashingEncoder
 from stem_jax.errors import StemError
 from stem_jax.eval.scoring import read_finished
 from stem_jax.gnn.data import gold_entities
 from stem_jax.gnn.guidance import entity_mask, triple_mask
-from stem_jax.kg.embeddings import build_kg_embeddings
-from stem_jax.kg.index import build_index
 from stem_jax.methods.stem import StemPipeline, evaluate
 from stem_jax.methods.stem.ablation import GUIDANCE_ABLATIONS, row_hyper
 from stem_jax.plan.oracle import OraclePlanner
@@ -37,12 +33,8 @@ class GoldGuidance:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    dataset = load_dataset(DatasetSpec(name="demo"))
-    index = build_index(dataset.triples)
-    encoder = HashingEncoder(dim=64)
-    embeddings = build_kg_embeddings(index, encoder, tmp_path_factory.mktemp("emb"), chunk_rows=1024, progress=False)
-    return dataset, index, encoder, embeddings
+def demo(demo_hashing64):
+    return demo_hashing64
 
 
 def _evaluator(demo, provider, **engine):

@@ -1,14 +1,19 @@
 """A step's candidates cut to each run's ranked bindings: each pair's best K, then each run's best F."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels.candidates import compact, final_ranking
+from kernels import candidates
 
 RUNS, F, C = 3, 4, 40
 GRID = np.array([0.0, 0.25, 0.5, 1.0], np.float32)
+# Jitted as the tracer runs them (frontier, K and runs static): one compile per K, instead of dispatching every
+# op of each example on its own and tracing final_ranking's lax.switch afresh per call.
+compact = jax.jit(candidates.compact, static_argnums=(3, 4, 5))
+final_ranking = jax.jit(candidates.final_ranking, static_argnums=(3, 4, 5))
 
 
 def bindings_reference(pair, t_score, triple, live, pair_base, frontier, k):

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hashing_tables import tables_for
+from hashing_tables import hashing_kg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stem_jax.config import ScrConfig, StemConfig
 from stem_jax.data.types import Dataset, PathStep, Question
-from stem_jax.encoder.hashing import HashingEncoder
-from stem_jax.kg.index import build_index
 from stem_jax.methods.base import MethodContext
 from stem_jax.methods.scr.graph import build_neighbour_table
 from stem_jax.methods.scr.model import ScrModel, ScrSpec
@@ -62,11 +59,7 @@ def film_kg() -> tuple[list[tuple[str, str, str]], list[Question]]:
 
 @pytest.fixture(scope="module")
 def film():
-    triples, questions = film_kg()
-    index = build_index(triples)
-    encoder = HashingEncoder()
-    return SimpleNamespace(triples=triples, questions=questions, index=index, encoder=encoder,
-                           embeddings=tables_for(index, encoder))
+    return hashing_kg(*film_kg())
 
 
 SMALL = ScrConfig(layers=2, dim=16, head_layers=1, tau=0.1, beam=4, threshold=0.0, max_steps=4, neighbours=8,

@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hashing_tables import tables_for
+from hashing_tables import hashing_kg
 
 from stem_jax.config import ScrConfig, StemConfig
 from stem_jax.data.types import Dataset, PathStep, Question
 from stem_jax.encoder.base import minilm_model_dir
-from stem_jax.encoder.hashing import HashingEncoder
 from stem_jax.encoder.minilm import MiniLMEncoder
-from stem_jax.kg.index import build_index, relation_text
+from stem_jax.kg.index import relation_text
 from stem_jax.methods.base import MethodContext
 from stem_jax.methods.scr.graph import build_neighbour_table
 from stem_jax.methods.scr.model import ScrSpec, encode_contexts, scr_model
@@ -49,11 +47,7 @@ def kg():
                                   gold_path=(PathStep("directed_by"),)))
         questions.append(Question(f"a/{film}", f"who acted in {film}", (film,), actors, 1,
                                   gold_path=(PathStep("starred_actors"),)))
-    index = build_index(triples)
-    encoder = HashingEncoder()
-
-    embeddings = tables_for(index, encoder)
-    return SimpleNamespace(triples=triples, questions=questions, index=index, encoder=encoder, embeddings=embeddings)
+    return hashing_kg(triples, questions)
 
 
 CONFIG = ScrConfig(layers=1, dim=16, tau=0.1, beam=3, threshold=0.0, max_steps=2, neighbours=8, batch_questions=4,

@@ -7,12 +7,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from hashing_tables import tables_for
+from hashing_tables import hashing_kg
 
 from stem_jax.config import ScrConfig
 from stem_jax.data.types import PathStep, Question
-from stem_jax.encoder.hashing import HashingEncoder
-from stem_jax.kg.index import build_index
 from stem_jax.methods.scr.graph import build_neighbour_table
 from stem_jax.methods.scr.model import ScrModel, ScrSpec
 from stem_jax.methods.scr.supervision import GoldSteps, sample_walk, step_items, walk_layers
@@ -31,11 +29,8 @@ TRIPLES = [
 
 
 def kg():
-    index = build_index(TRIPLES)
-    encoder = HashingEncoder()
-
-    embeddings = tables_for(index, encoder)
-    return index, encoder, embeddings
+    built = hashing_kg(TRIPLES)
+    return built.index, built.encoder, built.embeddings
 
 
 def ids(index, *names):

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hashing_tables import tables_for
+from hashing_tables import hashing_kg
 
 from stem_jax.config import EngineConfig, ScrConfig, StemConfig
 from stem_jax.data.types import Dataset, PathStep, Question
-from stem_jax.encoder.hashing import HashingEncoder
-from stem_jax.kg.index import build_index
 from stem_jax.kg.mediators import mediator_mask
 from stem_jax.methods.base import MethodContext
 from stem_jax.methods.scr.graph import build_neighbour_table
@@ -48,15 +45,10 @@ def roster_kg() -> tuple[list[tuple[str, str, str]], list[Question]]:
 
 @pytest.fixture(scope="module")
 def rosters():
-    triples, questions = roster_kg()
-    index = build_index(triples)
-    encoder = HashingEncoder()
-
-    embeddings = tables_for(index, encoder)
-    mediators = mediator_mask(index.entities)
-    assert mediators.sum() == sum(len(s) for s in ROSTERS.values())
-    return SimpleNamespace(triples=triples, questions=questions, index=index, encoder=encoder,
-                           embeddings=embeddings, mediators=mediators)
+    kg = hashing_kg(*roster_kg())
+    kg.mediators = mediator_mask(kg.index.entities)
+    assert kg.mediators.sum() == sum(len(s) for s in ROSTERS.values())
+    return kg
 
 
 def test_search_never_stops_on_a_mediator_and_matches_the_reference(rosters):

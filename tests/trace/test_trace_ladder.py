@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tracer_checks import random_triples
+from tracer_checks import filled_to, random_triples
 
 from stem_jax.kg.index import build_index
 from stem_jax.trace.tracer import (
@@ -46,12 +46,7 @@ def case(draw):
     fixed = [(f"e{i}", "r0", f"e{i}") for i in range(0, N_NODES, 4)]  # self-loops
     fixed += [(f"e{i}", "r1", f"e{(i + 1) % N_NODES}") for i in range(N_NODES)]  # every entity present
     triples = random_triples(rng, N_NODES, N_REL, draws=60, inverse=0.4)
-    triples = list(dict.fromkeys(fixed + triples))[:N_TRIPLES]
-    k = 0
-    while len(triples) < N_TRIPLES:  # a fixed size, so examples share compiled shapes
-        triples = list(dict.fromkeys(triples + [(f"e{k % N_NODES}", "r2", f"e{(k * 5 + 1) % N_NODES}")]))
-        k += 1
-    index = build_index(triples)
+    index = build_index(filled_to(fixed + triples, N_TRIPLES, N_NODES, "r2"))
     steps = np.full((RUNS, MAX_STEPS, 3), -1, np.int32)
     mask = np.zeros((RUNS, MAX_STEPS), bool)
     for row in range(RUNS):

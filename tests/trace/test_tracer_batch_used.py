@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tracer_checks import filled_to
 
 from kernels.membership import row_contains
 from stem_jax.config import TracerConfig
@@ -43,7 +44,7 @@ def test_batch_of_runs_equals_reference_per_run(seed, precision, theta):
     triples = [(f"e{h}", f"r{r}", f"e{t}") for h, r, t in zip(heads, rng.integers(0, N_REL, N_TRIPLES), tails,
                                                             strict=True)]
     triples += [(f"e{i}", "r0", f"e{(i + 1) % N_NODES}") for i in range(N_NODES)]
-    index = build_index(triples)
+    index = build_index(filled_to(triples, N_TRIPLES + N_NODES, N_NODES, "r1"))
     grid = lambda *shape: (rng.integers(-2, 3, shape) / 4).astype(np.float32)  # noqa: E731
     triple_emb = grid(index.num_triples, DIM)
     config = TracerConfig(tau=0.0, theta=theta)

@@ -14,7 +14,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 import jax
 import jax.numpy as jnp
@@ -34,9 +34,38 @@ from stem_jax.methods.stem.types import RankRules, Run, StemHyper, fold_name, ru
 from stem_jax.shard.trace import sharded_tracing
 from stem_jax.trace.tracer import KGArrays, TracerShapes, capacity_ladder
 
+T = TypeVar("T")
+
+
+class _InContext(Generic[T]):
+    """A resource :class:`StemResources` reads from its :class:`MethodContext`, the one place it is held (so a
+    stage reading ``res.index`` and a helper reading ``res.context.index`` see the same object)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, holder: None, owner: type | None = None) -> _InContext[T]: ...
+
+    @overload
+    def __get__(self, holder: StemResources, owner: type | None = None) -> T: ...
+
+    def __get__(self, holder: StemResources | None, owner: type | None = None) -> Any:
+        return self if holder is None else getattr(holder.context, self.name)
+
+    def __set__(self, holder: StemResources, value: T) -> None:
+        raise AttributeError(f"{self.name} is read from the holder's context, set when it is made")
+
 
 class StemResources:
     """The device-side KG, encoder, tracer shapes and schema-text table of one dataset."""
+
+    dataset = _InContext[Dataset]()
+    index = _InContext[KGIndex]()
+    embeddings = _InContext[KGEmbeddings]()
+    encoder = _InContext[TextEncoder]()
+    config = _InContext[StemConfig]()
+    guidance = _InContext[Any]()  # the guidance provider __init__ takes, or None
 
     NAMED_WIDTH = 4  # named anchor candidates per run on device
     MIN_BATCH = 4  # a question's beam (B=4) fills it; more padded rows would slow single-question tracing
@@ -54,12 +83,6 @@ class StemResources:
                  config: StemConfig, *, cache_dir: Path | None = None, guidance: Any = None):
         """``guidance``: optional provider with ``attach(questions, runs_per_question, show_progress=)``
         that sets ``run.guidance`` (e.g. :class:`stem_jax.gnn.provider.GNNGuidance`); None = no guidance."""
-        self.dataset = dataset
-        self.guidance = guidance
-        self.index = index
-        self.embeddings = embeddings
-        self.encoder = encoder
-        self.config = config
         self.context = MethodContext(dataset, index, embeddings, encoder, config, guidance=guidance)
         self.settings: EffectiveSettings = effective_settings(config, embeddings)
         self.engine = self.settings.engine
