@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -193,6 +193,25 @@ class Candidates:
     types: np.ndarray  # float32 [Q, M, V]: type bag, rows of ones scaled to unit length
     question: np.ndarray  # float32 [Q, d]: the topic-masked question
     mask: np.ndarray  # bool [Q, M]
+
+
+def ranking_arrays(ranking: Sequence[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """A question's ranking as (entity ids int64, supports float64)."""
+    return np.asarray([e for e, _ in ranking], np.int64), np.asarray([s for _, s in ranking], np.float64)
+
+
+def answer_slots(runs: Sequence, outputs: Sequence[dict], pruned: Sequence | None = None) -> Iterator[tuple]:
+    """``(run, answer slot, nodes, via, scores, live)`` for each of a question's traced runs whose plan reaches its
+    answer node: the bindings with unreached ones pruned (``pruned[k]`` when the caller has them), the T-Scores,
+    and which bindings of the answer slot are live."""
+    for k, (run, out) in enumerate(zip(runs, outputs, strict=True)):
+        plan = run.plan
+        slot = plan.answer_slot
+        if slot < 0:
+            continue
+        nodes, via = (pruned[k] if pruned is not None else
+                      prune_unreached(out["nodes"], out["via"], out["parents"], plan.steps, plan.constants))
+        yield run, slot, nodes, via, np.asarray(out["scores"]), nodes[slot] >= 0
 
 
 class CandidateFeaturizer:
@@ -475,6 +494,17 @@ class CandidateFeaturizer:
         rows = np.asarray(self.embed(texts), np.float32)
         return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-9)
 
+    def _mentions_and_ties(self, questions: Sequence[Question], relation_ids: set[int]) -> list:
+        """Per question the other entities its text mentions (when the scorer reads them); adds to
+        ``relation_ids`` the relations that tie its condition entities (other topics, mentions) to anything."""
+        mentioned = [self.mentioned(q) if self.read_mentions else () for q in questions]
+        for question, extra in zip(questions, mentioned, strict=True):
+            named = [self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids]
+            for entity in [*(named if len(question.topic_entities) > 1 else ()), *extra]:
+                for relations in self.ties.of(entity).values():
+                    relation_ids.update(relations)
+        return mentioned
+
     def __call__(self, questions: Sequence[Question], runs: Sequence[Sequence], outputs: Sequence[Sequence[dict]],
                  ranked: Sequence[Sequence[tuple[int, float]]],
                  pruned: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]] | None = None) -> Candidates:
@@ -509,15 +539,9 @@ class CandidateFeaturizer:
             walked: list[np.ndarray] = []  # the join nodes of each run, made a set once per question
             n_beams = max((r.beam for r in mine), default=0) + 1
             bindings: list[tuple] = []  # per run: its bindings of wanted entities (candidate position, ...)
-            for k, (run, out) in enumerate(zip(mine, outs, strict=True)):
+            for run, slot, nodes, via, scores, live in answer_slots(mine, outs, pruned[qi] if pruned is not None
+                                                                    else None):
                 plan = run.plan
-                slot = plan.answer_slot
-                if slot < 0:
-                    continue
-                nodes, via = (pruned[qi][k] if pruned is not None else
-                              prune_unreached(out["nodes"], out["via"], out["parents"], plan.steps, plan.constants))
-                scores = np.asarray(out["scores"])
-                live = nodes[slot] >= 0
                 bound_nodes = nodes[slot][live]
                 walked.extend(nodes[other][nodes[other] >= 0] for other in range(1, len(nodes)) if other != slot)
                 depth = max(answer_depth(plan.steps, slot), 1)
@@ -539,12 +563,7 @@ class CandidateFeaturizer:
                                  float(scores[0, 0]), path, int(run.anchor_entity), len(bound_nodes)))
             joins = set(np.concatenate(walked).tolist()) if walked else set()
             per_question.append((self._evidence(bindings, len(wanted), n_beams), joins))
-        mentioned = [self.mentioned(q) if self.read_mentions else () for q in questions]
-        for question, extra in zip(questions, mentioned, strict=True):
-            named = [self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids]
-            for entity in [*(named if len(question.topic_entities) > 1 else ()), *extra]:
-                for relations in self.ties.of(entity).values():
-                    relation_ids.update(relations)
+        mentioned = self._mentions_and_ties(questions, relation_ids)
         self._relations(relation_ids)
         rows = self._relation_rows
         entities, base = [], []
@@ -555,12 +574,10 @@ class CandidateFeaturizer:
         else:
             cues = [(np.zeros(len(c[0])), np.zeros(len(c[0]))) for c in cue_inputs]
         for qi, (question, (evidence, _), ranking) in enumerate(zip(questions, per_question, ranked, strict=True)):
-            ents = np.asarray([e for e, _ in ranking], np.int64)
-            vals = np.asarray([s for _, s in ranking], np.float64)
+            ents, vals = ranking_arrays(ranking)
             entities.append(ents)
             base.append(vals)
-            words = set(_WORD.findall(question.text.lower()))
-            years = set(_YEAR_WORD.findall(question.text))
+            words, years = set(_WORD.findall(question.text.lower())), set(_YEAR_WORD.findall(question.text))
             topics = cue_inputs[qi][2]
             n_beams = max((r.beam for r in runs[qi]), default=0) + 1
             top = float(vals[0]) if len(vals) else 1.0
@@ -727,15 +744,9 @@ class CandidateFeaturizer:
             anchors: dict[int, set[int]] = {}  # entity -> the topic entities of the runs that bind it
             joins: set[int] = set()  # the nodes the plans walked through (neither anchor nor answer)
             n_beams = max((r.beam for r in mine), default=0) + 1
-            for k, (run, out) in enumerate(zip(mine, outs, strict=True)):
+            for run, slot, nodes, via, scores, live in answer_slots(mine, outs, pruned[qi] if pruned is not None
+                                                                    else None):
                 plan = run.plan
-                slot = plan.answer_slot
-                if slot < 0:
-                    continue
-                nodes, via = (pruned[qi][k] if pruned is not None else
-                              prune_unreached(out["nodes"], out["via"], out["parents"], plan.steps, plan.constants))
-                scores = np.asarray(out["scores"])
-                live = nodes[slot] >= 0
                 ents = nodes[slot][live].tolist()
                 for other in range(1, len(nodes)):
                     if other != slot:
@@ -766,21 +777,14 @@ class CandidateFeaturizer:
                         entry[5].add(relation)
                         relation_ids.add(relation)
             per_question.append((seen, joins, anchors))
-        mentioned = [self.mentioned(q) if self.read_mentions else () for q in questions]
-        for question, extra in zip(questions, mentioned, strict=True):
-            named = [self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids]
-            for entity in [*(named if len(question.topic_entities) > 1 else ()), *extra]:
-                for relations in self.ties.of(entity).values():
-                    relation_ids.update(relations)
+        mentioned = self._mentions_and_ties(questions, relation_ids)
         self._relations(relation_ids)
         entities, base = [], []
         for qi, (question, (seen, joins, anchors), ranking) in enumerate(zip(questions, per_question, ranked, strict=True)):
-            ents = np.asarray([e for e, _ in ranking], np.int64)
-            vals = np.asarray([s for _, s in ranking], np.float64)
+            ents, vals = ranking_arrays(ranking)
             entities.append(ents)
             base.append(vals)
-            words = set(_WORD.findall(question.text.lower()))
-            years = set(_YEAR_WORD.findall(question.text))
+            words, years = set(_WORD.findall(question.text.lower())), set(_YEAR_WORD.findall(question.text))
             topics = {self.index.entity_ids[t] for t in question.topic_entities if t in self.index.entity_ids}
             topic_words = {w for t in topic_names(question, self.names) for w in _WORD.findall(t.lower())}
             cue_words = words - topic_words - _STOP
