@@ -31,8 +31,13 @@ KGS = ("webqsp-r", "cwq-e")
 SIZES = "1,16,64"
 
 
+def data_root() -> Path:
+    """The folder that holds the benchmark KGs ($STEM_DATA_DIR, else ../shared/data)."""
+    return Path(os.environ.get("STEM_DATA_DIR", ROOT.parent / "shared" / "data"))
+
+
 def run_bench(kg: str, out: Path) -> Path:
-    data = Path(os.environ.get("STEM_DATA_DIR", ROOT.parent / "shared" / "data")) / kg
+    data = data_root() / kg
     command = [sys.executable, "-m", "stem_jax.cli.main", "bench", "stages", "--dataset", "files", "--data-dir",
                str(data), "--split", "dev", "--planner", "pattern", "--batch-sizes", SIZES, "--repeats", "20",
                "--no-encoder-memo", "--out", str(out / kg)]
@@ -56,7 +61,7 @@ def rows_of(folder: Path, label: str) -> list[dict]:
                     "tracing_p50_ms": warm["tracing"]["p50"], "process_cpu_p50_ms": warm["process_cpu"]["p50"],
                     "load_before": meta["load_average"]["before"], "load_after": meta["load_average"]["after"],
                     "commit": meta["commit"], "time_utc": meta["time_utc"], "machine": meta["machine"],
-                    "cpu_count": meta["cpu_count"], "command": portable_paths(result["command"], ROOT)})
+                    "cpu_count": meta["cpu_count"], "command": portable_paths(result["command"], ROOT, data_root())})
     return out
 
 

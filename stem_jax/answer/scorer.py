@@ -20,7 +20,8 @@ Hit@1 over the tracer's ranking; the STEM pipeline applies it when one is stored
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -416,3 +417,18 @@ class ScoredAnswers:
                  ) -> list[list[tuple[int, float]]]:
         """``pruned``: the runs' pruned (nodes, via) per question, as :class:`CandidateFeaturizer` takes them."""
         return self.scorer.rerank(self.featurizer(questions, runs, outputs, ranked, pruned))
+
+
+def warm_answer_scorer(engine: Any, *, method: str = "stem", log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Fill the learned answer scorer's relation-text table (every KG relation) when ``method`` has one; returns how
+    many texts and how long."""
+    methods = getattr(engine, "method", None)  # an engine that retrieves without methods has no scorer
+    scorer = getattr(getattr(methods(method), "context", None), "answer_scorer", None) if methods else None
+    if scorer is None or not hasattr(scorer, "warm_up"):
+        return {}
+    log("  embedding the answer scorer's relation texts ...")
+    began = time.perf_counter()
+    texts = scorer.warm_up()
+    seconds = time.perf_counter() - began
+    log(f"  answer scorer: {texts} relation texts in {seconds:.1f}s")
+    return {"answer_scorer_relations": texts, "answer_scorer_seconds": round(seconds, 3)}

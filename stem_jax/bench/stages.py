@@ -28,6 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from stem_jax.answer.scorer import warm_answer_scorer
 from stem_jax.data.types import Question
 from stem_jax.encoder.request import request_scope
 from stem_jax.eval.overlap import staged_ahead
@@ -261,8 +262,6 @@ def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Seq
         if precompile and timer.planner is not None:  # the path planner's scoring shapes, as `serve` warms them
             precompiled = {**precompiled, **warm_path_planner(timer.planner, size, log=lambda _: None)}
         if precompile:  # the answer scorer's relation texts, as `serve` embeds them before serving
-            from stem_jax.serve.warm import warm_answer_scorer
-
             precompiled = {**precompiled, **warm_answer_scorer(engine, log=lambda _: None)}
         after_precompile = _compiles(encoder, guidance)
         for _ in range(warmup):

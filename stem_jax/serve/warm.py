@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from stem_jax.answer.scorer import warm_answer_scorer
 from stem_jax.plan.path_ranker import planner_parts, warm_path_planner
 
 __all__ = ["batch_sizes", "planner_parts", "warm_answer_scorer", "warm_by_example", "warm_path_planner"]
@@ -26,21 +27,6 @@ def batch_sizes(max_batch: int) -> list[int]:
         sizes.append(size)
         size *= 2
     return [*sizes, max_batch]
-
-
-def warm_answer_scorer(engine: Any, *, method: str = "stem", log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Fill the learned answer scorer's relation-text table (every KG relation) when ``method`` has one; returns how
-    many texts and how long."""
-    methods = getattr(engine, "method", None)  # an engine that retrieves without methods has no scorer
-    scorer = getattr(getattr(methods(method), "context", None), "answer_scorer", None) if methods else None
-    if scorer is None or not hasattr(scorer, "warm_up"):
-        return {}
-    log("  embedding the answer scorer's relation texts ...")
-    began = time.perf_counter()
-    texts = scorer.warm_up()
-    seconds = time.perf_counter() - began
-    log(f"  answer scorer: {texts} relation texts in {seconds:.1f}s")
-    return {"answer_scorer_relations": texts, "answer_scorer_seconds": round(seconds, 3)}
 
 
 def warm_by_example(engine: Any, max_batch: int, *, method: str = "stem",
