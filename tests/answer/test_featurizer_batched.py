@@ -23,19 +23,29 @@ def _featurizer(seed: int) -> tuple[CandidateFeaturizer, np.random.Generator]:
     return featurizer, rng
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_batched_cue_matches_equal_the_per_candidate_reference(seed, monkeypatch):
+def _cue_case(featurizer: CandidateFeaturizer, rng: np.random.Generator) -> tuple:
+    """Random (candidate entities, join nodes, topic entities, cue words) of one question."""
+    n = featurizer.index.num_entities
+    return (rng.integers(0, n, int(rng.integers(0, 10))), set(rng.integers(0, n, int(rng.integers(0, 8))).tolist()),
+            set(rng.integers(0, n, int(rng.integers(0, 3))).tolist()),
+            set(rng.choice(WORDS, size=int(rng.integers(0, 4))).tolist()))
+
+
+@pytest.fixture(params=range(12))
+def random_cues(request, monkeypatch):
+    """A random featurizer with random neighbour and join-degree caps."""
     import stem_jax.answer.features as module
 
+    seed = request.param
     monkeypatch.setattr(module, "NEIGHBOURS", int(np.random.default_rng(seed).integers(1, 12)))
     monkeypatch.setattr(module, "JOIN_DEGREE", int(np.random.default_rng(seed + 1).integers(1, 12)))
-    featurizer, rng = _featurizer(seed)
-    n = featurizer.index.num_entities
+    return _featurizer(seed)
+
+
+def test_batched_cue_matches_equal_the_per_candidate_reference(random_cues):
+    featurizer, rng = random_cues
     for _ in range(6):
-        entities = rng.integers(0, n, int(rng.integers(0, 10)))
-        joins = set(rng.integers(0, n, int(rng.integers(0, 8))).tolist())
-        topics = set(rng.integers(0, n, int(rng.integers(0, 3))).tolist())
-        cue = set(rng.choice(WORDS, size=int(rng.integers(0, 4))).tolist())
+        entities, joins, topics, cue = _cue_case(featurizer, rng)
         through, near = featurizer.cue_matches(entities, joins, topics, cue)
         for i, entity in enumerate(entities.tolist()):
             assert (through[i], near[i]) == featurizer._cue_matches(entity, joins, topics, cue)
@@ -49,17 +59,9 @@ def test_name_matches_for_many_entities_equal_one_at_a_time():
     assert got.tolist() == [featurizer._name_match(int(e), cue) for e in entities.tolist()]
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_cue_matches_of_a_whole_batch_equal_the_per_candidate_reference(seed, monkeypatch):
-    import stem_jax.answer.features as module
-
-    monkeypatch.setattr(module, "NEIGHBOURS", int(np.random.default_rng(seed).integers(1, 12)))
-    monkeypatch.setattr(module, "JOIN_DEGREE", int(np.random.default_rng(seed + 1).integers(1, 12)))
-    featurizer, rng = _featurizer(seed)
-    n = featurizer.index.num_entities
-    inputs = [(rng.integers(0, n, int(rng.integers(0, 10))), set(rng.integers(0, n, int(rng.integers(0, 8))).tolist()),
-               set(rng.integers(0, n, int(rng.integers(0, 3))).tolist()),
-               set(rng.choice(WORDS, size=int(rng.integers(0, 4))).tolist())) for _ in range(int(rng.integers(0, 7)))]
+def test_cue_matches_of_a_whole_batch_equal_the_per_candidate_reference(random_cues):
+    featurizer, rng = random_cues
+    inputs = [_cue_case(featurizer, rng) for _ in range(int(rng.integers(0, 7)))]
     got = featurizer.cue_matches_batch(*zip(*inputs, strict=True)) if inputs else []
     assert len(got) == len(inputs)
     for (through, near), (entities, joins, topics, cue) in zip(got, inputs, strict=True):
