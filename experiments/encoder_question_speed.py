@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from paper_common import fresh_metaqa_2hop, load_averages  # noqa: E402
+from paper_common import fresh_metaqa_2hop, load_averages, warm_each_setting  # noqa: E402
 
 from stem_jax.bench.stages import STAGES, StageTimer  # noqa: E402
 from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
@@ -88,12 +88,8 @@ def main() -> int:
 
     summary, rows = {}, []
     for size in calls:
-        for name in ENCODERS:
-            encoder.question_encoder = name
-            timer.run(take(size))
-            engine.warm_up(size)
-            for _ in range(WARM):
-                timer.run(take(size))
+        warm_each_setting(encoder, "question_encoder", ENCODERS, size, lambda n: timer.run(take(n)), engine.warm_up,
+                          WARM)
         load = {"before": load_averages()}
         warm: dict[str, list[dict[str, float]]] = {n: [] for n in ENCODERS}
         for i in range(2 * calls[size]):

@@ -24,7 +24,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from paper_common import fresh_metaqa_2hop, load_averages  # noqa: E402
+from paper_common import fresh_metaqa_2hop, load_averages, warm_each_setting  # noqa: E402
 
 from stem_jax.bench.stages import ENCODER_STAGES, STAGES, StageTimer  # noqa: E402
 from stem_jax.eval.report import markdown_table, run_metadata, write_report  # noqa: E402
@@ -56,12 +56,7 @@ def main() -> int:
 
     summary, rows, loads = {}, [], {}
     for size in sizes:
-        for dtype in DTYPES:
-            encoder.dot_dtype = dtype
-            timer.run(take(size))
-            engine.warm_up(size)
-            for _ in range(WARM):
-                timer.run(take(size))
+        warm_each_setting(encoder, "dot_dtype", DTYPES, size, lambda n: timer.run(take(n)), engine.warm_up, WARM)
         loads[size] = {"before": load_averages()}
         warm: dict[str, list[dict[str, float]]] = {d: [] for d in DTYPES}
         for i in range(2 * calls[size]):

@@ -168,6 +168,18 @@ def metaqa_paraphrases(limit: int | None, every: int = 1) -> tuple[Any, Any, lis
     return test, index, paraphrases[::every]
 
 
+def warm_each_setting(encoder, field: str, values, size: int, run, warm_up, warm: int) -> None:
+    """Before timing settings against each other: for each value of the encoder's ``field``, one call of ``size``
+    questions that compiles (``run(size)``), the engine's warm-up for ``size`` questions, then ``warm`` untimed
+    calls."""
+    for value in values:
+        setattr(encoder, field, value)
+        run(size)
+        warm_up(size)
+        for _ in range(warm):
+            run(size)
+
+
 def load_averages() -> list[float]:
     """The machine's 1, 5 and 15-minute load averages, rounded."""
     return [round(x, 2) for x in os.getloadavg()]
