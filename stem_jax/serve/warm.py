@@ -3,9 +3,9 @@
 :meth:`Engine.warm_up <stem_jax.engine.Engine.warm_up>` compiles the encoder and the tracer's shapes. What a request
 also reaches on a natural-question KG (the path planner's scoring call, the answer scorer, the planner's and the
 scorer's tables built on first use) compiles or fills on first use. This module compiles the path planner's bounded
-set of scoring shapes, embeds the answer scorer's relation texts, then answers ``1, 2, 4, ... max_batch`` questions of the split once each, so that the first
-request finds every table built and (with JAX's persistent compilation cache, which a second start reads) compiles
-nothing. Each step is printed as it ends.
+set of scoring shapes, embeds the answer scorer's relation texts, then answers ``1, 2, 4, ... max_batch`` questions
+of the split once each, so that the first request finds every table built and (with JAX's persistent compilation
+cache, which a second start reads) compiles nothing. Each step is printed as it ends.
 """
 
 from __future__ import annotations

@@ -73,7 +73,8 @@ def plan(res: StemResources, questions: Sequence[Question], planner: Planner,
                 matched.append((topic, anchor_name, anchor, named))
             if len(matched) > 1:
                 # a constant matched by several topics (fuzzy names) names the closest of them only
-                closeness = [2.0 if topic in schema.constants() else anchor_closeness(name, res.display(topic))
+                # a constant naming the topic by its KG id (above) is the topic itself: exact
+                closeness = [anchor_closeness(name, topic if name == topic else res.display(topic))
                              for topic, name, _, _ in matched]
                 best = defaultdict(float)
                 for (_, name, _, _), close in zip(matched, closeness, strict=True):
