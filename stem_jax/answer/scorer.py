@@ -40,6 +40,7 @@ from stem_jax.answer.features import (
     feature_columns,
 )
 from stem_jax.errors import StemError
+from stem_jax.trained_model import TrainedModel, params_from_members
 
 SCORER_FILE = "scorer.json"
 SCORER_FOLDER = "answer-scorer"  # inside a KG's cache folder, one per encoder: answer-scorer-<encoder>
@@ -94,16 +95,12 @@ def _standardise(params: dict[str, np.ndarray], numeric: np.ndarray, mask: np.nd
 
 
 @dataclasses.dataclass
-class AnswerScorer:
-    params: dict[str, np.ndarray]
+class AnswerScorer(TrainedModel):
     vocabulary: TypeVocabulary
-    encoder_name: str
-    temperature: float = 1.0
     cut: float = 0.5
     # chance-of-being-right calibration of the best answer's probability p: sigmoid(a log p + b), fitted on held-out
     # questions, so that an answer's score reads like the tracer's beam support and engine.confident_at means the same
     calibration: tuple[float, float] = (1.0, 0.0)
-    report: dict[str, Any] = dataclasses.field(default_factory=dict)
     features: tuple[str, ...] = NUMERIC  # the numeric features it reads, by name (features.NUMERIC)
 
     def __post_init__(self) -> None:
@@ -174,7 +171,7 @@ class AnswerScorer:
     def save(self, folder: Path) -> None:
         from stem_jax.atomic import save_model_files
 
-        arrays = {f"params/{k}": np.asarray(v) for k, v in self.params.items()}
+        arrays = self.param_members()
         meta = {"kind": "answer-scorer", "encoder": self.encoder_name, "temperature": self.temperature,
                 "cut": self.cut, "calibration": list(self.calibration), "type_keys": self.vocabulary.keys,
                 "features": list(self.features), "report": self.report}
@@ -192,8 +189,7 @@ class AnswerScorer:
         from stem_jax.atomic import read_arrays_with_manifest
 
         meta, arrays, digest = read_arrays_with_manifest(folder, SCORER_FILE, damaged)
-        params = {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("params/")}
-        return cls(params=params, vocabulary=TypeVocabulary(list(meta["type_keys"])), encoder_name=meta["encoder"],
+        return cls(params=params_from_members(arrays), vocabulary=TypeVocabulary(list(meta["type_keys"])), encoder_name=meta["encoder"],
                    temperature=float(meta["temperature"]), cut=float(meta["cut"]),
                    calibration=tuple(float(x) for x in meta["calibration"]),
                    report={**meta.get("report", {}), "arrays_sha256": digest},

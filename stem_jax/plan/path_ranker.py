@@ -42,6 +42,7 @@ from stem_jax.kg.mediators import mediator_mask
 from stem_jax.plan.base import ScoredSchema
 from stem_jax.plan.question_text import mask_topics, topic_names
 from stem_jax.plan.relation_paths import CandidatePath, PathCatalog, path_key
+from stem_jax.trained_model import TrainedModel, params_from_members
 
 RANKER_FILE = "ranker.json"
 PATHS_FOLDER = "paths"  # the ranker's folder inside a pattern planner's folder
@@ -134,15 +135,11 @@ def words_of(text: str) -> set[str]:
 
 
 @dataclasses.dataclass
-class PathRanker:
+class PathRanker(TrainedModel):
     """A trained path scorer used as a planner (see the module docstring)."""
 
-    params: dict[str, np.ndarray]
     config: PathRankerConfig
-    encoder_name: str
-    temperature: float = 1.0
     relation_bank: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # relation text -> embedding
-    report: dict[str, Any] = dataclasses.field(default_factory=dict)
     beam: int = 4
     min_prob: float = 0.0
     names: dict[str, str] | None = None
@@ -450,7 +447,7 @@ class PathRanker:
         from stem_jax.atomic import save_model_files
 
         texts = sorted(self.relation_bank)
-        arrays = {f"params/{k}": np.asarray(v) for k, v in self.params.items()}
+        arrays = self.param_members()
         arrays["relation_bank"] = (np.stack([self.relation_bank[t] for t in texts]).astype(np.float32) if texts
                                    else np.zeros((0, self.dim), np.float32))
         meta = {"kind": "path-ranker", "encoder": self.encoder_name, "config": dataclasses.asdict(self.config),
@@ -475,9 +472,8 @@ class PathRanker:
         from stem_jax.atomic import read_arrays_with_manifest
 
         meta, arrays, _ = read_arrays_with_manifest(folder, RANKER_FILE, damaged)
-        params = {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("params/")}
         bank = arrays["relation_bank"].astype(np.float32)
-        ranker = cls(params=params, config=PathRankerConfig(**meta["config"]), encoder_name=meta["encoder"],
+        ranker = cls(params=params_from_members(arrays), config=PathRankerConfig(**meta["config"]), encoder_name=meta["encoder"],
                      temperature=float(meta["temperature"]),
                      relation_bank=dict(zip(meta["relation_texts"], bank, strict=True)), report=meta.get("report", {}))
         if meta.get("tower"):

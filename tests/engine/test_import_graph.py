@@ -139,7 +139,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
     ("atomic", "locks", "config", "coordination", "progress", "gc_pause", "compile_cache", "ragged", "devices",
      "array_fields"),
-    ("zarr_table", "checkpoints", "jraph_compat"),
+    ("zarr_table", "checkpoints", "jraph_compat", "trained_model"),
     ("data", "encoder"),
     ("kg",),
     ("text",),
