@@ -28,6 +28,10 @@ from stem_jax.plan.schema import SchemaGraph, Strategy
 
 MAX_BRANCHES = 32  # branch options kept per other topic (the ones that narrow the main path's answers most usefully)
 
+# The longest branch the planner offers, whatever the main path's length: a longer branch meets the answers through a
+# shared neighbour (a genre, a time zone) that many wrong answers share too, so it states no condition of the question.
+BRANCH_MAX_STEPS = 2
+
 
 def set_f1(found: np.ndarray, gold: np.ndarray) -> float:
     """Answer-set F1 of sorted distinct ids ``found`` against sorted distinct ids ``gold`` (0 when either is
@@ -41,13 +45,16 @@ def set_f1(found: np.ndarray, gold: np.ndarray) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def meeting_branches(catalog: PathCatalog, topic: int, candidates: np.ndarray) -> list[CandidatePath]:
-    """The relation paths of ``topic`` (the catalog's, 1-2 steps through mediators) whose ends meet ``candidates``
+def meeting_branches(catalog: PathCatalog, topic: int, candidates: np.ndarray,
+                     max_steps: int = BRANCH_MAX_STEPS) -> list[CandidatePath]:
+    """The relation paths of ``topic`` (the catalog's, up to ``max_steps`` steps through mediators) whose ends meet ``candidates``
     (sorted ids), each with its ends cut to the candidates it keeps; paths that keep every candidate (no
-    condition) are left out, and paths keeping the same candidates are listed once (the first by key)."""
+    condition) are left out, and so are paths longer than ``max_steps`` (the catalog's main paths may be longer), and paths keeping the same candidates are listed once (the first by key)."""
     out: list[CandidatePath] = []
     seen: set[bytes] = set()
     for path in catalog.paths(topic):
+        if len(path.path) > max_steps:
+            continue
         kept = np.intersect1d(path.ends, candidates, assume_unique=True)
         if not len(kept) or len(kept) == len(candidates):
             continue
@@ -116,7 +123,7 @@ def evidence_bound(topics: Sequence[int], gold: Sequence[int], catalog: PathCata
             options = []
             for other in others:
                 found = [(len(np.intersect1d(b.ends, goal, assume_unique=True)), b)
-                         for b in meeting_branches(catalog, other, ends)]
+                         for b in meeting_branches(catalog, other, ends, max_steps=catalog.options["max_hops"])]
                 found = sorted((item for item in found if item[0]), key=lambda item: (-item[0], len(item[1].ends)))
                 options.append([None, *(b for _, b in found[:max_branches])])
             for choice in itertools.product(*options):

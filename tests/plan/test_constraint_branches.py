@@ -102,3 +102,20 @@ def test_a_constant_named_exactly_as_a_kg_entity_is_checked_and_a_written_value_
     written = schema_with_branches("Logan Lerman", [PathStep("film.film.starring", False)],
                                    [("a crew member", [PathStep("film.film.other_crew", False)])])
     assert ground(written, "Logan Lerman", index).constants == ((2, -1),)
+
+
+def test_branches_stay_within_two_steps_when_main_paths_are_longer():
+    # Aronofsky wrote Noah; every film shares a genre with Noah, so a 3-step branch (writer -> film -> genre <- film)
+    # would "meet" every candidate through the genre and state nothing about the writer.
+    triples = [("Noah", "film.film.starring", "Logan Lerman"), ("Perks", "film.film.starring", "Logan Lerman"),
+               ("Aronofsky", "film.writer.film", "Noah"), ("Noah", "film.film.genre", "Drama"),
+               ("Perks", "film.film.genre", "Drama"), ("Yuma", "film.film.starring", "Logan Lerman")]
+    index = build_index(triples)
+    ids = index.entity_ids
+    long_paths = PathCatalog(index, max_hops=3)
+    films = np.asarray(sorted(ids[f] for f in ("Noah", "Perks", "Yuma")))
+    found = meeting_branches(long_paths, ids["Aronofsky"], films)
+    assert [b.ends.tolist() for b in found] == [[ids["Noah"]]]
+    assert all(len(b.path) <= 2 for b in found)
+    longer = meeting_branches(long_paths, ids["Aronofsky"], films, max_steps=3)
+    assert any(len(b.path) == 3 for b in longer)  # what the cap leaves out: the genre detour
