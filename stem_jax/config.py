@@ -74,6 +74,9 @@ class PlannerConfig:
     # path ranker: the longest relation path it enumerates from a topic (a hop through a CVT counts as a step);
     # 3 reaches "the X of the Y that Z" questions through a mediator, at a larger candidate list per topic
     path_max_hops: int = 2
+    # "auto": train-planner also trains a ranker one step longer (path_max_hops + 1, at most 4) and the held-out
+    # questions choose between them as between templates and paths; "fixed": path_max_hops only
+    path_hops: str = "auto"
     # constraint branches for questions with several topic entities (plan/branch_planner.py): "auto" plans them with
     # the branch model train-planner stored beside the path ranker (none on templated KGs), "off" never does
     branches: str = "auto"
@@ -320,6 +323,8 @@ def as_dict(config: Any) -> dict[str, Any]:
 # Validation: every range and relation between fields, checked before any work starts
 # ---------------------------------------------------------------------------------------------
 
+MAX_PATH_HOPS = 4  # the longest relation path the path ranker enumerates (a topic has up to fan_cap ** hops)
+
 # A compiled batch's arrays grow with runs x frontier x steps (step embeddings, bindings, sorted used-triple
 # rows, candidate buffers), indexed with int32: the cap keeps a mistyped batch size from failing later, inside
 # XLA, with an allocation error or a traceback instead of this message.
@@ -343,6 +348,7 @@ _CHOICES = {
     "planner.paths": ("auto", "templates", "paths", "both"),
     "planner.path_question": ("frozen", "tuned", "auto"),
     "planner.branches": ("auto", "off"),
+    "planner.path_hops": ("auto", "fixed"),
     "scr.question_encoder": ("segments", "minilm"),
 }
 _ROW_FORMAT = re.compile(r"^(float16|int8|pca[1-9][0-9]*(-int8|-float16)?)$")  # encoder.row_format (encoder/compact.py)
@@ -372,7 +378,7 @@ _INT_MAX = {  # integer fields with an upper bound, and why
     "engine.node_matches": (1 << 16, "matches per node are buffered for every run of a batch"),
     "seed": ((1 << 32) - 1, "numpy seeds are 32-bit"),
     "scr.finetune_layers": (6, "all-MiniLM-L6-v2 has 6 layers"),
-    "planner.path_max_hops": (4, "a topic's paths are enumerated up to fan_cap ** hops"),
+    "planner.path_max_hops": (MAX_PATH_HOPS, "a topic's paths are enumerated up to fan_cap ** hops"),
     "scr.context_tokens": (512, "MiniLM has 512 position embeddings"),
 }
 _FLOAT_RANGE = {  # float fields: (low, high, low inclusive, high inclusive, why)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from stem_jax.config import StemConfig, field_problem
+from stem_jax.config import MAX_PATH_HOPS, StemConfig, field_problem
 from stem_jax.data.registry import DatasetSpec, load_dataset
 from stem_jax.data.types import Dataset
 from stem_jax.errors import StemError
@@ -238,6 +238,15 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
         return templates(f"no path ranker: {str(err).splitlines()[0]}")
     planner.index = index
     rankers = {"": ranker}
+    longer = config.planner.path_max_hops + 1
+    if config.planner.path_hops == "auto" and longer <= MAX_PATH_HOPS:  # the held-out questions choose the length
+        try:
+            rankers[f"+{longer}steps"] = train_path_ranker(
+                train, val, index, encoder_name=encoder.name, embed=embed, names=dataset.entity_names,
+                extra_pairs=extra_pairs(dataset) if config.planner.path_pairs else (),
+                config=dataclasses.replace(ranker.config, max_hops=longer), log=log)
+        except StemError as err:
+            log(f"planner choice: no {longer}-step path ranker ({str(err).splitlines()[0]})")
     question_side = config.planner.path_question
     if problem := field_problem("planner.path_question", question_side):
         raise StemError(problem)
@@ -249,7 +258,7 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
                                       extra_pairs=extra_pairs(dataset) if config.planner.path_pairs else (),
                                       config=dataclasses.replace(ranker.config, tune_layers=tune), log=log,
                                       catalog=ranker.catalog, encoder=encoder)
-            rankers = {"+tuned": tuned} if question_side == "tuned" else {"": ranker, "+tuned": tuned}
+            rankers = {"+tuned": tuned} if question_side == "tuned" else {**rankers, "+tuned": tuned}
         except StemError as err:
             if question_side == "tuned":
                 raise
@@ -259,13 +268,14 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
     for side, r in rankers.items():
         candidates.update(planner_candidates(planner, r, weights, config.planner.beam, side))
     scores = {name: beam_answer_hit(p, val, index) for name, p in candidates.items()}
-    allowed = [n for n in scores if mode == "auto" or n.split("@")[0].removesuffix("+tuned") == mode]
+    allowed = [n for n in scores if mode == "auto" or n.split("@")[0].partition("+")[0] == mode]
     best = max(allowed, key=lambda n: (scores[n], -list(scores).index(n)))  # ties: the simpler planner
-    chosen = best.split("@")[0].removesuffix("+tuned")
-    side = "+tuned" if "+tuned" in best or question_side == "tuned" else ""
+    chosen, _, side = best.split("@")[0].partition("+")
+    side = f"+{side}" if side else "+tuned" if question_side == "tuned" else ""
     rankers[side].save(out / PATHS_FOLDER)
-    selection["question_side"] = "tuned" if side else "frozen"
-    if side:
+    selection["question_side"] = "tuned" if side == "+tuned" else "frozen"
+    selection["path_max_hops"] = rankers[side].config.max_hops
+    if side == "+tuned":
         selection["tune_layers"] = tune
     selection.update(mode=chosen, val_questions=len(val), beam_answer_hit=scores,
                      reason=f"{mode} requested" if mode != "auto" else

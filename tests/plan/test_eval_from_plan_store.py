@@ -34,7 +34,8 @@ def common(tmp_path_factory) -> list[str]:
 @pytest.fixture(scope="module")
 def planner(common, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("planner") / "pattern"
-    argv = ["train-planner", *[a for a in common if a not in ("--limit", "12")], "--limit", "80", "--epochs", "5", "--no-answer-scorer",
+    argv = ["train-planner", *[a for a in common if a not in ("--limit", "12")], "--limit", "80", "--epochs", "5",
+            "--no-answer-scorer", "--planner.path_hops=fixed",
             "--out", str(out)]
     assert main(argv) == 0
     return out

@@ -41,3 +41,70 @@ def test_mixed_beams_add_the_probabilities_of_one_plan():
     (beam,) = mixed.plan_batch([QUESTION])
     assert [(e.schema.triples[0].relation, round(e.score, 6)) for e in beam] == [
         ("written_by", 0.45), ("directed_by", 0.45), ("starred", 0.1)]
+
+
+class _NoTemplates:
+    report = {"mlp": {"template": {"top1": 0.0}}}
+    index = None
+
+    def plan_batch(self, questions):
+        return [[] for _ in questions]
+
+
+class _LengthRanker:
+    """A path ranker stand-in whose plans depend on the longest path it was trained on."""
+
+    def __init__(self, config, relation):
+        self.plans = FixedPlanner((relation, 1.0))
+        self.config = config
+        self.beam = 4  # train-planner sets the beam it compares at
+
+    def plan_batch(self, questions):
+        return self.plans.plan_batch(questions)
+
+    def save(self, folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "ranker.json").write_text(str(self.config.max_hops))
+
+
+def _select(tmp_path, monkeypatch, hops: str, longer_is_right: bool):
+    import types
+
+    from stem_jax.config import StemConfig, apply_overrides
+    from stem_jax.data.types import Dataset
+    from stem_jax.plan import path_ranker
+    from stem_jax.plan.training import select_planner
+
+    trained = []
+
+    def train(train, val, index, *, config, **_):
+        trained.append(config.max_hops)
+        right = (config.max_hops > 2) == longer_is_right
+        return _LengthRanker(config, "directed_by" if right else "written_by")
+
+    monkeypatch.setattr(path_ranker, "train_path_ranker", train)
+    val = [Question(qid=f"v{i}", text=QUESTION.text, topic_entities=QUESTION.topic_entities,
+                    answers=QUESTION.answers) for i in range(20)]
+    triples = [(INDEX.entities[h], INDEX.relations[r], INDEX.entities[t]) for h, r, t in INDEX.triples.tolist()]
+    config = apply_overrides(StemConfig(), {"planner.path_hops": hops})
+    selection = select_planner(Dataset("tiny", val, triples), [], val, _NoTemplates(), config, tmp_path,
+                               encoder=types.SimpleNamespace(name="x"), embed=None, log=lambda _: None)
+    return trained, selection, (tmp_path / "paths" / "ranker.json").read_text()
+
+
+def test_held_out_questions_choose_the_longer_paths_when_they_answer_better(tmp_path, monkeypatch):
+    trained, selection, stored = _select(tmp_path, monkeypatch, "auto", longer_is_right=True)
+    assert trained == [2, 3]
+    assert selection["path_max_hops"] == 3 and stored == "3"
+    assert selection["beam_answer_hit"]["paths+3steps"] == 1.0 and selection["beam_answer_hit"]["paths"] == 0.0
+
+
+def test_held_out_questions_keep_the_shorter_paths_on_a_tie_or_loss(tmp_path, monkeypatch):
+    _, selection, stored = _select(tmp_path, monkeypatch, "auto", longer_is_right=False)
+    assert selection["path_max_hops"] == 2 and stored == "2"
+
+
+def test_fixed_path_hops_trains_one_length(tmp_path, monkeypatch):
+    trained, selection, _ = _select(tmp_path, monkeypatch, "fixed", longer_is_right=True)
+    assert trained == [2] and selection["path_max_hops"] == 2
+    assert not any("steps" in name for name in selection["beam_answer_hit"])

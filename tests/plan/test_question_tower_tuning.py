@@ -139,7 +139,7 @@ def test_train_planner_trains_and_stores_the_asked_question_side(weights, tmp_pa
                         lambda split=None, layers=1, encoder=None: _tower(weights, 3 - layers))
     index = build_index(_kg())
     train, val = _questions(index, range(8)), _questions(index, range(8, 16))
-    config = apply_overrides(StemConfig(), {"planner.path_question": side})
+    config = apply_overrides(StemConfig(), {"planner.path_question": side, "planner.path_hops": "fixed"})
     frozen = _tower(weights, 2)
     selection = select_planner(Dataset("tiny", train + val, _kg()), train, val, _NoTemplates(), config, tmp_path,
                                encoder=types.SimpleNamespace(name="all-MiniLM-L6-v2:tiny"), embed=frozen.encode,
