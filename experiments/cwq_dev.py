@@ -124,12 +124,12 @@ def write_tree_plans(data: Path, path: Path) -> int:
 
 
 def hop_row(hops: int, cache: Path, data: Path) -> dict:
-    """A row for a pattern planner whose path ranker enumerates paths of up to ``hops`` steps, trained (when its
-    cache has none yet) and evaluated with its own cache folder, so its planner and answer scorer stand apart from
-    the default's."""
+    """A row for a pattern planner whose path ranker enumerates paths of up to ``hops`` steps (that length only:
+    ``planner.path_hops=fixed``), trained (when its cache has none yet) and evaluated with its own cache folder, so
+    its planner and answer scorer stand apart from the default's."""
     env = {**os.environ, "STEM_CACHE_DIR": str(cache)}
     train = ["train-planner", "--dataset", "files", "--data-dir", str(data), "--no-progress",
-             "--planner.path_max_hops", str(hops)]
+             "--planner.path_max_hops", str(hops), "--planner.path_hops", "fixed"]
     if not (cache / f"files-{data.name}" / "planners").is_dir():
         subprocess.run([sys.executable, "-m", "stem_jax.cli.main", *train], env=env, check=True)
     return {"flags": ["--planner", "pattern"], "env": env, "train": "stem-jax " + " ".join(train)}

@@ -4,9 +4,9 @@ per natural-question KG, over every dev question, next to the evidence bound at 
     STEM_DATA_DIR=../shared/data python experiments/path_hops.py --kg webqsp-r --cache 2=DIR2 --cache 3=DIR3
 
 Each ``--cache HOPS=DIR`` is a cache folder of its own (copy one that holds the KG's index): a planner and answer
-scorer are trained there with ``stem-jax train-planner --planner.path_max_hops HOPS`` when it has none yet, then
-``stem-jax eval --split dev --planner pattern`` runs with it (``--reuse``: read a finished run folder). Metrics are
-over every dev question (a question the loader dropped is a miss). Writes
+scorer are trained there with ``stem-jax train-planner --planner.path_max_hops HOPS --planner.path_hops fixed`` when
+it has none yet, then ``stem-jax eval --split dev --planner pattern`` runs with it (``--reuse``: read a finished run
+folder). Metrics are over every dev question (a question the loader dropped is a miss). Writes
 ``experiments/results/path-hops-<kg>.{json,md}`` with the machine, commit and load average.
 """
 
