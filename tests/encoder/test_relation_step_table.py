@@ -104,3 +104,21 @@ def test_holder_reads_table_texts_and_encodes_the_rest(holder):
     plain = holder.encoder.encode(texts).astype(np.float16).astype(np.float32)
     np.testing.assert_array_equal(got, plain)
     assert holder.relation_steps() is holder.relation_steps()  # opened once
+
+
+def test_online_schema_texts_between_placeholders_are_read_not_encoded(demo_hashing64, monkeypatch):
+    from stem_jax.methods.stem.method import StemMethod
+    from stem_jax.methods.stem.pipeline import StemPipeline
+    from stem_jax.plan.schema import SchemaTriple
+
+    dataset, index, encoder, embeddings = demo_hashing64
+    method = StemMethod.from_pipeline(StemPipeline(dataset, index, embeddings, encoder, StemConfig()), None)
+    method.embed(["a split's first text"], False)  # the split-wide table; later calls append online
+    encoded: list[str] = []
+    plain = encoder.encode
+    monkeypatch.setattr(encoder, "encode", lambda texts: encoded.extend(texts) or plain(texts))
+    steps = [SchemaTriple("[ENT1]", r, "[ENT2]").text() for r in index.relations[:3]]
+    method.embed([*steps, "Kismet directed by [ENT1]"], False)
+    assert encoded == ["Kismet directed by [ENT1]"]
+    rows = method.pipeline.text_emb[[method.pipeline.text_rows[t] for t in steps]]
+    np.testing.assert_array_equal(rows, plain(steps).astype(np.float16).astype(np.float32))
