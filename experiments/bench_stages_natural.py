@@ -9,8 +9,9 @@ pattern --batch-sizes 1,16,64 --repeats 20 --no-encoder-memo --out <out>/<kg>`` 
 10-20 minutes on a 2-core CPU), then writes ``experiments/results/<name>.{json,md}``: per KG and batch size the
 end-to-end p50 / p99, questions/s, the question encoding, planning, schema encoding, answers and tracing stages'
 p50, and each run's load average, machine and commit. ``--collect DIR ...`` only reads finished bench folders
-(``--label`` names the rows, e.g. before/after; a bench of a commit that counted a wrapped template classifier's
-question encoding as planning shows 0 for it).
+(``--label`` names the rows, e.g. before/after; ``--commits`` names the commit each folder measured, for benches run
+from a git archive, whose recorded commit is the checkout's around it; a bench of a commit that counted a wrapped
+template classifier's question encoding as planning shows 0 for it).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def run_bench(kg: str, out: Path) -> Path:
     return out / kg
 
 
-def rows_of(folder: Path, label: str) -> list[dict]:
+def rows_of(folder: Path, label: str, commit: str | None = None) -> list[dict]:
     (path,) = sorted(Path(folder).glob("bench-stages-*.json"))
     result = json.loads(path.read_text())
     meta = result["meta"]
@@ -60,7 +61,7 @@ def rows_of(folder: Path, label: str) -> list[dict]:
                     "schema_encoding_p50_ms": warm["schema_encoding"]["p50"],
                     "tracing_p50_ms": warm["tracing"]["p50"], "process_cpu_p50_ms": warm["process_cpu"]["p50"],
                     "load_before": meta["load_average"]["before"], "load_after": meta["load_average"]["after"],
-                    "commit": meta["commit"], "time_utc": meta["time_utc"], "machine": meta["machine"],
+                    "commit": commit or meta["commit"], "time_utc": meta["time_utc"], "machine": meta["machine"],
                     "cpu_count": meta["cpu_count"], "command": portable_paths(result["command"], ROOT, data_root())})
     return out
 
@@ -70,12 +71,15 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/bench-natural"))
     parser.add_argument("--collect", nargs="+", type=Path, help="finished bench folders to read instead of running")
     parser.add_argument("--label", nargs="+", help="one label per --collect folder (default: after)")
+    parser.add_argument("--commits", nargs="+", help="one commit per --collect folder (default: the one recorded)")
     parser.add_argument("--name", default="bench-stages-natural")
     parser.add_argument("--note", default="")
     args = parser.parse_args()
     if args.collect:
         labels = args.label or ["after"] * len(args.collect)
-        rows = [r for folder, label in zip(args.collect, labels, strict=True) for r in rows_of(folder, label)]
+        commits = args.commits or [None] * len(args.collect)
+        rows = [r for folder, label, commit in zip(args.collect, labels, commits, strict=True)
+                for r in rows_of(folder, label, commit)]
     else:
         rows = [r for kg in KGS for r in rows_of(run_bench(kg, args.out), "this commit")]
     headers = ["", "KG (dev)", "batch", "p50 ms", "p99 ms", "q/s", "question encoding p50", "planning p50",

@@ -241,6 +241,7 @@ class CandidateFeaturizer:
         self._ties: TieTable | None = None
         self._words: tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray] | None = None
         self._name_cues: dict[int, tuple[str, list[str]]] = {}
+        self._name_fact_cache: dict[int, tuple[list[str], bool, bool, float, frozenset[str]]] = {}
         self._key_rows: np.ndarray | None = None
 
     @property
@@ -451,6 +452,18 @@ class CandidateFeaturizer:
             cached = self._name_cues[entity] = (name, _WORD.findall(name.lower()))
         return cached
 
+    def _name_facts(self, entity: int) -> tuple[list[str], bool, bool, float, frozenset[str]]:
+        """What the features read of ``entity``'s name alone, kept: its words, whether it is a year or date, whether
+        a number, log1p of its word count, and the years it names."""
+        facts = self._name_fact_cache.get(entity)
+        if facts is None:
+            name, name_words = self._name_cue(entity)
+            stripped = name.strip()
+            facts = self._name_fact_cache[entity] = (
+                name_words, bool(_YEAR.match(stripped)), bool(_NUMBER.match(stripped)), _log1p(len(name_words)),
+                frozenset(_YEAR_WORD.findall(name)))
+        return facts
+
     def mentioned(self, question: Question) -> tuple[int, ...]:
         """KG ids of the entities the question text mentions (:meth:`EntityLinker.mentions
         <stem_jax.data.linker.EntityLinker.mentions>`) besides its topic entities and what their names cover;
@@ -608,26 +621,32 @@ class CandidateFeaturizer:
             mention_of = self._constraint_pass(mentioned[qi], dot)
             conditions = topics if len(topics) > 1 and set(CONSTRAINT_FEATURES) & self.reads else set()
             condition_of = self._constraint_pass(conditions, dot, anchors)
-            table = []
             has_year = bool(years)
             log_ents = np.log1p(len(ents))
-            for ci, (entity, support) in enumerate(zip(ents[:m].tolist(), vals[:m].tolist(), strict=False)):
-                name, name_words = self._name_cue(entity)
-                mention = mention_of(entity)
-                stripped = name.strip()
-                table.append((
-                    support, support / top if top > 0 else 0.0, _log1p(ci), ci == 0,
-                    fair[ci], cumulative[ci], n_beams_of[ci] / n_beams, best_beam[ci] / n_beams,
-                    _log1p(plan_answers[ci]), cos[ci],
-                    sum(w in words for w in name_words) / max(len(name_words), 1),
-                    bool(_YEAR.match(stripped)), bool(_NUMBER.match(stripped)),
-                    _log1p(len(name_words)), self.degree[entity], log_ents,
-                    best_prob[ci], path_cos[ci], exact[ci], min_depth[ci], has_year,
-                    has_year and bool(years.intersection(_YEAR_WORD.findall(name))),
-                    float(through[ci]), float(near[ci]),
-                    *condition_of(entity, ci),
-                    *(mention[i] for i in (0, 1, 2, 4)),  # count, share, all, cos (no "missed")
-                    0.0))  # type_cos: below, for all candidates at once
+            if count:  # the candidates' features as columns, each value computed as the reference computes it
+                cand = ents[:count]
+                facts = [self._name_facts(e) for e in cand.tolist()]
+                share = [sum(w in words for w in f[0]) / max(len(f[0]), 1) for f in facts]
+                named_year = [has_year and bool(years.intersection(f[4])) for f in facts]
+                if conditions:
+                    conditioned = np.asarray([condition_of(e, ci) for ci, e in enumerate(cand.tolist())], np.float64)
+                else:  # no other topic: every candidate's constraint features are 0
+                    conditioned = np.zeros((count, len(CONSTRAINT_FEATURES)))
+                if mentioned[qi]:
+                    mentions = np.asarray([mention_of(e) for e in cand.tolist()], np.float64)[:, [0, 1, 2, 4]]
+                else:
+                    mentions = np.zeros((count, len(MENTION_FEATURES)))
+                support = vals[:count]
+                columns = [
+                    support, support / top if top > 0 else np.zeros(count), [_log1p(i) for i in range(count)],
+                    np.arange(count) == 0, fair[:count], cumulative[:count], n_beams_of[:count] / n_beams,
+                    best_beam[:count] / n_beams, [_log1p(a) for a in plan_answers[:count].tolist()], cos[:count],
+                    share, [f[1] for f in facts], [f[2] for f in facts], [f[3] for f in facts], self.degree[cand],
+                    np.full(count, log_ents), best_prob[:count], path_cos[:count], exact[:count], min_depth[:count],
+                    np.full(count, has_year), named_year, np.asarray(through[:count], np.float64),
+                    np.asarray(near[:count], np.float64), *conditioned.T, *mentions.T,
+                    np.zeros(count)]  # type_cos: below, for all candidates at once
+                table = np.stack([np.asarray(c, np.float64) for c in columns], axis=1)
             if count:
                 numeric[qi, :count] = table
                 mask[qi, :count] = True

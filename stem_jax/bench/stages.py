@@ -10,8 +10,11 @@ calls on *other* questions of the split, each planned afresh (the path planner's
 the answer scorer's relation texts embedded too, as ``serve`` does before serving), give p50/p95/p99 per stage and end
 to end, and throughput. GNN guidance is computed, not read from its disk cache (the timer turns
 that cache off on the engine's provider). The encoder's in-memory memo (repeated question wordings and schema
-triples) stays on unless turned off (``encoder.memo_size = 0``); its hits are reported, and so are the schema-step
-texts read from the KG's step table (``encoder.step_table_max``), which the memo setting does not change.
+triples) stays on unless turned off (``encoder.memo_size = 0``: every question wording is then encoded); its hits are
+reported, and so are the schema-step texts read from the KG's tables instead of encoded (the step table of texts that
+name an entity, ``Kismet directed by [ENT1]``, and the relation-step table of texts between two placeholders,
+``[ENT1] location time zones [ENT2]``): those are fixed per KG and encoder, built once into the embedding cache and
+bounded by ``encoder.step_table_max``, and the memo setting does not change them.
 Compile counts of the jitted tracer/anchor functions, peak host RSS and (on a GPU) device memory are recorded with
 the jax/jaxlib versions, machine and commit.
 """
@@ -64,10 +67,12 @@ def _compiles(encoder: Any = None, guidance: Any = None) -> dict[str, int]:
     return counts
 
 
-def _memo(encoder: Any) -> dict[str, int]:
-    # table_hits: schema-step texts read from the KG's step table (stem_jax/kg/step_table.py), memo or not
+def _memo(encoder: Any, resources: Any = None) -> dict[str, int]:
+    # table_hits: schema-step texts read from the KG's step table (stem_jax/kg/step_table.py), memo or not;
+    # relation_step_hits: those read from its relation-step table (stem_jax/kg/relation_steps.py)
     return {"hits": getattr(encoder, "memo_hits", 0), "misses": getattr(encoder, "memo_misses", 0),
-            "table_hits": getattr(encoder, "table_hits", 0)}
+            "table_hits": getattr(encoder, "table_hits", 0),
+            "relation_step_hits": getattr(resources, "relation_step_hits", 0)}
 
 
 ENCODER_STAGES = ("question_encoding", "schema_encoding")
@@ -269,13 +274,13 @@ def bench_stages(engine: Any, questions: Sequence[Question], *, batch_sizes: Seq
         after_warmup = _compiles(encoder, guidance)
         reps = repeats or max(3, min(50, 2048 // size))
         warm: list[dict[str, float]] = []
-        memo_before = _memo(encoder)
+        memo_before = _memo(encoder, timer.method.resources)
         work_before = _encoder_work(encoder)
         began = time.perf_counter()
         while len(warm) < reps or time.perf_counter() - began < min_seconds:
             warm.append(timer.run(take(size)))
         after = _compiles(encoder, guidance)
-        memo_after = _memo(encoder)
+        memo_after = _memo(encoder, timer.method.resources)
         work_after = _encoder_work(encoder)
         ahead = timer.overlapped([take(size) for _ in range(len(warm))]) if overlapped else None
         per_stage = {stage: _percentiles([w[stage] for w in warm]) for stage in (*STAGES, "total", "process_cpu")}

@@ -50,8 +50,9 @@ def add_bench_stages_parser(bench_sub, add_dataset_flags, add_cache_flags, add_c
                    "thread while the one before is traced and answered)")
     p.add_argument("--no-encoder-memo", dest="encoder_memo", action="store_false",
                    help="turn off the encoder's in-memory memo of repeated strings: every question is encoded; schema-step "
-                   "texts naming an entity are still read from the KG's step table (--encoder.step_table_max=0: "
-                   "encoded too)")
+                   "texts are still read from the KG's tables where they are fixed per KG (those naming an entity, "
+                   "'Kismet directed by [ENT1]', and those between two placeholders, '[ENT1] directed by [ENT2]'; "
+                   "--encoder.step_table_max=0: encoded too)")
     p.add_argument("--out", type=Path, default=None,
                    help="where to write bench-stages-*.json/.md/.png (default runs/bench)")
     p.add_argument("--record", action="store_true",

@@ -179,7 +179,10 @@ class StemMethod:
 
     def warm_up(self, step_buckets: Sequence[int], max_runs: int) -> int:
         """Compile every tracer a call of at most ``max_runs`` runs can reach (and the device ranking when answers
-        are ranked there), so warm calls never compile; returns the tracer shapes visited."""
+        are ranked there), so warm calls never compile; returns the tracer shapes visited. The KG's relation-step
+        table is opened (built the first time) too, so that a first request does not pay for it."""
+        with self.lock:
+            self.pipeline.relation_steps()
         return self.pipeline.warm_up(step_buckets, max_runs)
 
     def score_grid(self, questions: Sequence[Question], hypers: Sequence[StemHyper], *,
@@ -312,7 +315,7 @@ class StemMethod:
         new = sorted({t for t in texts if t not in known})  # not set(known): that copies every row per call
         if not new:
             return
-        matrix = np.asarray(pipeline.encoder.encode(new), dtype=np.float16).astype(np.float32)
+        matrix = pipeline.encode_steps(new)  # placeholder-only steps read from the KG's relation-step table
         if self._base_rows is None:
             self._base_rows = len(known)
         if len(known) + len(new) - self._base_rows > max(self._compact_at, self.max_online_texts):

@@ -28,6 +28,8 @@ from stem_jax.errors import UNWRITABLE
 from stem_jax.eval.sharding import local_sharding
 from stem_jax.kg.embeddings import KGEmbeddings
 from stem_jax.kg.index import KGIndex
+from stem_jax.kg.relation_steps import open_relation_step_table
+from stem_jax.kg.step_table import StepTable
 from stem_jax.methods.base import MethodContext
 from stem_jax.methods.stem.settings import EffectiveSettings, effective_settings
 from stem_jax.methods.stem.types import RankRules, Run, StemHyper, fold_name, run_buckets
@@ -118,6 +120,9 @@ class StemResources:
         self.text_rows: dict[str, int] = {}
         self.text_emb: np.ndarray | None = None
         self.text_compactions = 0  # times a method dropped unused online rows of the table (StemMethod._compact)
+        self._relation_steps: StepTable | None = None
+        self._relation_steps_opened = False
+        self.relation_step_hits = 0  # online schema texts read from the relation-step table instead of encoded
         self._folded: dict[str, list[int]] | None = None
 
     def display(self, entity: str) -> str:
@@ -176,6 +181,41 @@ class StemResources:
             matrix = self.encoder.encode(unique).astype(np.float16)
         self.text_rows = {t: i for i, t in enumerate(unique)}
         self.text_emb = np.asarray(matrix, dtype=np.float32)
+
+    def relation_steps(self) -> StepTable | None:
+        """The KG's placeholder-only step texts and their vectors (:mod:`stem_jax.kg.relation_steps`), opened on
+        first use and built then when the KG's embedding cache does not hold them yet; None when
+        ``encoder.step_table_max`` turns it off or is below the KG's count, when the KG's embeddings have no cache
+        folder, or when that folder is read-only and the table is not built (its texts are then encoded online)."""
+        if not self._relation_steps_opened:
+            self._relation_steps_opened = True
+            path = getattr(self.embeddings.entities, "path", None)
+            if path is not None:
+                try:
+                    self._relation_steps = open_relation_step_table(
+                        self.encoder, self.index, Path(path).parent, chunk_rows=self.config.encoder.chunk_rows,
+                        max_texts=self.config.encoder.step_table_max)
+                except OSError as err:
+                    if err.errno not in UNWRITABLE:
+                        raise
+                    print(f"warning: relation-step texts not cached under {Path(path).parent} ({err.strerror}); "
+                          "they are encoded online", file=sys.stderr)
+        return self._relation_steps
+
+    def encode_steps(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 [len(texts), d], rounded through float16 as the schema-text table stores them: texts of the
+        relation-step table read from it, the rest encoded in one call."""
+        table = self.relation_steps()
+        if table is None or not len(texts):
+            return np.asarray(self.encoder.encode(list(texts)), dtype=np.float16).astype(np.float32)
+        where, vectors = table.lookup(texts)
+        self.relation_step_hits += len(where)
+        out = np.empty((len(texts), vectors.shape[1]), np.float32)
+        out[where] = vectors  # float16 rows widened: the same values the encoder's rounded vectors take
+        if len(where) < len(texts):
+            rest = np.setdiff1d(np.arange(len(texts)), where)
+            out[rest] = np.asarray(self.encoder.encode([texts[i] for i in rest]), dtype=np.float16)
+        return out
 
     def step_embeddings(self, run: Run) -> np.ndarray:
         """float32 [steps, d]: the embeddings of ``run``'s schema-triple texts."""
