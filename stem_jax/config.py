@@ -118,7 +118,8 @@ class EncoderConfig:
     row_format: str = "pca128-int8"
     # Schema-step texts naming an entity (``Kismet directed by [ENT1]``: every (entity, relation) pair of the KG,
     # both orientations) encoded once per KG into a cache and read online instead of encoded, when the KG has at
-    # most this many (MetaQA: 219,678; 0: never). Questions are always encoded (stem_jax/kg/step_table.py)
+    # most this many (MetaQA: 219,678; 0: never); the same cap holds for the relation steps between placeholders
+    # (``[ENT1] directed by [ENT2]``, stem_jax/kg/relation_steps.py). Questions are always encoded (kg/step_table.py)
     step_table_max: int = 250_000
 
 

@@ -48,6 +48,7 @@ from stem_jax.eval.records import make_records
 from stem_jax.eval.run_folder import engine_fingerprint, selection_of
 from stem_jax.gc_pause import collector_paused
 from stem_jax.kg.index import KGIndex, build_index
+from stem_jax.kg.relation_steps import open_relation_step_table
 from stem_jax.methods import MethodContext, RetrievalMethod, build_method
 from stem_jax.plan.factory import (
     PlannerSpec,
@@ -208,6 +209,15 @@ def open_embeddings(config: StemConfig, dataset: Dataset, index: KGIndex, cache_
         if steps is not None:
             table = steps.table
             rows.append(["schema-step texts", table.n, table.dim, table.encoded_rows, round(table.build_seconds, 1),
+                         round(table.strings_per_second, 1) if table.encoded_rows else "cached"])
+        # relation steps between placeholders (`[ENT1] directed by [ENT2]`): built here so that `index` pays for
+        # them, not the first question (the STEM method opens the same cache file)
+        relation_steps = open_relation_step_table(encoder, index, folder, chunk_rows=config.encoder.chunk_rows,
+                                                  max_texts=config.encoder.step_table_max, progress=show_progress)
+        if relation_steps is not None:
+            table = relation_steps.table
+            rows.append(["relation-step texts", table.n, table.dim, table.encoded_rows,
+                         round(table.build_seconds, 1),
                          round(table.strings_per_second, 1) if table.encoded_rows else "cached"])
     return encoder, embeddings, rows
 
