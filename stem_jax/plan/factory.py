@@ -148,7 +148,8 @@ def build_planner(spec: PlannerSpec, config: StemConfig, dataset: Dataset, index
         ranker = PathRanker.load(folder, beam=config.planner.beam, min_prob=config.planner.min_prob, names=names,
                                  index=index, encoder=encoder)
         ranker.name = "pattern-paths"
-        info.update(paths=ranker.report.get("val", {}), temperature=ranker.temperature)
+        info.update(paths=ranker.report.get("val", {}), temperature=ranker.temperature,
+                    path_max_hops=ranker.config.max_hops)
         if ranker.tower is not None:  # its question side is the encoder's top layers fine-tuned
             info["question_side"] = f"tuned top {ranker.tower.layers} layers"
         chosen: Any = ranker
