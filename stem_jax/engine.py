@@ -681,9 +681,23 @@ class Engine:
 
         ``step_buckets``: schema-graph lengths to cover (default: those of the pattern planner's
         templates, else 1, 2 and 4 steps). ``log`` receives a line before and after each part (what it
-        compiles, then how many shapes in how long). Returns what was compiled and how long it took."""
+        compiles, then how many shapes in how long). Returns what was compiled and how long it took.
+
+        A server that wants to answer sooner warms for one question here, then calls
+        :meth:`warm_up_rest` for the larger batches while it serves."""
         with self._lock:
             return self._warm_up(batch_questions, method, step_buckets, log or _quiet)
+
+    def _warm_step_buckets(self, step_buckets: Sequence[int] | None) -> list[int]:
+        if step_buckets is None:
+            templates = getattr(self.planner, "templates", None) if self.planner_spec.plans is None else None
+            step_buckets = sorted({len(t.triples) for t in templates}) if templates else (1, 2, 4)
+        return list(step_buckets)
+
+    def _warm_runs(self, batch_questions: int) -> int:
+        """The most runs a call of ``batch_questions`` questions can trace: a run per beam and topic."""
+        topics = max((len(q.topic_entities) for q in self.dataset.questions), default=1)
+        return batch_questions * self.config.planner.beam * max(topics, 1)
 
     def _warm_up(self, batch_questions: int, method: str, step_buckets: Sequence[int] | None,
                  log: Log = _quiet) -> dict[str, Any]:
@@ -699,11 +713,8 @@ class Engine:
         warm_up = getattr(self.method(method), "warm_up", None)  # methods with compiled tracers offer one
         log(f"  {method}: ready in {time.perf_counter() - part:.1f}s")
         if warm_up is not None:
-            if step_buckets is None:
-                templates = getattr(self.planner, "templates", None) if self.planner_spec.plans is None else None
-                step_buckets = sorted({len(t.triples) for t in templates}) if templates else (1, 2, 4)
-            topics = max((len(q.topic_entities) for q in self.dataset.questions), default=1)
-            runs = batch_questions * self.config.planner.beam * max(topics, 1)
+            step_buckets = self._warm_step_buckets(step_buckets)
+            runs = self._warm_runs(batch_questions)
             log(f"  compiling the tracer: plans of {', '.join(map(str, step_buckets))} steps, batches up to {runs} runs "
                 "(every capacity of the ladder) ...")
             part = time.perf_counter()
@@ -713,6 +724,54 @@ class Engine:
             info["max_runs"] = runs
             if method == "stem" and self.guidance is not None:
                 log("  compiling the Triple-GNN guidance over a sample of the split ...")
+                part = time.perf_counter()
+                info["gnn_shapes"] = self._warm_up_guidance(batch_questions)
+                log(f"  guidance: {info['gnn_shapes']} shapes in {time.perf_counter() - part:.1f}s")
+        info["seconds"] = round(time.perf_counter() - began, 3)
+        return info
+
+    def warm_up_rest(self, batch_questions: int, *, after_questions: int = 1, method: str = "stem",
+                     step_buckets: Sequence[int] | None = None, stop: threading.Event | None = None,
+                     progress: Callable[[int, int], None] | None = None, log: Log | None = None) -> dict[str, Any]:
+        """What :meth:`warm_up` of ``batch_questions`` compiles beyond :meth:`warm_up` of ``after_questions``
+        (which must have run): the tracer shapes of the larger calls, one at a time, and (with GNN guidance) the
+        guidance shapes.
+
+        Made for a server that already answers: a tracer shape compiles without holding the engine's lock
+        (compiling reads the method's tables only), so requests keep being answered meanwhile; one that needs a
+        shape not compiled yet compiles it itself. A shape that no call can use any more is skipped. ``stop``:
+        when set, returns after the shape being compiled. ``progress(done, total)`` is called after each shape.
+        Returns the shapes compiled and skipped, and the seconds."""
+        from stem_jax.methods.stem import trace as trace_stage
+
+        log = log or _quiet
+        began = time.perf_counter()
+        info: dict[str, Any] = {"tracer_shapes": 0, "tracer_skipped": 0, "stopped": False}
+        with self._lock:
+            pipeline = getattr(self.method(method), "pipeline", None)
+            if pipeline is None or not hasattr(pipeline, "ladder_for"):  # no compiled tracer (SAFE, SCR)
+                info["seconds"] = round(time.perf_counter() - began, 3)
+                return info
+            buckets = self._warm_step_buckets(step_buckets)
+            done = set(trace_stage.warm_up_shapes(pipeline, buckets, self._warm_runs(after_questions)))
+            todo = [s for s in trace_stage.warm_up_shapes(pipeline, buckets, self._warm_runs(batch_questions))
+                    if s not in done]
+        log(f"  compiling the tracer for batches up to {self._warm_runs(batch_questions)} runs: {len(todo)} more shapes ...")
+        for i, shape in enumerate(todo):
+            if stop is not None and stop.is_set():
+                info["stopped"] = True
+                break
+            if trace_stage.reachable(pipeline, shape):
+                trace_stage.compile_shape(pipeline, shape)
+                info["tracer_shapes"] += 1
+            else:
+                info["tracer_skipped"] += 1
+            if progress is not None:
+                progress(i + 1, len(todo))
+        log(f"  tracer: {info['tracer_shapes']} shapes in {time.perf_counter() - began:.1f}s"
+            + (f" ({info['tracer_skipped']} no call can use any more, skipped)" if info["tracer_skipped"] else ""))
+        if not info["stopped"] and method == "stem" and self.guidance is not None:
+            with self._lock:
                 part = time.perf_counter()
                 info["gnn_shapes"] = self._warm_up_guidance(batch_questions)
                 log(f"  guidance: {info['gnn_shapes']} shapes in {time.perf_counter() - part:.1f}s")
