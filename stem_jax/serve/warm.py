@@ -9,7 +9,7 @@ max_batch`` questions of the split once each, so that the first request finds ev
 persistent compilation cache, which a second start reads) compiles nothing.
 
 :class:`ServerWarmUp` stages it. ``staged``: before the socket opens, the encoder, the tracer shapes of a
-one-question call, the path planner's batch-1 shapes and the answer scorer's table, and one question of the split
+one-question call (one topic entity), the path planner's batch-1 shapes and the answer scorer's table, and one question of the split
 answered; then, on a background thread while requests are served, the tracer shapes of larger batches (one at a
 time, without holding the engine's lock: a request never waits for the warm-up), the planner's larger shapes and
 the example batches of 2 .. ``max_batch`` questions. A request that needs a shape not compiled yet compiles it
@@ -130,7 +130,10 @@ class ServerWarmUp:
             return self.summary()
         first = self.max_batch if self.mode == "full" else 1
         self._set(part="before serving")
-        compiled = self.engine.warm_up(first, method=self.method, log=self.log)
+        # staged: one question with one topic entity (a run per beam), what most requests are; one whose plans
+        # anchor at several topics traces more runs, and compiles a shape if the background has not yet
+        compiled = self.engine.warm_up(first, method=self.method, log=self.log,
+                                       topics=None if self.mode == "full" else 1)
         compiled["by_example"] = warm_by_example(self.engine, first, method=self.method, log=self.log)
         self._note(before_serving=compiled, before_serving_s=round(time.perf_counter() - self._began, 3))
         if self.mode == "full" or self.max_batch == 1:
@@ -167,8 +170,8 @@ class ServerWarmUp:
             self.log(f"background warm-up for batches of up to {self.max_batch} questions (requests are served "
                      "meanwhile; one that needs a shape not compiled yet compiles it) ...")
             self._set(part="tracer")
-            rest = engine.warm_up_rest(self.max_batch, after_questions=1, method=self.method, stop=self._stop,
-                                       progress=progress, log=self.log)
+            rest = engine.warm_up_rest(self.max_batch, after_questions=1, after_topics=1, method=self.method,
+                                       stop=self._stop, progress=progress, log=self.log)
             if not self._stop.is_set():
                 self._set(part="path planner and examples", done=0, total=len(batch_sizes(self.max_batch)) - 1)
                 rest["by_example"] = warm_by_example(

@@ -104,6 +104,7 @@ def test_the_staged_shapes_are_the_full_warm_ups_split_in_two(tmp_path):
     every = trace_stage.warm_up_shapes(res, [1, 2, 4], engine._warm_runs(4))
     assert set(one) < set(every) and len(every) == len(set(every))
     assert {s.size for s in one} == {4}  # one question's runs pad to the smallest batch
+    assert engine._warm_runs(1, topics=1) == engine.config.planner.beam
 
 
 def test_a_narrower_steps_bucket_above_the_shared_level_is_skipped_once_a_wider_one_was_traced(tmp_path):
@@ -124,12 +125,12 @@ class _FakeEngine:
         self.planner = None
         self.dataset = SimpleNamespace(questions=[], name="fake")
 
-    def warm_up(self, batch, *, method, log):
-        self.calls.append(("warm_up", batch))
+    def warm_up(self, batch, *, method, log, topics):
+        self.calls.append(("warm_up", batch, topics))
         return {"tracer_shapes": batch}
 
-    def warm_up_rest(self, batch, *, after_questions, method, stop, progress, log):
-        self.calls.append(("warm_up_rest", batch, after_questions))
+    def warm_up_rest(self, batch, *, after_questions, after_topics, method, stop, progress, log):
+        self.calls.append(("warm_up_rest", batch, after_questions, after_topics))
         for i in range(600):
             if stop.is_set():
                 return {"tracer_shapes": i, "stopped": True}
@@ -143,17 +144,18 @@ def test_full_mode_compiles_every_batch_before_serving_and_starts_nothing_after(
     warm = ServerWarmUp(engine, 8, mode="full", log=lambda _: None)
     warm.before_serving()
     warm.start()
-    assert engine.calls == [("warm_up", 8)] and warm.status()["state"] == "ready" and warm._thread is None
+    assert engine.calls == [("warm_up", 8, None)] and warm.status()["state"] == "ready" and warm._thread is None
 
 
 def test_staged_mode_compiles_one_question_first_then_the_rest_in_the_background():
     engine = _FakeEngine()
     warm = ServerWarmUp(engine, 8, mode="staged", log=lambda _: None)
     warm.before_serving()
-    assert engine.calls == [("warm_up", 1)] and warm.status()["state"] == "warming"
+    # one question with one topic entity first (a run per beam), then what --max-batch questions reach
+    assert engine.calls == [("warm_up", 1, 1)] and warm.status()["state"] == "warming"
     warm.start()
     deadline = time.time() + 30
-    while ("warm_up_rest", 8, 1) not in engine.calls:
+    while ("warm_up_rest", 8, 1, 1) not in engine.calls:
         assert time.time() < deadline
         time.sleep(0.01)
     warm.stop()
