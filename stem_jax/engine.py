@@ -763,6 +763,8 @@ class Engine:
             done = set(trace_stage.warm_up_shapes(pipeline, buckets, self._warm_runs(after_questions, after_topics)))
             todo = sorted((s for s in trace_stage.warm_up_shapes(pipeline, buckets, self._warm_runs(batch_questions))
                            if s not in done), key=lambda s: (s.size, s.level, s.bucket, s.precision))
+        if progress is not None:
+            progress(0, len(todo))
         log(f"  compiling the tracer for batches up to {self._warm_runs(batch_questions)} runs: {len(todo)} more shapes ...")
         for i, shape in enumerate(todo):
             if stop is not None and stop.is_set():
