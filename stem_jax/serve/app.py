@@ -430,10 +430,11 @@ def create_app(engine: Any, *, method: str = "stem", max_batch: int = 32, max_wa
 
     @app.get("/healthz", summary="Liveness, warm-up state and queue state")
     async def healthz() -> dict[str, Any]:
-        """``ready``: every shape a request of up to ``max_batch`` questions reaches is compiled (false while a
-        staged warm-up compiles in the background: requests are answered, and one may compile a shape)."""
+        """``ready`` is false while a staged warm-up compiles in the background (requests are answered meanwhile,
+        and one may compile a shape); ``warm_up`` says how far it is (``state``: warming, ready, off, stopped,
+        failed)."""
         state = warm.status() if warm is not None else None
-        return {"status": "ok", "ready": state is None or state["state"] == "ready", "warm_up": state,
+        return {"status": "ok", "ready": state is None or state["state"] != "warming", "warm_up": state,
                 "queue_depth": batcher.depth, "in_flight": batcher.in_flight,
                 "uptime_s": round(time.time() - started, 3)}
 
