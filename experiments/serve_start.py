@@ -3,7 +3,7 @@
 Command (repo root; the KG's index, embeddings and trained planner already in the cache):
 
     STEM_DATA_DIR=../shared/data python experiments/serve_start.py --data-dir ../shared/data/webqsp-r \\
-        --compile-cache runs/serve-start-xla --name serve-start-webqsp-r
+        --compile-cache runs/serve-start-xla-webqsp-r --name serve-start-webqsp-r-staged
 
 Starts ``stem-jax serve --dataset files --data-dir DIR --split dev --port 0`` twice with ``STEM_COMPILE_CACHE`` set
 to ``--compile-cache``: first emptied (a cold start: every program compiles), then as the first start left it (a
