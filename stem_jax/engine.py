@@ -683,7 +683,8 @@ class Engine:
         return self._qids
 
     def warm_up(self, batch_questions: int = 1, *, method: str = "stem",
-                step_buckets: Sequence[int] | None = None, log: Log | None = None) -> dict[str, Any]:
+                step_buckets: Sequence[int] | None = None, log: Log | None = None,
+                topics: int | None = None) -> dict[str, Any]:
         """Compile, ahead of the first question, what a :meth:`retrieve` of up to ``batch_questions``
         questions can reach: the encoder's short-row forwards, every tracer shape of the capacity
         ladder at the padded batch sizes those runs can take, and (with GNN guidance) the reach bin
@@ -691,12 +692,30 @@ class Engine:
 
         ``step_buckets``: schema-graph lengths to cover (default: those of the pattern planner's
         templates, else 1, 2 and 4 steps). ``log`` receives a line before and after each part (what it
-        compiles, then how many shapes in how long). Returns what was compiled and how long it took."""
+        compiles, then how many shapes in how long). ``topics``: the topic entities per question to cover (a
+        plan is traced from each topic it names: a run per beam and topic at most; default the most a question
+        of the split has). Returns what was compiled and how long it took.
+
+        A server that wants to answer sooner warms for one question with one topic here, then calls
+        :meth:`warm_up_rest` for the larger batches while it serves."""
         with self._lock:
-            return self._warm_up(batch_questions, method, step_buckets, log or _quiet)
+            return self._warm_up(batch_questions, method, step_buckets, log or _quiet, topics)
+
+    def _warm_step_buckets(self, step_buckets: Sequence[int] | None) -> list[int]:
+        if step_buckets is None:
+            templates = getattr(self.planner, "templates", None) if self.planner_spec.plans is None else None
+            step_buckets = sorted({len(t.triples) for t in templates}) if templates else (1, 2, 4)
+        return list(step_buckets)
+
+    def _warm_runs(self, batch_questions: int, topics: int | None = None) -> int:
+        """The most runs a call of ``batch_questions`` questions of ``topics`` topic entities each (default the most
+        a question of the split has) can trace: a run per beam and topic."""
+        if topics is None:
+            topics = max((len(q.topic_entities) for q in self.dataset.questions), default=1)
+        return batch_questions * self.config.planner.beam * max(topics, 1)
 
     def _warm_up(self, batch_questions: int, method: str, step_buckets: Sequence[int] | None,
-                 log: Log = _quiet) -> dict[str, Any]:
+                 log: Log = _quiet, topics: int | None = None) -> dict[str, Any]:
         began = time.perf_counter()
         info: dict[str, Any] = {}
         if hasattr(self.encoder, "warm_up"):
@@ -709,11 +728,8 @@ class Engine:
         warm_up = getattr(self.method(method), "warm_up", None)  # methods with compiled tracers offer one
         log(f"  {method}: ready in {time.perf_counter() - part:.1f}s")
         if warm_up is not None:
-            if step_buckets is None:
-                templates = getattr(self.planner, "templates", None) if self.planner_spec.plans is None else None
-                step_buckets = sorted({len(t.triples) for t in templates}) if templates else (1, 2, 4)
-            topics = max((len(q.topic_entities) for q in self.dataset.questions), default=1)
-            runs = batch_questions * self.config.planner.beam * max(topics, 1)
+            step_buckets = self._warm_step_buckets(step_buckets)
+            runs = self._warm_runs(batch_questions, topics)
             log(f"  compiling the tracer: plans of {', '.join(map(str, step_buckets))} steps, batches up to {runs} runs "
                 "(every capacity of the ladder) ...")
             part = time.perf_counter()
@@ -723,6 +739,58 @@ class Engine:
             info["max_runs"] = runs
             if method == "stem" and self.guidance is not None:
                 log("  compiling the Triple-GNN guidance over a sample of the split ...")
+                part = time.perf_counter()
+                info["gnn_shapes"] = self._warm_up_guidance(batch_questions)
+                log(f"  guidance: {info['gnn_shapes']} shapes in {time.perf_counter() - part:.1f}s")
+        info["seconds"] = round(time.perf_counter() - began, 3)
+        return info
+
+    def warm_up_rest(self, batch_questions: int, *, after_questions: int = 1, after_topics: int | None = None,
+                     method: str = "stem", step_buckets: Sequence[int] | None = None,
+                     stop: threading.Event | None = None, progress: Callable[[int, int], None] | None = None,
+                     log: Log | None = None) -> dict[str, Any]:
+        """What :meth:`warm_up` of ``batch_questions`` compiles beyond :meth:`warm_up` of ``after_questions`` with
+        ``after_topics`` (which must have run): the tracer shapes of the larger calls, one at a time, the smaller
+        padded batches and capacities first (those a few questions reach), and (with GNN guidance) the guidance
+        shapes.
+
+        Made for a server that already answers: a tracer shape compiles without holding the engine's lock
+        (compiling reads the method's tables only), so requests keep being answered meanwhile; one that needs a
+        shape not compiled yet compiles it itself. A shape that no call can use any more is skipped. ``stop``:
+        when set, returns after the shape being compiled. ``progress(done, total)`` is called after each shape.
+        Returns the shapes compiled and skipped, and the seconds."""
+        from stem_jax.methods.stem import trace as trace_stage
+
+        log = log or _quiet
+        began = time.perf_counter()
+        info: dict[str, Any] = {"tracer_shapes": 0, "tracer_skipped": 0, "stopped": False}
+        with self._lock:
+            pipeline = getattr(self.method(method), "pipeline", None)
+            if pipeline is None or not hasattr(pipeline, "ladder_for"):  # no compiled tracer (SAFE, SCR)
+                info["seconds"] = round(time.perf_counter() - began, 3)
+                return info
+            buckets = self._warm_step_buckets(step_buckets)
+            done = set(trace_stage.warm_up_shapes(pipeline, buckets, self._warm_runs(after_questions, after_topics)))
+            todo = sorted((s for s in trace_stage.warm_up_shapes(pipeline, buckets, self._warm_runs(batch_questions))
+                           if s not in done), key=lambda s: (s.size, s.level, s.bucket, s.precision))
+        if progress is not None:
+            progress(0, len(todo))
+        log(f"  compiling the tracer for batches up to {self._warm_runs(batch_questions)} runs: {len(todo)} more shapes ...")
+        for i, shape in enumerate(todo):
+            if stop is not None and stop.is_set():
+                info["stopped"] = True
+                break
+            if trace_stage.reachable(pipeline, shape):
+                trace_stage.compile_shape(pipeline, shape)
+                info["tracer_shapes"] += 1
+            else:
+                info["tracer_skipped"] += 1
+            if progress is not None:
+                progress(i + 1, len(todo))
+        log(f"  tracer: {info['tracer_shapes']} shapes in {time.perf_counter() - began:.1f}s"
+            + (f" ({info['tracer_skipped']} no call can use any more, skipped)" if info["tracer_skipped"] else ""))
+        if not info["stopped"] and method == "stem" and self.guidance is not None:
+            with self._lock:
                 part = time.perf_counter()
                 info["gnn_shapes"] = self._warm_up_guidance(batch_questions)
                 log(f"  guidance: {info['gnn_shapes']} shapes in {time.perf_counter() - part:.1f}s")

@@ -24,6 +24,9 @@ from stem_jax.cli.gnn import add_guidance_flags
 from stem_jax.cli.planning import add_planner_flags
 from stem_jax.errors import StemError
 
+# the choices of --warm-up (stem_jax.serve.warm.WARM_UP_MODES; not imported: the serve extra is optional)
+WARM_UP_MODES = ("staged", "full", "none")
+
 
 def _non_negative(text: str) -> float:
     try:
@@ -61,8 +64,8 @@ SERVE_FLAGS: tuple[ValuedFlag, ...] = (
 def add_serve_parser(sub, add_method_flags) -> None:
     p = command_parser(
         sub, "serve", help="HTTP JSON API over one warmed engine, with dynamic batching and Prometheus metrics",
-        description="Open the dataset's engine once, compile the shapes a batch of --max-batch questions can reach "
-        "(Engine.warm_up), then serve POST /v1/ask, POST /v1/retrieve, GET /healthz, /v1/info, /metrics, "
+        description="Open the dataset's engine once, compile the shapes a request can reach (--warm-up), "
+        "then serve POST /v1/ask, POST /v1/retrieve, GET /healthz, /v1/info, /metrics, "
         "/docs (OpenAPI) and the evidence explorer at /. Concurrent questions are gathered for at most "
         "--max-wait-ms or --max-batch questions and answered by one engine call. Needs the serve extra: "
         "pip install 'stem-jax[serve]'.")
@@ -70,8 +73,14 @@ def add_serve_parser(sub, add_method_flags) -> None:
     add_guidance_flags(p)
     add_method_flags(p)
     add_valued_flags(p, SERVE_FLAGS)
-    p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
-                   help="skip Engine.warm_up (faster start; the first requests then compile)")
+    p.add_argument("--warm-up", dest="warm_up", choices=WARM_UP_MODES, default="staged",
+                   help="staged (default): before serving, compile what a one-question request reaches and answer one "
+                   "question of the split; compile the larger batches' shapes while serving (GET /healthz says "
+                   "ready when done; until then a request may compile a shape). full: compile every shape a "
+                   "--max-batch batch reaches before serving, so that no request compiles. none: compile nothing "
+                   "ahead (requests compile what they need)")
+    p.add_argument("--no-warm-up", dest="warm_up", action="store_const", const="none",
+                   help="the same as --warm-up none")
     p.add_argument("--log-level", dest="log_level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"), help="uvicorn's log level")
     p.set_defaults(func=cmd_serve)
@@ -82,21 +91,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from stem_jax.serve import create_app
-        from stem_jax.serve.warm import warm_by_example
+        from stem_jax.serve.warm import ServerWarmUp
     except ImportError as err:
         raise StemError(f"stem-jax serve needs FastAPI and uvicorn ({err})\n"
                         "  how to fix: pip install 'stem-jax[serve]'") from None
     config = config_from_args(args)
     engine = open_engine(args, config, method_options=method_options(args))
-    warm = None
-    if args.warm_up:
+    warm = ServerWarmUp(engine, args.max_batch, mode=args.warm_up, method=args.method,
+                        log=lambda line: print(line, flush=True))
+    if args.warm_up != "none":
         began = time.perf_counter()
-        print(f"warming up for batches of up to {args.max_batch} questions (compiling every shape a request can "
-              "reach, so that no request compiles; --no-warm-up skips it) ...", flush=True)
+        if args.warm_up == "full":
+            print(f"warming up for batches of up to {args.max_batch} questions (compiling every shape a request can "
+                  "reach, so that no request compiles; --warm-up staged serves sooner) ...", flush=True)
+        else:
+            print("warming up for one question (the shapes of larger batches compile after the server starts; "
+                  "--warm-up full compiles them first) ...", flush=True)
         with _heartbeat(began):
-            warm = engine.warm_up(args.max_batch, method=args.method, log=lambda line: print(line, flush=True))
-            warm["by_example"] = warm_by_example(engine, args.max_batch, method=args.method,
-                                                 log=lambda line: print(line, flush=True))
+            warm.before_serving()
         print(f"warm-up done in {time.perf_counter() - began:.1f}s", flush=True)
     app = create_app(engine, method=args.method, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                      queue_size=args.queue_size, warm_up=warm, keep_prepared=args.keep_prepared)

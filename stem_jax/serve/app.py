@@ -36,6 +36,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from stem_jax.errors import StemError
 from stem_jax.serve.batcher import Batcher, Job, OverloadedError
 from stem_jax.serve.metrics import ServeMetrics
+from stem_jax.serve.warm import ServerWarmUp
 
 log = logging.getLogger("stem_jax.serve")
 
@@ -298,17 +299,22 @@ def engine_info(engine: Any, method: str) -> dict[str, Any]:
 
 
 def create_app(engine: Any, *, method: str = "stem", max_batch: int = 32, max_wait_ms: float = 5.0,
-               queue_size: int = 256, warm_up: dict[str, Any] | None = None, explorer: bool = True,
+               queue_size: int = 256, warm_up: ServerWarmUp | dict[str, Any] | None = None, explorer: bool = True,
                keep_prepared: int = 4096) -> FastAPI:
     """The app for ``engine`` (opened, and ideally warmed with ``engine.warm_up(max_batch)``, by the caller).
 
+    ``warm_up``: a :class:`~stem_jax.serve.warm.ServerWarmUp` whose :meth:`~ServerWarmUp.before_serving` ran (the
+    app starts its background part when it starts, stops it when it stops, and shows its state in ``/healthz``,
+    ``/v1/info`` and ``/metrics``), or a plain dict of what a warm-up compiled (shown in ``/v1/info``).
     ``keep_prepared``: the engine keeps the prepared runs (plans, grounding, guidance) of this many
     recently answered questions (:attr:`Engine.keep_prepared`), so a repeated question is only traced."""
     if hasattr(engine, "keep_prepared"):
         engine.keep_prepared = int(keep_prepared)
     holder: dict[str, Any] = {}
+    warm = warm_up if isinstance(warm_up, ServerWarmUp) else None
     metrics = ServeMetrics(lambda: holder["batcher"].depth if "batcher" in holder else 0,
-                           lambda: holder["batcher"].in_flight if "batcher" in holder else 0)
+                           lambda: holder["batcher"].in_flight if "batcher" in holder else 0,
+                           warming=(lambda: float(warm.status()["state"] == "warming")) if warm else None)
     batcher = Batcher(engine, max_batch=max_batch, max_wait_ms=max_wait_ms, queue_size=queue_size,
                       on_batch=metrics.on_batch)
     holder["batcher"] = batcher
@@ -317,14 +323,22 @@ def create_app(engine: Any, *, method: str = "stem", max_batch: int = 32, max_wa
     info["serve"] = {"max_batch": max_batch, "max_wait_ms": max_wait_ms, "queue_size": queue_size,
                      "keep_prepared": int(keep_prepared),
                      "max_question_chars": MAX_QUESTION_CHARS, "max_request_questions": MAX_REQUEST_QUESTIONS,
-                     "warm_up": warm_up}
+                     "warm_up": warm_up if warm is None else None}
     started = time.time()
+
+    def warm_up_state() -> dict[str, Any] | None:
+        return None if warm is None else {**warm.status(), **warm.summary()}
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
+        if warm is not None:
+            warm.start()  # staged: the larger batches' shapes compile while requests are answered
         yield
+        loop = asyncio.get_running_loop()
+        if warm is not None:  # ends after the shape it is compiling: a shutdown waits seconds, not the warm-up
+            await loop.run_in_executor(None, warm.stop)
         # uvicorn calls this after open requests finished; drain whatever is still admitted
-        await asyncio.get_running_loop().run_in_executor(None, batcher.close)
+        await loop.run_in_executor(None, batcher.close)
 
     app = FastAPI(title="stem-jax", version=info["versions"]["stem_jax"], lifespan=lifespan,
                   description="STEM knowledge-graph retrieval: answers, evidence triples, chains, stage timings.")
@@ -414,14 +428,21 @@ def create_app(engine: Any, *, method: str = "stem", max_batch: int = 32, max_wa
     async def retrieve(body: RetrieveRequest) -> JSONResponse:
         return JSONResponse({"results": await run(body.questions, body)})
 
-    @app.get("/healthz", summary="Liveness and queue state")
+    @app.get("/healthz", summary="Liveness, warm-up state and queue state")
     async def healthz() -> dict[str, Any]:
-        return {"status": "ok", "queue_depth": batcher.depth, "in_flight": batcher.in_flight,
+        """``ready`` is false while a staged warm-up compiles in the background (requests are answered meanwhile,
+        and one may compile a shape); ``warm_up`` says how far it is (``state``: warming, ready, off, stopped,
+        failed)."""
+        state = warm.status() if warm is not None else None
+        return {"status": "ok", "ready": state is None or state["state"] != "warming", "warm_up": state,
+                "queue_depth": batcher.depth, "in_flight": batcher.in_flight,
                 "uptime_s": round(time.time() - started, 3)}
 
     @app.get("/v1/info", summary="Dataset, KG fingerprint, config, method, planner, versions")
     async def get_info() -> dict[str, Any]:
-        return info
+        if warm is None:
+            return info
+        return {**info, "serve": {**info["serve"], "warm_up": warm_up_state()}}
 
     @app.get("/v1/questions", summary="Questions of the loaded split (ids for 'qid', bracketed text)")
     async def questions(limit: int = Query(20, ge=1, le=10_000)) -> dict[str, Any]:

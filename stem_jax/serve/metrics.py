@@ -25,7 +25,8 @@ def _compiles() -> float:
 class ServeMetrics:
     CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-    def __init__(self, queue_depth: Callable[[], float], in_flight: Callable[[], float]):
+    def __init__(self, queue_depth: Callable[[], float], in_flight: Callable[[], float], *,
+                 warming: Callable[[], float] | None = None):
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("stem_requests", "HTTP requests by endpoint and status code",
@@ -42,6 +43,9 @@ class ServeMetrics:
                                 registry=r)
         Gauge("stem_queue_depth", "Questions waiting for a batch", registry=r).set_function(queue_depth)
         Gauge("stem_in_flight", "Questions admitted and not yet answered", registry=r).set_function(in_flight)
+        if warming is not None:
+            Gauge("stem_warming", "1 while a staged warm-up compiles in the background, else 0",
+                  registry=r).set_function(warming)
         Gauge("stem_compiles", "Tracer/anchor jit compilations in this process (compare before/after load)",
               registry=r).set_function(_compiles)
 

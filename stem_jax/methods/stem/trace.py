@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -232,27 +232,59 @@ def _trace_level(res: StemResources, anchored: Anchored, members: dict[int, set[
     return spent
 
 
-def warm_up(res: StemResources, step_buckets: Sequence[int], max_runs: int) -> int:
-    """Compile every tracer a call of at most ``max_runs`` runs can reach, so warm calls never compile.
+class WarmShape(NamedTuple):
+    """One compiled tracer shape: strategy (Precision?), steps bucket, capacity-ladder level, padded batch size."""
 
-    For each (strategy in use, steps bucket) that is every capacity-ladder level (overflowing
-    Breadth runs escalate one level per retry) at every padded batch size :func:`trace`
-    can pick there (:meth:`StemResources.batch_size` of 1..``max_runs`` runs). Traces all-padding batches (no
-    anchor: nothing to expand), which costs only the compile. Returns the number of tracer
-    shapes visited (a shape compiled before is not compiled again)."""
+    precision: bool
+    bucket: int
+    level: int
+    size: int
+
+
+def warm_up_shapes(res: StemResources, step_buckets: Sequence[int], max_runs: int) -> list[WarmShape]:
+    """Every tracer shape a :func:`trace` call of 1..``max_runs`` runs can reach, in compile order.
+
+    For each (strategy in use, steps bucket): every capacity-ladder level (overflowing Breadth runs escalate
+    one level per retry) at every padded batch size :func:`trace` can pick there
+    (:meth:`StemResources.batch_size` of 1..``max_runs`` runs). The shapes for a smaller ``max_runs`` are a subset
+    of those for a larger one, so a server can compile a one-question call's shapes first and the rest later."""
     modes = [False] if res.engine.strategy == "breadth" else [True, False]
-    visited = 0
-    traced = res.hyper.traced()
+    shapes = []
     for precision in modes:
         for bucket in sorted({steps_bucket(b) for b in step_buckets}):
-            for level, shapes in enumerate(res.ladder_for(precision)):
+            for level in range(len(res.ladder_for(precision))):
                 capacity = max(res.batch[precision] >> level, 4)
                 for size in sorted({res.batch_size(capacity, n) for n in range(1, max_runs + 1)}):
-                    empty = np.zeros(0, np.int32)
-                    batch = make_batch(res, [], empty, empty.astype(np.float32), size, bucket)
-                    jax.block_until_ready(res.sharding.trace(
-                        res.kg, batch, traced, shapes=shapes, precision=precision,
-                        halt_overflowed=level + 1 < len(res.ladder_for(precision)),
-                        backend=res.config.tracer.backend, **res.tracer_switches()))
-                    visited += 1
+                    shapes.append(WarmShape(precision, bucket, level, size))
+    return shapes
+
+
+def reachable(res: StemResources, shape: WarmShape) -> bool:
+    """Whether a later :func:`trace` call can still use ``shape``: from :attr:`StemResources.SHARED_BUCKET_LEVEL`
+    up, retries trace in the widest steps bucket noted so far (:meth:`StemResources.note_buckets`, which only
+    grows), so a narrower bucket there is never traced again."""
+    return shape.level < res.SHARED_BUCKET_LEVEL or shape.bucket >= res.shared_bucket
+
+
+def compile_shape(res: StemResources, shape: WarmShape) -> None:
+    """Compile (or read back from the persistent compilation cache) the tracer of ``shape`` by tracing an
+    all-padding batch (no anchor: nothing to expand), which costs only the compile. Reads ``res`` only, so a
+    server may call it on another thread while requests are answered."""
+    ladder = res.ladder_for(shape.precision)
+    empty = np.zeros(0, np.int32)
+    batch = make_batch(res, [], empty, empty.astype(np.float32), shape.size, shape.bucket)
+    jax.block_until_ready(res.sharding.trace(
+        res.kg, batch, res.hyper.traced(), shapes=ladder[shape.level], precision=shape.precision,
+        halt_overflowed=shape.level + 1 < len(ladder), backend=res.config.tracer.backend, **res.tracer_switches()))
+
+
+def warm_up(res: StemResources, step_buckets: Sequence[int], max_runs: int) -> int:
+    """Compile every tracer a call of at most ``max_runs`` runs can reach (:func:`warm_up_shapes`, less those
+    no call can use any more: :func:`reachable`), so warm calls never compile. Returns the number of tracer
+    shapes visited (a shape compiled before is not compiled again)."""
+    visited = 0
+    for shape in warm_up_shapes(res, step_buckets, max_runs):
+        if reachable(res, shape):
+            compile_shape(res, shape)
+            visited += 1
     return visited
