@@ -200,7 +200,9 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
     trains it when the templates' held-out top-1 accuracy is below :data:`TEMPLATES_SUFFICE` and then keeps
     the planner (templates, paths, or both mixed at one of :data:`MIX_WEIGHTS`) whose beam, walked exactly from
     the topic, ranks a gold answer first for more held-out questions (:func:`beam_answer_hit`; ties keep the
-    simpler planner). Returns the choice and the measurements behind it."""
+    simpler planner). With ``config.planner.path_hops`` ``auto`` a second ranker, of paths one step longer than
+    ``path_max_hops``, joins the comparison (``paths+3steps``, ``both+3steps@w``), so the held-out questions also
+    choose the path length. Returns the choice and the measurements behind it."""
     from stem_jax.kg.index import build_index
     from stem_jax.plan.path_ranker import PATHS_FOLDER, PathRankerConfig, train_path_ranker
 
