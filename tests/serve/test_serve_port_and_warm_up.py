@@ -9,6 +9,7 @@ import sys
 import time
 
 import httpx
+from serve_process import read_until
 
 from stem_jax import Engine, StemConfig
 from stem_jax.config import apply_overrides
@@ -22,16 +23,8 @@ def test_port_zero_prints_the_real_port(tmp_path):
            "--planner", "oracle", "--encoder.name=hashing", "--cache-dir", str(tmp_path), "--port", "0",
            "--no-warm-up", "--no-progress", "--log-level", "warning"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
     try:
-        deadline = time.time() + 240
-        while True:
-            line = proc.stdout.readline()
-            assert line or proc.poll() is None, "".join(lines)
-            lines.append(line)
-            if line.startswith("serving "):
-                break
-            assert time.time() < deadline, "".join(lines)
+        line = read_until(proc, "serving ")[-1]
         port = int(re.search(r"http://127\.0\.0\.1:(\d+)", line).group(1))
         assert port != 0
         for _ in range(100):  # the socket is listening already; uvicorn starts accepting in a moment

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
+from serve_process import read_until
 
 from stem_jax import Engine, StemConfig
 from stem_jax.cli.main import build_parser
@@ -207,14 +208,7 @@ def test_sigterm_during_the_background_warm_up_exits_cleanly(tmp_path):
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     try:
-        deadline = time.time() + 240
-        while True:
-            line = proc.stdout.readline()
-            assert line or proc.poll() is None, "".join(lines)
-            lines.append(line)
-            if line.startswith("background warm-up for batches"):
-                break
-            assert time.time() < deadline, "".join(lines)
+        lines = read_until(proc, "background warm-up for batches")
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=120)
     finally:
