@@ -19,10 +19,12 @@ on; ``encoder.step_table_max`` bounds it, as it bounds the step table (0: never 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from stem_jax.encoder.base import TextEncoder
 from stem_jax.encoder.cache import keyed_cache_path, open_or_build
+from stem_jax.errors import UNWRITABLE
 from stem_jax.kg.index import KGIndex, relation_text
 from stem_jax.kg.step_table import StepTable
 
@@ -50,10 +52,18 @@ def relation_step_texts(index: KGIndex, depth: int = DEPTH) -> list[str]:
 def open_relation_step_table(encoder: TextEncoder, index: KGIndex, folder: Path, *, chunk_rows: int, max_texts: int,
                              depth: int = DEPTH, progress: bool = False) -> StepTable | None:
     """The KG's relation-step table under ``folder`` (the KG's embedding-cache folder), built once and then read;
-    None when ``max_texts`` is 0 or the KG would have more than ``max_texts`` such texts."""
+    None when ``max_texts`` is 0, when the KG would have more than ``max_texts`` such texts, or when ``folder`` is
+    read-only and the table is not built there (a warning says so; the texts are then encoded online)."""
     if max_texts <= 0 or count_relation_step_texts(index, depth) > max_texts or not index.relations:
         return None
     texts = relation_step_texts(index, depth)
     path = keyed_cache_path(folder, "relation-step-texts", texts, encoder)
-    table = open_or_build(path, texts, encoder, chunk_rows, progress=progress, desc="relation-step texts")
+    try:
+        table = open_or_build(path, texts, encoder, chunk_rows, progress=progress, desc="relation-step texts")
+    except OSError as err:
+        if err.errno not in UNWRITABLE:
+            raise
+        print(f"warning: relation-step texts not cached under {folder} ({err.strerror}); they are encoded online",
+              file=sys.stderr)
+        return None
     return StepTable.from_table(table, texts)

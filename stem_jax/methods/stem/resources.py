@@ -191,15 +191,9 @@ class StemResources:
             self._relation_steps_opened = True
             path = getattr(self.embeddings.entities, "path", None)
             if path is not None:
-                try:
-                    self._relation_steps = open_relation_step_table(
-                        self.encoder, self.index, Path(path).parent, chunk_rows=self.config.encoder.chunk_rows,
-                        max_texts=self.config.encoder.step_table_max)
-                except OSError as err:
-                    if err.errno not in UNWRITABLE:
-                        raise
-                    print(f"warning: relation-step texts not cached under {Path(path).parent} ({err.strerror}); "
-                          "they are encoded online", file=sys.stderr)
+                self._relation_steps = open_relation_step_table(
+                    self.encoder, self.index, Path(path).parent, chunk_rows=self.config.encoder.chunk_rows,
+                    max_texts=self.config.encoder.step_table_max)
         return self._relation_steps
 
     def encode_steps(self, texts: Sequence[str]) -> np.ndarray:
