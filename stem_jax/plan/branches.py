@@ -47,9 +47,10 @@ def set_f1(found: np.ndarray, gold: np.ndarray) -> float:
 
 def meeting_branches(catalog: PathCatalog, topic: int, candidates: np.ndarray,
                      max_steps: int = BRANCH_MAX_STEPS) -> list[CandidatePath]:
-    """The relation paths of ``topic`` (the catalog's, up to ``max_steps`` steps through mediators) whose ends meet ``candidates``
-    (sorted ids), each with its ends cut to the candidates it keeps; paths that keep every candidate (no
-    condition) are left out, and so are paths longer than ``max_steps`` (the catalog's main paths may be longer), and paths keeping the same candidates are listed once (the first by key)."""
+    """The relation paths of ``topic`` (the catalog's, through mediators) of at most ``max_steps`` steps whose ends
+    meet ``candidates`` (sorted ids), each with its ends cut to the candidates it keeps. Paths that keep every
+    candidate (no condition) are left out, and paths keeping the same candidates are listed once (the first by
+    key). The catalog's main paths may be longer than ``max_steps``."""
     out: list[CandidatePath] = []
     seen: set[bytes] = set()
     for path in catalog.paths(topic):

@@ -9,6 +9,7 @@ demo KG (whose planner trains in seconds), so ``stem-jax ask ... --dataset demo`
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -228,12 +229,12 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
     if keep is not None:
         return templates(keep)
     index = build_index(dataset.triples)
+    # every ranker compared below learns from the same questions and pairs; only its config (and side) differs
+    train_ranker = functools.partial(train_path_ranker, train, val, index, encoder_name=encoder.name, embed=embed,
+                                     names=dataset.entity_names, log=log,
+                                     extra_pairs=extra_pairs(dataset) if config.planner.path_pairs else ())
     try:
-        ranker = train_path_ranker(train, val, index, encoder_name=encoder.name, embed=embed,
-                                   names=dataset.entity_names,
-                                   extra_pairs=extra_pairs(dataset) if config.planner.path_pairs else (),
-                                   config=PathRankerConfig(seed=config.seed,
-                                                           max_hops=config.planner.path_max_hops), log=log)
+        ranker = train_ranker(config=PathRankerConfig(seed=config.seed, max_hops=config.planner.path_max_hops))
     except StemError as err:
         if mode == "paths":
             raise
@@ -243,10 +244,7 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
     longer = config.planner.path_max_hops + 1
     if config.planner.path_hops == "auto" and longer <= MAX_PATH_HOPS:  # the held-out questions choose the length
         try:
-            rankers[f"+{longer}steps"] = train_path_ranker(
-                train, val, index, encoder_name=encoder.name, embed=embed, names=dataset.entity_names,
-                extra_pairs=extra_pairs(dataset) if config.planner.path_pairs else (),
-                config=dataclasses.replace(ranker.config, max_hops=longer), log=log)
+            rankers[f"+{longer}steps"] = train_ranker(config=dataclasses.replace(ranker.config, max_hops=longer))
         except StemError as err:
             log(f"planner choice: no {longer}-step path ranker ({str(err).splitlines()[0]})")
     question_side = config.planner.path_question
@@ -255,11 +253,8 @@ def select_planner(dataset: Dataset, train: list, val: list, planner: Any, confi
     tune = config.planner.path_tune_layers
     if question_side != "frozen":  # a ranker whose question side is the encoder's top layers fine-tuned
         try:
-            tuned = train_path_ranker(train, val, index, encoder_name=encoder.name, embed=embed,
-                                      names=dataset.entity_names,
-                                      extra_pairs=extra_pairs(dataset) if config.planner.path_pairs else (),
-                                      config=dataclasses.replace(ranker.config, tune_layers=tune), log=log,
-                                      catalog=ranker.catalog, encoder=encoder)
+            tuned = train_ranker(config=dataclasses.replace(ranker.config, tune_layers=tune), catalog=ranker.catalog,
+                                 encoder=encoder)
             rankers = {"+tuned": tuned} if question_side == "tuned" else {**rankers, "+tuned": tuned}
         except StemError as err:
             if question_side == "tuned":
