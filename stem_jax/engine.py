@@ -759,34 +759,16 @@ class Engine:
         shape not compiled yet compiles it itself. A shape that no call can use any more is skipped. ``stop``:
         when set, returns after the shape being compiled. ``progress(done, total)`` is called after each shape.
         Returns the shapes compiled and skipped, and the seconds."""
-        from stem_jax.methods.stem import trace as trace_stage
-
         log = log or _quiet
         began = time.perf_counter()
-        info: dict[str, Any] = {"tracer_shapes": 0, "tracer_skipped": 0, "stopped": False}
         with self._lock:
-            pipeline = getattr(self.method(method), "pipeline", None)
-            if pipeline is None or not hasattr(pipeline, "ladder_for"):  # no compiled tracer (SAFE, SCR)
-                info["seconds"] = round(time.perf_counter() - began, 3)
-                return info
+            rest = getattr(self.method(method), "warm_up_rest", None)  # methods with compiled tracers offer one
             buckets = self._warm_step_buckets(step_buckets)
-            done = set(trace_stage.warm_up_shapes(pipeline, buckets, self._warm_runs(after_questions, after_topics)))
-            todo = sorted((s for s in trace_stage.warm_up_shapes(pipeline, buckets, self._warm_runs(batch_questions))
-                           if s not in done), key=lambda s: (s.size, s.level, s.bucket, s.precision))
-        if progress is not None:
-            progress(0, len(todo))
-        log(f"  compiling the tracer for batches up to {self._warm_runs(batch_questions)} runs: {len(todo)} more shapes ...")
-        for i, shape in enumerate(todo):
-            if stop is not None and stop.is_set():
-                info["stopped"] = True
-                break
-            if trace_stage.reachable(pipeline, shape):
-                trace_stage.compile_shape(pipeline, shape)
-                info["tracer_shapes"] += 1
-            else:
-                info["tracer_skipped"] += 1
-            if progress is not None:
-                progress(i + 1, len(todo))
+        if rest is None:  # no compiled tracer (SAFE, SCR)
+            return {"tracer_shapes": 0, "tracer_skipped": 0, "stopped": False,
+                    "seconds": round(time.perf_counter() - began, 3)}
+        info = rest(buckets, self._warm_runs(after_questions, after_topics), self._warm_runs(batch_questions),
+                    stop=stop, progress=progress, log=log)
         log(f"  tracer: {info['tracer_shapes']} shapes in {time.perf_counter() - began:.1f}s"
             + (f" ({info['tracer_skipped']} no call can use any more, skipped)" if info["tracer_skipped"] else ""))
         if not info["stopped"] and method == "stem" and self.guidance is not None:

@@ -35,6 +35,7 @@ from stem_jax.data.types import Question
 from stem_jax.encoder.request import request_scope
 from stem_jax.eval.loop import evaluate_method
 from stem_jax.methods.base import MethodContext, Retrieval
+from stem_jax.methods.stem import trace as trace_stage
 from stem_jax.methods.stem.anchor import anchor, guidance_rows
 from stem_jax.methods.stem.pipeline import StemPipeline
 from stem_jax.methods.stem.plan import plan as plan_runs
@@ -184,6 +185,36 @@ class StemMethod:
         with self.lock:
             self.pipeline.relation_steps()
         return self.pipeline.warm_up(step_buckets, max_runs)
+
+    def warm_up_rest(self, step_buckets: Sequence[int], after_runs: int, max_runs: int, *,
+                     stop: threading.Event | None = None, progress: Callable[[int, int], None] | None = None,
+                     log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+        """Compile the tracer shapes a call of ``max_runs`` runs reaches beyond those of ``after_runs`` runs (which
+        :meth:`warm_up` compiled), one at a time, the smaller padded batches and capacities first. A shape compiles
+        without the pipeline lock (compiling reads the method's tables only), so requests are answered meanwhile; a
+        shape no call can use any more is skipped. ``stop``: when set, returns after the shape being compiled.
+        ``progress(done, total)`` is called after each shape; ``log`` gets a line saying how many shapes are left.
+        Returns the shapes compiled and skipped."""
+        with self.lock:
+            done = set(trace_stage.warm_up_shapes(self.pipeline, step_buckets, after_runs))
+            todo = sorted((s for s in trace_stage.warm_up_shapes(self.pipeline, step_buckets, max_runs)
+                           if s not in done), key=lambda s: (s.size, s.level, s.bucket, s.precision))
+        info: dict[str, Any] = {"tracer_shapes": 0, "tracer_skipped": 0, "stopped": False}
+        log(f"  compiling the tracer for batches up to {max_runs} runs: {len(todo)} more shapes ...")
+        if progress is not None:
+            progress(0, len(todo))
+        for i, shape in enumerate(todo):
+            if stop is not None and stop.is_set():
+                info["stopped"] = True
+                break
+            if trace_stage.reachable(self.pipeline, shape):
+                trace_stage.compile_shape(self.pipeline, shape)
+                info["tracer_shapes"] += 1
+            else:
+                info["tracer_skipped"] += 1
+            if progress is not None:
+                progress(i + 1, len(todo))
+        return info
 
     def score_grid(self, questions: Sequence[Question], hypers: Sequence[StemHyper], *,
                    guidance: Sequence[Mapping[str, np.ndarray]] | None = None,
