@@ -146,6 +146,35 @@ def test_memo_returns_remembered_vectors_and_is_bounded(minilm):
     assert encoder.memo_misses == 5 and "entity 0" not in encoder._memo
 
 
+def test_large_calls_reuse_full_row_vectors_bit_for_bit(minilm):
+    """A planner's batches repeat masked wordings: a large call reads the vectors an earlier large call
+    computed in full-length rows, and gets the bits a memo-less forward of the whole call gives."""
+    from stem_jax.encoder.minilm import MiniLMEncoder
+
+    encoder = MiniLMEncoder(minilm_dir(), memo=40, dot_dtype="float32")
+    rng = np.random.default_rng(3)
+    wordings = [f"which films did X {verb} in {year}" for verb in ("direct", "write", "star in", "produce")
+                for year in range(1990, 2002)]  # 48 distinct, more than the memo holds
+    memo, minilm.memo_size = minilm.memo_size, 0
+    try:
+        for call in range(4):
+            texts = list(rng.choice(wordings, size=encoder.MEMO_CALL + 20 * call + 1))
+            got = encoder.encode(texts)
+            want = minilm.encode(texts)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), call
+        assert encoder.bulk_hits > 0 and len(encoder._bulk_memo) <= 40
+        calls, remembered = encoder.forward_calls, list(encoder._bulk_memo)
+        again = encoder.encode(remembered * 3)  # every wording remembered: no forward
+        assert encoder.forward_calls == calls
+        assert np.array_equal(again.view(np.uint32), minilm.encode(remembered * 3).view(np.uint32))
+        few = ["X"] * (encoder.MEMO_CALL + 1)  # one short wording: a short-row call, nothing remembered applies
+        assert np.array_equal(encoder.encode(few).view(np.uint32), minilm.encode(few).view(np.uint32))
+        assert "X" not in encoder._bulk_memo
+    finally:
+        minilm.memo_size = memo
+    assert not encoder._memo  # small calls' memo untouched
+
+
 def test_work_counters_price_forwards_not_memo_hits(small_minilm):
     from stem_jax.encoder.minilm import MiniLMEncoder
 
