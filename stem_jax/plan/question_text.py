@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -10,6 +11,13 @@ import numpy as np
 from stem_jax.data.types import Question
 
 MASK_TOKEN = "X"
+_SPACES = re.compile(r"\s+")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _mention_pattern(mention: str) -> re.Pattern[str]:
+    # ``re``'s own cache holds 512 patterns: a split's topic names would recompile on every question
+    return re.compile(re.escape(mention), re.IGNORECASE)
 
 
 def mask_topics(text: str, mentions: Sequence[str], token: str = MASK_TOKEN) -> tuple[str, bool]:
@@ -21,10 +29,9 @@ def mask_topics(text: str, mentions: Sequence[str], token: str = MASK_TOKEN) -> 
     """
     found_all = True
     for mention in sorted({m for m in mentions if m}, key=len, reverse=True):
-        pattern = re.compile(re.escape(mention), re.IGNORECASE)
-        text, n = pattern.subn(token, text)
+        text, n = _mention_pattern(mention).subn(token, text)
         found_all &= n > 0
-    return re.sub(r"\s+", " ", text).strip(), found_all
+    return _SPACES.sub(" ", text).strip(), found_all
 
 
 def topic_names(question: Question, names: dict[str, str] | None) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 from typing import Any, Literal
 
@@ -25,7 +26,7 @@ _PLACEHOLDER = re.compile(r"^\[ENT\d+\]$")
 
 
 def is_placeholder(node: str) -> bool:
-    return bool(_PLACEHOLDER.match(node))
+    return node.startswith("[ENT") and bool(_PLACEHOLDER.match(node))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +63,15 @@ class SchemaGraph:
             raise StemError("a schema graph needs at least one triple")
         if self.strategy not in STRATEGIES:
             raise StemError(f"unknown strategy {self.strategy!r}; use Precision or Breadth")
-        node_names = tuple(dict.fromkeys(n for t in self.triples for n in (t.head, t.tail)))
+        number: dict[str, int] = {}
+        ends = []
+        for t in self.triples:
+            ends.append((number.setdefault(t.head, len(number)), number.setdefault(t.tail, len(number))))
+        node_names = tuple(number)
         object.__setattr__(self, "_node_names", node_names)
+        # the shape (which triples share which nodes) decides the tracing order; many plans share one
+        object.__setattr__(self, "_ends", tuple(ends))
+        object.__setattr__(self, "_constants", tuple(n for n in node_names if not is_placeholder(n)))
         if self.answer not in node_names:
             raise StemError(f"answer node {self.answer!r} is not in the schema graph {self.describe()}")
 
@@ -78,7 +86,7 @@ class SchemaGraph:
         return list(self._node_names)
 
     def constants(self) -> list[str]:
-        return [n for n in self._node_names if not is_placeholder(n)]
+        return list(self._constants)
 
     def incident(self, node: str) -> list[int]:
         """Schema edges touching ``node``, in triple order (Algorithm 1's GET_N on G_sch)."""
@@ -93,29 +101,43 @@ class SchemaGraph:
         """
         if anchor not in self._node_names:
             raise StemError(f"anchor {anchor!r} is not a node of {self.describe()}")
-        steps: list[TraceStep] = []
-        seen_edges: set[int] = set()
-        seen_nodes = {anchor}
-
-        def visit(node: str) -> None:
-            for edge in self.incident(node):
-                if edge in seen_edges:
-                    continue
-                triple = self.triples[edge]
-                child = triple.tail if triple.head == node else triple.head
-                seen_edges.add(edge)
-                if child in seen_nodes:
-                    continue
-                seen_nodes.add(child)
-                steps.append(TraceStep(edge, node, child))
-                visit(child)
-
-        visit(anchor)
-        return steps
+        names = self._node_names
+        return [TraceStep(edge, names[parent], names[child])
+                for edge, parent, child in _dfs_shape(self._ends, names.index(anchor))]
 
     def describe(self) -> str:
         body = "; ".join(f"({t.head}, {t.relation}, {t.tail})" for t in self.triples)
         return f"{{{body}}} -> {self.answer} [{self.strategy}]"
+
+
+@functools.lru_cache(maxsize=4096)
+def _dfs_shape(ends: tuple[tuple[int, int], ...], anchor: int) -> tuple[tuple[int, int, int], ...]:
+    """:meth:`SchemaGraph.dfs_order` over node numbers: ``ends[i]`` is triple i's (head, tail); returns
+    (edge, parent, child) per step. The plans of one template share a shape, so each shape is walked once."""
+    incident: dict[int, list[int]] = {}  # GET_N of every node, in triple order
+    for i, (head, tail) in enumerate(ends):
+        incident.setdefault(head, []).append(i)
+        if tail != head:
+            incident.setdefault(tail, []).append(i)
+    steps: list[tuple[int, int, int]] = []
+    seen_edges: set[int] = set()
+    seen_nodes = {anchor}
+
+    def visit(node: int) -> None:
+        for edge in incident.get(node, ()):
+            if edge in seen_edges:
+                continue
+            head, tail = ends[edge]
+            child = tail if head == node else head
+            seen_edges.add(edge)
+            if child in seen_nodes:
+                continue
+            seen_nodes.add(child)
+            steps.append((edge, node, child))
+            visit(child)
+
+    visit(anchor)
+    return tuple(steps)
 
 
 def match_anchor(schema: SchemaGraph, entity_name: str) -> str | None:

@@ -7,6 +7,7 @@ keys its examples by template so a prompt shows distinct patterns.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -32,11 +33,20 @@ class Template:
         body = "; ".join(f"({h}, {r}, {t})" for h, r, t in self.triples)
         return f"{body} -> {self.answer}"
 
-    @property
+    @functools.cached_property
     def slots(self) -> int:
         """How many question entities the template needs."""
         found = [int(m.group(1)) for h, _, t in self.triples for n in (h, t) if (m := SLOT.match(n))]
         return max(found) + 1 if found else 0
+
+    @functools.cached_property
+    def _filled(self) -> tuple[tuple[tuple[int | str, str, int | str], ...], int | str]:
+        """The triples and answer with each slot node as its question-entity index (an int), parsed once."""
+        def parse(node: str) -> int | str:
+            m = SLOT.match(node)
+            return int(m.group(1)) if m else node
+
+        return tuple((parse(h), r, parse(t)) for h, r, t in self.triples), parse(self.answer)
 
     @property
     def relations(self) -> tuple[str, ...]:
@@ -47,12 +57,11 @@ class Template:
         if len(topics) < self.slots:
             return None
 
-        def fill(node: str) -> str:
-            m = SLOT.match(node)
-            return topics[int(m.group(1))] if m else node
-
-        triples = tuple(SchemaTriple(fill(h), r, fill(t)) for h, r, t in self.triples)
-        return SchemaGraph(triples=triples, answer=fill(self.answer), strategy=strategy)
+        parsed, answer = self._filled
+        triples = tuple(SchemaTriple(topics[h] if isinstance(h, int) else h, r, topics[t] if isinstance(t, int) else t)
+                        for h, r, t in parsed)
+        return SchemaGraph(triples=triples, answer=topics[answer] if isinstance(answer, int) else answer,
+                           strategy=strategy)
 
     def to_json(self) -> dict[str, Any]:
         return {"triples": [list(t) for t in self.triples], "answer": self.answer}
