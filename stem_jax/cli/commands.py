@@ -14,6 +14,7 @@ from stem_jax.cli.args import check_out_path, config_from_args
 from stem_jax.cli.distributed import join_processes, shard_folder, share
 from stem_jax.cli.engine_args import default_run_folder, embed, load, open_engine
 from stem_jax.cli.report import markdown_table, run_metadata, summary_table, write_report
+from stem_jax.cli.workers import eval_on_workers, parse_workers
 from stem_jax.config import as_dict, config_fields
 from stem_jax.data.conditions import KINDS as CONDITION_KINDS
 from stem_jax.data.conditions import literal_share, value_conditions
@@ -334,6 +335,15 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Full-split evaluation with a retrieval method and a planner, resumable, into --out."""
+    workers = parse_workers(getattr(args, "workers", 1))
+    if workers > 1:
+        return eval_on_workers(args, workers, _eval_share)
+    _eval_share(args)
+    return 0
+
+
+def _eval_share(args: argparse.Namespace) -> Path:
+    """Evaluate this process's share of the run (all of it for one process); returns the run folder."""
     config = config_from_args(args)
     check_out_path(args.out)
     start = time.perf_counter()
@@ -344,7 +354,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     label = engine.planner_spec.label if method != "scr" else "scr"
     folder = f"{label if method == 'stem' else f'{method}-{label}'}-{short_hash(engine.results_fingerprint(method))}"
     out = args.out or default_run_folder(args, engine.dataset.name, folder)
-    questions = None
+    questions, run_folder = None, out
     if processes > 1:  # into its own resumable shard folder; `stem-jax score --out` merges them
         questions, out = share(engine.dataset.questions, pid, processes), shard_folder(out, pid, processes)
     # writes predictions.jsonl, fingerprint.json, metrics.json and metrics.md, as the API does
@@ -361,7 +371,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(line)
     print(f"overflow (matches dropped by capacities) per hop: {summary['overflow_total']}")
     print(f"\nwrote {out / 'predictions.jsonl'}, {out / 'metrics.json'} and {out / 'metrics.md'}  [{wall:.1f}s]")
-    return 0
+    return Path(run_folder)
 
 
 def method_options(args: argparse.Namespace) -> dict[str, dict]:

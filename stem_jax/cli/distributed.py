@@ -35,13 +35,29 @@ def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
                        help="this process's id, 0..N-1 (default $JAX_PROCESS_ID)")
     group.add_argument("--coordinator", default=None,
                        help="host:port of process 0 (default $JAX_COORDINATOR_ADDRESS)")
+    group.add_argument("--worker-share", dest="worker_share", type=_share, default=None, help=argparse.SUPPRESS)
     group.add_argument("--heartbeat-timeout", dest="heartbeat_timeout", type=int, default=100, metavar="SECONDS",
                        help="a process silent this long counts as dead; the others, done, wait that long for it "
                        "before exiting (default 100, JAX's)")
 
 
+def _share(value: str) -> tuple[int, int]:
+    """``I/N`` (the share ``eval --workers`` gives each worker process) as (I, N)."""
+    try:
+        pid, count = (int(part) for part in value.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I/N, got {value!r}") from None
+    if not 0 <= pid < count:
+        raise argparse.ArgumentTypeError(f"expected 0 <= I < N, got {value!r}")
+    return pid, count
+
+
 def join_processes(args: argparse.Namespace) -> tuple[int, int]:
     """(process id, process count) after ``jax.distributed.initialize``; (0, 1) for a single process."""
+    local = getattr(args, "worker_share", None)
+    if local is not None:  # a worker process of `eval --workers N` (stem_jax.cli.workers): no coordination service
+        pid, count = local
+        return pid, count
     env = os.environ
     count = args.num_processes if getattr(args, "num_processes", None) is not None else int(env.get("JAX_NUM_PROCESSES", 1))
     if count < 1:
@@ -176,16 +192,22 @@ def add_score_parser(sub) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
+    score_run(Path(args.out), getattr(args, "argv", []))
+    return 0
+
+
+def score_run(out: Path, argv: list[str]) -> dict[str, Any]:
+    """Merge ``out``'s shards (:func:`merge_shards`), score them, print the table and write ``metrics.json``/``.md``."""
     from stem_jax.cli.report import run_metadata, summary_table, write_report
     from stem_jax.eval.scoring import score_predictions
 
     started = time.perf_counter()
-    path, info = merge_shards(args.out)
+    path, info = merge_shards(out)
     summary = score_predictions(path)
     table = summary_table(summary)
     print(f"merged {info['processes']} complete shards ({summary['overall']['n']} questions) into {path}:\n\n{table}")
-    payload = {"meta": run_metadata(), "command": "stem-jax " + " ".join(getattr(args, "argv", [])), **info,
+    payload = {"meta": run_metadata(), "command": "stem-jax " + " ".join(argv), **info,
                **summary, "wall_seconds": time.perf_counter() - started}
-    paths = write_report(Path(args.out), "metrics", payload, table)
+    paths = write_report(Path(out), "metrics", payload, table)
     print(f"\nwrote {paths[0]} and {paths[1]}")
-    return 0
+    return summary

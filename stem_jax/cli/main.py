@@ -152,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--overlap", type=non_negative_int, default=1, metavar="N",
                           help="chunks traced ahead on a background thread while the one before is ranked and "
                           "written (0: one chunk after the other; the predictions are the same)")
+    evaluate.add_argument("--workers", default="1", metavar="N",
+                          help="local processes, each scoring every N-th question into --out/shard-<i>-of-<N>/, "
+                          "merged and scored when all finish (auto: one per core; default 1: this process alone). "
+                          "Planning and ranking are Python, so processes, not threads, use every core; each holds "
+                          "its own engine (memory N-fold)")
     evaluate.add_argument("--overwrite", action="store_true",
                           help="drop the predictions of a different run in --out instead of refusing to mix them")
     evaluate.set_defaults(func=commands.cmd_eval)
