@@ -76,6 +76,13 @@ class PathRankerConfig:
     # corrected vectors replace the relation bank's, so relations no training question reaches keep their own
     tune_relations: bool = False
     relation_l2: float = 0.1  # the corrections' penalty: this times the sum of their squared norms
+    # training targets credit a path only when no shorter candidate reaches the answers as well: a walk that goes
+    # out and back (club -> its players -> their club) ends where the one-step path does, and crediting it teaches
+    # a ranker that never saw the KG to prefer longer paths whose steps repeat the question's relation
+    shortest_targets: bool = False
+    # leave out the paths through a relation stored as another's exact reverse (plays_in_club_inverse beside
+    # plays_in_club; relation_paths.mirrored_relations): the same walk under two names and orientations
+    skip_mirrors: bool = False
 
 
 def _logits(params: dict[str, Any], table, q, rel_idx, steps, extra):
@@ -533,11 +540,22 @@ def _f1(found: set[int], gold: set[int]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def path_targets(question: Question, candidates: Sequence[CandidatePath], index: KGIndex) -> np.ndarray:
+def path_targets(question: Question, candidates: Sequence[CandidatePath], index: KGIndex, *,
+                 shortest: bool = False) -> np.ndarray:
     """Soft target over ``candidates``: F1 of each end set against the gold answers (0 when no answer is hit),
-    the gold path at least 1 when it is a candidate; normalised to sum 1 (all zeros when nothing is right)."""
+    the gold path at least 1 when it is a candidate; normalised to sum 1 (all zeros when nothing is right).
+
+    ``shortest``: a candidate gets no credit when a candidate with fewer steps has at least its F1 (see
+    :attr:`PathRankerConfig.shortest_targets`)."""
     gold = {index.entity_ids[a] for a in question.answers if a in index.entity_ids}
     target = np.asarray([_f1(set(c.ends.tolist()), gold) for c in candidates], np.float32)
+    if shortest and len(candidates):
+        hops = np.asarray([len(c.path) for c in candidates])
+        best = {h: float(target[hops == h].max()) for h in np.unique(hops).tolist()}
+        for h in sorted(best):
+            shorter = max((best[k] for k in best if k < h), default=0.0)
+            if shorter > 0:
+                target[(hops == h) & (target <= shorter + 1e-6)] = 0.0
     if question.gold_path:
         key = path_key(question.gold_path)
         for i, c in enumerate(candidates):
@@ -569,7 +587,7 @@ def _examples(ranker: PathRanker, questions: Sequence[Question], qvec: np.ndarra
         if topic is None:
             continue
         candidates = ranker.catalog.paths(topic)
-        target = path_targets(question, candidates, ranker.index)
+        target = path_targets(question, candidates, ranker.index, shortest=ranker.config.shortest_targets)
         if not target.any():
             continue
         if len(candidates) > width:
@@ -805,7 +823,7 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
                      "loss_history": history}
     if val:
         scored = ranker.score(val)
-        targets = [path_targets(q, cands, index) if cands else np.zeros(0, np.float32)
+        targets = [path_targets(q, cands, index, shortest=config.shortest_targets) if cands else np.zeros(0, np.float32)
                    for q, (cands, _, _) in zip(val, scored, strict=True)]
         usable = [i for i, t in enumerate(targets) if t.any()]
         ranker.temperature = fit_temperature([scored[i][1] for i in usable], [targets[i] for i in usable])

@@ -57,10 +57,11 @@ def catalog_hops(index: KGIndex) -> int:
 def make_catalog(index: KGIndex, names: dict[str, str] | None, config: Any, hops: int | None = None) -> Any:
     """A :class:`~stem_jax.plan.relation_paths.PathCatalog` of ``index`` with the pretrained ranker's bounds."""
     from stem_jax.kg.mediators import mediator_mask
-    from stem_jax.plan.relation_paths import PathCatalog
+    from stem_jax.plan.relation_paths import PathCatalog, mirrored_relations
 
+    skip = mirrored_relations(index) if getattr(config, "skip_mirrors", False) else {}
     return PathCatalog(index, max_hops=hops or catalog_hops(index), fan_cap=config.fan_cap, hub_cap=config.hub_cap,
-                       max_paths=config.max_paths, mediators=mediator_mask(index.entities, names))
+                       max_paths=config.max_paths, mediators=mediator_mask(index.entities, names), skip_relations=skip)
 
 
 _OPAQUE = re.compile(r"^[A-Za-z]{0,2}\d+$")  # P57, r12, 17: an identifier whose text says nothing
@@ -215,7 +216,7 @@ def train_multi_kg_ranker(prepared: Sequence[_Prepared], config: Any, *, log: Ca
     for p in used:
         ranker = dataclasses.replace(p.ranker, params=params, temperature=1.0, _forward=None)
         for q, (cands, probs, _) in zip(p.part.val, ranker.score(p.part.val), strict=True):
-            target = path_targets(q, cands, ranker.index) if cands else np.zeros(0, np.float32)
+            target = path_targets(q, cands, ranker.index, shortest=config.shortest_targets) if cands else np.zeros(0, np.float32)
             if target.any():
                 scored.append(probs)
                 targets.append(target)
