@@ -76,6 +76,8 @@ def main() -> int:
     parser.add_argument("--only", default=None, help="comma-separated families: the leave-one-out models to write")
     parser.add_argument("--shortest-targets", action=argparse.BooleanOptionalAction, default=True,
                         help="credit a path only when no shorter candidate reaches the answers as well")
+    parser.add_argument("--end-names", type=int, default=3,
+                        help="entity names a step's text lists (0: the relation's text alone)")
     parser.add_argument("--skip-mirrors", action=argparse.BooleanOptionalAction, default=True,
                         help="leave out paths through a relation stored as another's exact reverse")
     args = parser.parse_args()
@@ -86,7 +88,8 @@ def main() -> int:
     encoder = get_encoder(EncoderConfig())
     ranker_config = dataclasses.replace(PathRankerConfig(), max_hops=MAX_HOPS, epochs=args.epochs,
                                          max_candidates=args.max_candidates, extra_negatives=31,
-                                         shortest_targets=args.shortest_targets, skip_mirrors=args.skip_mirrors)
+                                         shortest_targets=args.shortest_targets, skip_mirrors=args.skip_mirrors,
+                                         end_names=args.end_names)
     prepared = prepare_parts(parts, ranker_config,
                              lambda p: masked_question_embedder(args.cache_dir, p.dataset.name, encoder, config),
                              encoder.name)
@@ -95,7 +98,7 @@ def main() -> int:
                                                     ("epochs", args.epochs),
                                                     ("max_candidates", args.max_candidates)))
     command += ("" if args.shortest_targets else " --no-shortest-targets") + (
-        "" if args.skip_mirrors else " --no-skip-mirrors")
+        "" if args.skip_mirrors else " --no-skip-mirrors") + f" --end-names {args.end_names}"
     jobs = [] if args.no_full else [(args.exclude, args.out or model_folder())]
     if args.leave_one_out:
         jobs += [(family, args.leave_one_out / family) for family in FAMILIES

@@ -82,3 +82,27 @@ def test_the_skipped_catalog_reaches_the_same_end_sets():
     skipped = {tuple(c.ends.tolist()) for c in pretrained.make_catalog(index, None, config).paths(topic)}
     every = {tuple(c.ends.tolist()) for c in pretrained.make_catalog(index, None, PathRankerConfig(max_hops=2)).paths(topic)}
     assert skipped == every and np.all([len(e) for e in skipped])
+
+
+def test_with_end_names_each_orientation_of_a_relation_has_its_own_row_naming_what_it_reaches():
+    from stem_jax.config import EncoderConfig
+    from stem_jax.encoder import get_encoder
+    from stem_jax.plan.path_ranker import PathRanker, init_params
+
+    index = build_index(_club_kg() + [("m.0abc", "plays_in_club", "C0")])
+    encoder = get_encoder(EncoderConfig(name="hashing"))
+    config = PathRankerConfig(end_names=2)
+    ranker = PathRanker(params=init_params(int(np.asarray(encoder.encode(["x"])).shape[1]), config), config=config,
+                        encoder_name=encoder.name, index=index, encoder=encoder)
+    texts = ranker.step_texts()
+    club = index.relation_ids["plays_in_club"]
+    assert texts[2 * club + 1] == "plays in club: C0, C1"  # forward: the clubs, most frequent first
+    assert texts[2 * club] == "plays in club: P0, P1"  # backward: the players (an opaque id left out)
+    r = index.num_relations
+    table = ranker.relation_table()
+    assert table.shape[0] == 2 * r + 1 and not table[-1].any()
+    assert ranker.step_id("plays_in_club", True) == 2 * club + 1 and ranker.no_step == 2 * r
+    assert ranker.relation_of_row(np.asarray([2 * club, 2 * club + 1, 2 * r])).tolist() == [club, club, r]
+    # each row mixes the relation's own text with the names it reaches: unit length, the two orientations differ
+    np.testing.assert_allclose(np.linalg.norm(table[:-1], axis=1), 1.0, rtol=1e-5)
+    assert not np.allclose(table[2 * club], table[2 * club + 1])
