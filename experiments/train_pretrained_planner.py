@@ -78,6 +78,8 @@ def main() -> int:
                         help="credit a path only when no shorter candidate reaches the answers as well")
     parser.add_argument("--end-names", type=int, default=3,
                         help="entity names a step's text lists (0: the relation's text alone)")
+    parser.add_argument("--end-names-weight", type=float, default=1.0,
+                        help="weight of the named text beside the relation's own text")
     parser.add_argument("--skip-mirrors", action=argparse.BooleanOptionalAction, default=True,
                         help="leave out paths through a relation stored as another's exact reverse")
     args = parser.parse_args()
@@ -89,7 +91,7 @@ def main() -> int:
     ranker_config = dataclasses.replace(PathRankerConfig(), max_hops=MAX_HOPS, epochs=args.epochs,
                                          max_candidates=args.max_candidates, extra_negatives=31,
                                          shortest_targets=args.shortest_targets, skip_mirrors=args.skip_mirrors,
-                                         end_names=args.end_names)
+                                         end_names=args.end_names, end_names_weight=args.end_names_weight)
     prepared = prepare_parts(parts, ranker_config,
                              lambda p: masked_question_embedder(args.cache_dir, p.dataset.name, encoder, config),
                              encoder.name)
@@ -98,7 +100,7 @@ def main() -> int:
                                                     ("epochs", args.epochs),
                                                     ("max_candidates", args.max_candidates)))
     command += ("" if args.shortest_targets else " --no-shortest-targets") + (
-        "" if args.skip_mirrors else " --no-skip-mirrors") + f" --end-names {args.end_names}"
+        "" if args.skip_mirrors else " --no-skip-mirrors") + f" --end-names {args.end_names} --end-names-weight {args.end_names_weight}"
     jobs = [] if args.no_full else [(args.exclude, args.out or model_folder())]
     if args.leave_one_out:
         jobs += [(family, args.leave_one_out / family) for family in FAMILIES

@@ -88,6 +88,7 @@ class PathRankerConfig:
     # backward), so the two orientations read differently and a question's answer type ("which club") can match
     # what a step reaches; 0: the relation's text alone, the same both ways
     end_names: int = 0
+    end_names_weight: float = 1.0  # the named text's weight beside the relation's own text (weight 1)
 
 
 def _logits(params: dict[str, Any], table, q, rel_idx, steps, extra):
@@ -253,14 +254,15 @@ class PathRanker(TrainedModel):
         if self._table is None or self._table[0] is not self.index:
             vectors = self.relation_vectors(list(self.index.relations))
             rows = [vectors[r] for r in self.index.relations]
-            if self.config.end_names:
+            if self.config.end_names and rows:
                 texts = self.step_texts()
                 missing = sorted({t for t in texts if t not in self.relation_bank})
                 for text, row in zip(missing, self._embed(missing), strict=True):
                     self.relation_bank[text] = row.astype(np.float32)
                 # the named text's embedding averaged with the relation's own: the names add what a step reaches
                 # without drowning what the relation says
-                named = np.stack([self.relation_bank[t] for t in texts]) + np.repeat(np.stack(rows), 2, axis=0)
+                named = (self.config.end_names_weight * np.stack([self.relation_bank[t] for t in texts])
+                         + np.repeat(np.stack(rows), 2, axis=0))
                 rows = list(named / np.maximum(np.linalg.norm(named, axis=1, keepdims=True), 1e-6))
             rows.append(np.zeros(self.dim, np.float32))
             self._table = (self.index, np.stack(rows).astype(np.float32))
@@ -856,6 +858,9 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
     cache) with another ranker trained with the same bounds. ``init``: parameters to start from instead of a random
     draw (a warm start from the pretrained ranker; their shapes fix ``max_hops``, ``hidden`` and ``projection``)."""
     began = time.perf_counter()
+    if config.tune_relations and config.end_names:
+        raise StemError("the path planner cannot tune relation embeddings (tune_relations) when a step's text names "
+                        "the entities it reaches (end_names)\n  how to fix: set one of them to off (0)")
     d = int(np.asarray(embed(["x"])).shape[1])
     if config.tune_layers and tower is None:
         if not encoder_name.startswith("all-MiniLM-L6-v2"):

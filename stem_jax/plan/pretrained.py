@@ -1,15 +1,19 @@
 """The pretrained path ranker shipped with the package: a planner for a KG nobody wrote questions for.
 
 The KG-constrained path ranker (:mod:`stem_jax.plan.path_ranker`) reads only KG-agnostic text features: the
-masked question's and each relation's sentence embedding, the share of a relation's words the question uses,
-a step's orientation, the path's length and how many entities it ends at. A ranker trained on the questions of
+masked question's and each step's sentence embedding (the relation's text, averaged with a text naming a few of
+the entities the step reaches in its orientation, so "directed by" forward and backward read differently and
+"which club" can match a step that reaches clubs), the share of a relation's words the question uses, a step's
+orientation, the path's length and how many entities it ends at. Its training credits a path only when no
+shorter candidate reaches the answers as well, and its candidates leave out relations stored as another's exact
+reverse (``plays_in_club_inverse``). A ranker trained on the questions of
 several KGs therefore ranks the paths of a KG it never saw; ``--planner pattern`` uses it whenever the KG has
 no trained planner of its own (:func:`stem_jax.plan.factory.build_planner`), and ``stem-jax train-planner``
 starts from it (a warm start), so a few questions with answers adapt it.
 
 The model lives in ``stem_jax/plan/models/<version>/`` (``ranker.json`` naming ``ranker-<sha>.npz``; the
 arrays' sha256 is checked on load). It holds no relation embeddings: a KG's relations are embedded from their
-names (or derived from their ids) when it is first used. ``experiments/train_pretrained_planner.py`` trains
+names (or derived from their ids) and their frequent targets' names when it is first used. ``experiments/train_pretrained_planner.py`` trains
 it; :func:`train_multi_kg_ranker` is the training, one listwise loss over the questions of every KG given.
 """
 
@@ -29,7 +33,7 @@ from stem_jax.data.types import Dataset, PathStep, Question
 from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex, relation_text
 
-VERSION = "path-ranker-v1"
+VERSION = "path-ranker-v2"
 MODELS_FOLDER = Path(__file__).parent / "models"
 # a KG with at most this many relations gets 3-step candidate paths (MetaQA's 3-hop questions); a larger schema
 # (Freebase) keeps 2 steps: the number of paths grows with the relation count to the power of the steps
