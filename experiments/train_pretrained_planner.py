@@ -73,6 +73,15 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--max-candidates", type=int, default=64, help="candidate paths per training question")
     parser.add_argument("--no-full", action="store_true", help="only the leave-one-out models")
+    parser.add_argument("--only", default=None, help="comma-separated families: the leave-one-out models to write")
+    parser.add_argument("--shortest-targets", action=argparse.BooleanOptionalAction, default=True,
+                        help="credit a path only when no shorter candidate reaches the answers as well")
+    parser.add_argument("--end-names", type=int, default=3,
+                        help="entity names a step's text lists (0: the relation's text alone)")
+    parser.add_argument("--end-names-weight", type=float, default=1.0,
+                        help="weight of the named text beside the relation's own text")
+    parser.add_argument("--skip-mirrors", action=argparse.BooleanOptionalAction, default=True,
+                        help="leave out paths through a relation stored as another's exact reverse")
     args = parser.parse_args()
 
     began = time.perf_counter()
@@ -80,7 +89,9 @@ def main() -> int:
     config = StemConfig()
     encoder = get_encoder(EncoderConfig())
     ranker_config = dataclasses.replace(PathRankerConfig(), max_hops=MAX_HOPS, epochs=args.epochs,
-                                         max_candidates=args.max_candidates, extra_negatives=31)
+                                         max_candidates=args.max_candidates, extra_negatives=31,
+                                         shortest_targets=args.shortest_targets, skip_mirrors=args.skip_mirrors,
+                                         end_names=args.end_names, end_names_weight=args.end_names_weight)
     prepared = prepare_parts(parts, ranker_config,
                              lambda p: masked_question_embedder(args.cache_dir, p.dataset.name, encoder, config),
                              encoder.name)
@@ -88,9 +99,12 @@ def main() -> int:
         f"--{k.replace('_', '-')} {v}" for k, v in (("per_hop", args.per_hop), ("cwq_limit", args.cwq_limit),
                                                     ("epochs", args.epochs),
                                                     ("max_candidates", args.max_candidates)))
+    command += ("" if args.shortest_targets else " --no-shortest-targets") + (
+        "" if args.skip_mirrors else " --no-skip-mirrors") + f" --end-names {args.end_names} --end-names-weight {args.end_names_weight}"
     jobs = [] if args.no_full else [(args.exclude, args.out or model_folder())]
     if args.leave_one_out:
-        jobs += [(family, args.leave_one_out / family) for family in FAMILIES]
+        jobs += [(family, args.leave_one_out / family) for family in FAMILIES
+                 if not args.only or family in args.only.split(",")]
     for exclude, out in jobs:
         ranker = train_multi_kg_ranker(prepared, ranker_config, exclude_family=exclude)
         ranker.report["command"] = command + (f" --exclude {exclude}" if exclude else "")

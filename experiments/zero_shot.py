@@ -108,6 +108,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
     parser.add_argument("--name", default="zero-shot")
     parser.add_argument("--shots", default="", help="comma-separated N > 0: also rows adapted to N questions")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="an earlier run's zero-shot.json: its Hit@1 per row and N as a 'before' column")
+    parser.add_argument("--note", default="", help="a line under the table (machine load, models' command)")
     args = parser.parse_args()
     data = os.environ.get("STEM_DATA_DIR", "data")
     results, rows = [], []
@@ -143,14 +146,24 @@ def main() -> int:
 
 def report(args: argparse.Namespace, results: list, rows: list) -> str:
     meta = run_metadata()
+    meta["load_average_at_report"] = list(os.getloadavg())
+    headers = ["KG", "left out", "N", "questions", "Hit@1", "F1", "trained Hit@1", "Hit@1 / trained",
+               "trained row from"]
+    if args.before is not None:  # the earlier run's Hit@1 beside each row
+        earlier = {(r["row"], r["shots"]): r["run"]["hit_at_1"]
+                   for r in json.loads(args.before.read_text())["results"]}
+        headers.insert(5, "before")
+        rows = [[*row[:5], f"{earlier[(row[0], row[2])]:.1f}" if (row[0], row[2]) in earlier else "", *row[5:]]
+                for row in rows]
     md = ("Leave one KG family out, N = 0 questions of the left-out KG: `stem-jax eval --planner pattern "
           "--planner-path <model trained without that family>`, defaults otherwise; percent over every question "
           f"evaluated (MetaQA: the first {args.metaqa_limit} test questions of each hop). Trained: the fully trained "
           "default's Hit@1 (source column).\n\n"
           + "N > 0: the left-out model adapted to N training questions of that KG, answers only (gold paths and "
           "MetaQA types dropped), `train_few_shot` as `stem-jax train-planner` runs it on few questions.\n\n"
-          + markdown_table(["KG", "left out", "N", "questions", "Hit@1", "F1", "trained Hit@1", "Hit@1 / trained",
-                            "trained row from"], rows))
+          + markdown_table(headers, rows) + (f"\n\n{args.note}\n" if args.note else ""))
+    if args.note:
+        meta["note"] = args.note
     write_report(args.out, args.name, {"meta": meta, "results": results}, md)
     return md
 

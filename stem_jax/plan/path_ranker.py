@@ -76,6 +76,19 @@ class PathRankerConfig:
     # corrected vectors replace the relation bank's, so relations no training question reaches keep their own
     tune_relations: bool = False
     relation_l2: float = 0.1  # the corrections' penalty: this times the sum of their squared norms
+    # training targets credit a path only when no shorter candidate reaches the answers as well: a walk that goes
+    # out and back (club -> its players -> their club) ends where the one-step path does, and crediting it teaches
+    # a ranker that never saw the KG to prefer longer paths whose steps repeat the question's relation
+    shortest_targets: bool = False
+    # leave out the paths through a relation stored as another's exact reverse (plays_in_club_inverse beside
+    # plays_in_club; relation_paths.mirrored_relations): the same walk under two names and orientations
+    skip_mirrors: bool = False
+    # a step's text also names the entities it leads to: the relation's text, then up to ``end_names`` of its most
+    # frequent targets in that orientation ("directed by: Steven Spielberg, ..." forward, "directed by: Jaws, ..."
+    # backward), so the two orientations read differently and a question's answer type ("which club") can match
+    # what a step reaches; 0: the relation's text alone, the same both ways
+    end_names: int = 0
+    end_names_weight: float = 1.0  # the named text's weight beside the relation's own text (weight 1)
 
 
 def _logits(params: dict[str, Any], table, q, rel_idx, steps, extra):
@@ -132,6 +145,34 @@ def question_bucket(q: int) -> int:
 def words_of(text: str) -> set[str]:
     """Lower-case word stems (a final ``s`` dropped) for the lexical-overlap feature."""
     return {w[:-1] if len(w) > 3 and w.endswith("s") else w for w in _WORD.findall(text.lower())}
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadableNames:
+    """Per entity id its row of ``text`` (-1: no readable name: a mediator or an opaque id such as ``m.0abc``)."""
+
+    rows: np.ndarray
+    text: list[str]
+
+    def __getitem__(self, ids: Any) -> Any:
+        return self.rows[ids]
+
+
+_MID = re.compile(r"^(?:[mg]\.[0-9a-z_]+|Q\d+|[0-9a-f-]{16,})$")  # Freebase mids, Wikidata items, hashes
+
+
+def readable_names(index: KGIndex, names: dict[str, str] | None) -> ReadableNames:
+    """The entities' display names where they say something (``Alan_PULIDO`` reads ``Alan PULIDO``)."""
+    mediators = mediator_mask(index.entities, names)
+    rows = np.full(len(index.entities), -1, np.int64)
+    text: list[str] = []
+    for i, entity in enumerate(index.entities):
+        shown = (names or {}).get(entity, entity).strip()
+        if mediators[i] or not shown or _MID.match(shown):
+            continue
+        rows[i] = len(text)
+        text.append(shown.replace("_", " "))
+    return ReadableNames(rows, text)
 
 
 @dataclasses.dataclass
@@ -207,26 +248,75 @@ class PathRanker(TrainedModel):
         return np.stack([rows[t] for t in texts]).astype(np.float32) if texts else np.zeros((0, self.dim), np.float32)
 
     def relation_table(self) -> np.ndarray:
-        """float32 [R + 1, d]: the KG's relations' embeddings in id order, then a zero row (no step)."""
+        """float32 [R + 1, d]: the KG's relations' embeddings in id order, then a zero row (no step); with
+        ``config.end_names``, [2R + 1, d]: row ``2 r + forward`` is relation ``r``'s embedding averaged with that
+        of its :meth:`step_texts` in that orientation (then normalised), then the zero row."""
         if self._table is None or self._table[0] is not self.index:
             vectors = self.relation_vectors(list(self.index.relations))
-            rows = [vectors[r] for r in self.index.relations] + [np.zeros(self.dim, np.float32)]
+            rows = [vectors[r] for r in self.index.relations]
+            if self.config.end_names and rows:
+                texts = self.step_texts()
+                missing = sorted({t for t in texts if t not in self.relation_bank})
+                for text, row in zip(missing, self._embed(missing), strict=True):
+                    self.relation_bank[text] = row.astype(np.float32)
+                # the named text's embedding averaged with the relation's own: the names add what a step reaches
+                # without drowning what the relation says
+                named = (self.config.end_names_weight * np.stack([self.relation_bank[t] for t in texts])
+                         + np.repeat(np.stack(rows), 2, axis=0))
+                rows = list(named / np.maximum(np.linalg.norm(named, axis=1, keepdims=True), 1e-6))
+            rows.append(np.zeros(self.dim, np.float32))
             self._table = (self.index, np.stack(rows).astype(np.float32))
         return self._table[1]
+
+    def step_texts(self) -> list[str]:
+        """Per relation id ``r``, the texts of walking it backward and forward (list positions ``2 r`` and
+        ``2 r + 1``): the relation's text, then up to ``config.end_names`` readable names of the entities that
+        orientation reaches most often (ties by entity id; mediators and unnamed ids left out)."""
+        index, count = self.index, self.config.end_names
+        readable = readable_names(index, self.names)
+        triples = np.asarray(index.triples, np.int64)
+        triples = triples[np.argsort(triples[:, 1], kind="stable")]
+        bounds = np.searchsorted(triples[:, 1], np.arange(index.num_relations + 1))
+        texts = []
+        for r, relation in enumerate(index.relations):
+            rows = triples[bounds[r]: bounds[r + 1]]
+            base = relation_text(relation)
+            for ends in (rows[:, 0], rows[:, 2]):  # backward reaches heads, forward tails
+                ends = ends[readable[ends] >= 0] if len(ends) else ends
+                if not len(ends):
+                    texts.append(base)
+                    continue
+                distinct, times = np.unique(ends, return_counts=True)
+                top = distinct[np.lexsort((distinct, -times))[:count]]
+                texts.append(f"{base}: " + ", ".join(readable.text[int(readable[e])] for e in top.tolist()))
+        return texts
+
+    def step_id(self, relation: str, forward: bool) -> int:
+        """A step's row of :meth:`relation_table`."""
+        rid = self.index.relation_ids[relation]
+        return 2 * rid + int(forward) if self.config.end_names else rid
+
+    @property
+    def no_step(self) -> int:
+        """The zero row of :meth:`relation_table` (no step)."""
+        return (2 if self.config.end_names else 1) * self.index.num_relations
+
+    def relation_of_row(self, rows: np.ndarray) -> np.ndarray:
+        """The relation id of each :meth:`relation_table` row (the no-step row: R)."""
+        return rows // 2 if self.config.end_names else rows
 
     def path_arrays(self, candidates: Sequence[CandidatePath], width: int, words: set[str] = frozenset()
                     ) -> tuple[np.ndarray, ...]:
         """(relation ids [width, L] (R where there is no step), step flags [width, L, S], extras [width, E],
         mask [width]); ``words``: the question's :func:`words_of`."""
         hops = self.config.max_hops
-        rel = np.full((width, hops), self.index.num_relations, np.int32)
+        rel = np.full((width, hops), self.no_step, np.int32)
         steps = np.zeros((width, hops, N_STEP), np.float32)
         extra = np.zeros((width, N_EXTRA), np.float32)
         mask = np.zeros(width, bool)
-        ids = self.index.relation_ids
         for i, cand in enumerate(candidates[:width]):
             for j, step in enumerate(cand.path[:hops]):
-                rel[i, j] = ids[step.relation]
+                rel[i, j] = self.step_id(step.relation, step.forward)
                 steps[i, j, 0] = 1.0 if step.forward else -1.0
                 steps[i, j, 1] = self._overlap(step.relation, words)
             extra[i] = (len(cand.path) / hops, np.log1p(len(cand.ends)), float(len(cand.path) == 1))
@@ -251,14 +341,14 @@ class PathRanker(TrainedModel):
         if cached is not None and cached[0] is candidates:
             self._arrays.move_to_end(topic)
             return cached
-        hops, ids = self.config.max_hops, self.index.relation_ids
+        hops = self.config.max_hops
         count = len(candidates)
-        rel = np.full((count, hops), self.index.num_relations, np.int32)
+        rel = np.full((count, hops), self.no_step, np.int32)
         forward = np.zeros((count, hops), np.float32)
         extra = np.zeros((count, N_EXTRA), np.float32)
         for i, cand in enumerate(candidates):
             for j, step in enumerate(cand.path[:hops]):
-                rel[i, j] = ids[step.relation]
+                rel[i, j] = self.step_id(step.relation, step.forward)
                 forward[i, j] = 1.0 if step.forward else -1.0
             extra[i] = (len(cand.path) / hops, np.log1p(len(cand.ends)), float(len(cand.path) == 1))
         entry = (candidates, rel, forward, extra)
@@ -336,7 +426,7 @@ class PathRanker(TrainedModel):
         extra = np.concatenate([p[3] for p in parts]) if parts else empty[3]
         segment = np.repeat(np.arange(len(parts), dtype=np.int32), [len(p[0]) for p in parts])
         overlap = self.overlap_table(questions)
-        steps = np.stack([forward, overlap[segment[:, None], rel]], axis=-1) if len(rel) else \
+        steps = np.stack([forward, overlap[segment[:, None], self.relation_of_row(rel)]], axis=-1) if len(rel) else \
             np.zeros((0, self.config.max_hops, N_STEP), np.float32)
         return [p[0] for p in parts], (rel, steps.astype(np.float32), extra, segment)
 
@@ -364,7 +454,7 @@ class PathRanker(TrainedModel):
             pad = rows - n
             p, b = forward(
                 params, table, np.pad(qvec[begin:end], ((0, width - q), (0, 0))),
-                np.pad(rel[lo:hi], ((0, pad), (0, 0)), constant_values=self.index.num_relations),
+                np.pad(rel[lo:hi], ((0, pad), (0, 0)), constant_values=self.no_step),
                 np.pad(steps[lo:hi], ((0, pad), (0, 0), (0, 0))), np.pad(extra[lo:hi], ((0, pad), (0, 0))),
                 np.pad(segment[lo:hi] - begin, (0, pad)), np.arange(rows) < n, np.float32(self.temperature))
             probs[lo:hi] = np.asarray(p)[:n]
@@ -399,7 +489,7 @@ class PathRanker(TrainedModel):
         hops, shapes = self.config.max_hops, self.scoring_shapes(max_batch)
         for width, rows in shapes:
             forward(params, table, np.zeros((width, self.dim), np.float32),
-                    np.full((rows, hops), self.index.num_relations, np.int32), np.zeros((rows, hops, N_STEP), np.float32),
+                    np.full((rows, hops), self.no_step, np.int32), np.zeros((rows, hops, N_STEP), np.float32),
                     np.zeros((rows, N_EXTRA), np.float32), np.zeros(rows, np.int32), np.zeros(rows, bool),
                     np.float32(self.temperature))
         self._word_relations()
@@ -533,11 +623,22 @@ def _f1(found: set[int], gold: set[int]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def path_targets(question: Question, candidates: Sequence[CandidatePath], index: KGIndex) -> np.ndarray:
+def path_targets(question: Question, candidates: Sequence[CandidatePath], index: KGIndex, *,
+                 shortest: bool = False) -> np.ndarray:
     """Soft target over ``candidates``: F1 of each end set against the gold answers (0 when no answer is hit),
-    the gold path at least 1 when it is a candidate; normalised to sum 1 (all zeros when nothing is right)."""
+    the gold path at least 1 when it is a candidate; normalised to sum 1 (all zeros when nothing is right).
+
+    ``shortest``: a candidate gets no credit when a candidate with fewer steps has at least its F1 (see
+    :attr:`PathRankerConfig.shortest_targets`)."""
     gold = {index.entity_ids[a] for a in question.answers if a in index.entity_ids}
     target = np.asarray([_f1(set(c.ends.tolist()), gold) for c in candidates], np.float32)
+    if shortest and len(candidates):
+        hops = np.asarray([len(c.path) for c in candidates])
+        best = {h: float(target[hops == h].max()) for h in np.unique(hops).tolist()}
+        for h in sorted(best):
+            shorter = max((best[k] for k in best if k < h), default=0.0)
+            if shorter > 0:
+                target[(hops == h) & (target <= shorter + 1e-6)] = 0.0
     if question.gold_path:
         key = path_key(question.gold_path)
         for i, c in enumerate(candidates):
@@ -569,7 +670,7 @@ def _examples(ranker: PathRanker, questions: Sequence[Question], qvec: np.ndarra
         if topic is None:
             continue
         candidates = ranker.catalog.paths(topic)
-        target = path_targets(question, candidates, ranker.index)
+        target = path_targets(question, candidates, ranker.index, shortest=ranker.config.shortest_targets)
         if not target.any():
             continue
         if len(candidates) > width:
@@ -757,6 +858,9 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
     cache) with another ranker trained with the same bounds. ``init``: parameters to start from instead of a random
     draw (a warm start from the pretrained ranker; their shapes fix ``max_hops``, ``hidden`` and ``projection``)."""
     began = time.perf_counter()
+    if config.tune_relations and config.end_names:
+        raise StemError("the path planner cannot tune relation embeddings (tune_relations) when a step's text names "
+                        "the entities it reaches (end_names)\n  how to fix: set one of them to off (0)")
     d = int(np.asarray(embed(["x"])).shape[1])
     if config.tune_layers and tower is None:
         if not encoder_name.startswith("all-MiniLM-L6-v2"):
@@ -805,7 +909,7 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
                      "loss_history": history}
     if val:
         scored = ranker.score(val)
-        targets = [path_targets(q, cands, index) if cands else np.zeros(0, np.float32)
+        targets = [path_targets(q, cands, index, shortest=config.shortest_targets) if cands else np.zeros(0, np.float32)
                    for q, (cands, _, _) in zip(val, scored, strict=True)]
         usable = [i for i, t in enumerate(targets) if t.any()]
         ranker.temperature = fit_temperature([scored[i][1] for i in usable], [targets[i] for i in usable])

@@ -1,15 +1,19 @@
 """The pretrained path ranker shipped with the package: a planner for a KG nobody wrote questions for.
 
 The KG-constrained path ranker (:mod:`stem_jax.plan.path_ranker`) reads only KG-agnostic text features: the
-masked question's and each relation's sentence embedding, the share of a relation's words the question uses,
-a step's orientation, the path's length and how many entities it ends at. A ranker trained on the questions of
+masked question's and each step's sentence embedding (the relation's text, averaged with a text naming a few of
+the entities the step reaches in its orientation, so "directed by" forward and backward read differently and
+"which club" can match a step that reaches clubs), the share of a relation's words the question uses, a step's
+orientation, the path's length and how many entities it ends at. Its training credits a path only when no
+shorter candidate reaches the answers as well, and its candidates leave out relations stored as another's exact
+reverse (``plays_in_club_inverse``). A ranker trained on the questions of
 several KGs therefore ranks the paths of a KG it never saw; ``--planner pattern`` uses it whenever the KG has
 no trained planner of its own (:func:`stem_jax.plan.factory.build_planner`), and ``stem-jax train-planner``
 starts from it (a warm start), so a few questions with answers adapt it.
 
 The model lives in ``stem_jax/plan/models/<version>/`` (``ranker.json`` naming ``ranker-<sha>.npz``; the
 arrays' sha256 is checked on load). It holds no relation embeddings: a KG's relations are embedded from their
-names (or derived from their ids) when it is first used. ``experiments/train_pretrained_planner.py`` trains
+names (or derived from their ids) and their frequent targets' names when it is first used. ``experiments/train_pretrained_planner.py`` trains
 it; :func:`train_multi_kg_ranker` is the training, one listwise loss over the questions of every KG given.
 """
 
@@ -29,7 +33,7 @@ from stem_jax.data.types import Dataset, PathStep, Question
 from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex, relation_text
 
-VERSION = "path-ranker-v1"
+VERSION = "path-ranker-v2"
 MODELS_FOLDER = Path(__file__).parent / "models"
 # a KG with at most this many relations gets 3-step candidate paths (MetaQA's 3-hop questions); a larger schema
 # (Freebase) keeps 2 steps: the number of paths grows with the relation count to the power of the steps
@@ -57,10 +61,11 @@ def catalog_hops(index: KGIndex) -> int:
 def make_catalog(index: KGIndex, names: dict[str, str] | None, config: Any, hops: int | None = None) -> Any:
     """A :class:`~stem_jax.plan.relation_paths.PathCatalog` of ``index`` with the pretrained ranker's bounds."""
     from stem_jax.kg.mediators import mediator_mask
-    from stem_jax.plan.relation_paths import PathCatalog
+    from stem_jax.plan.relation_paths import PathCatalog, mirrored_relations
 
+    skip = mirrored_relations(index) if getattr(config, "skip_mirrors", False) else {}
     return PathCatalog(index, max_hops=hops or catalog_hops(index), fan_cap=config.fan_cap, hub_cap=config.hub_cap,
-                       max_paths=config.max_paths, mediators=mediator_mask(index.entities, names))
+                       max_paths=config.max_paths, mediators=mediator_mask(index.entities, names), skip_relations=skip)
 
 
 _OPAQUE = re.compile(r"^[A-Za-z]{0,2}\d+$")  # P57, r12, 17: an identifier whose text says nothing
@@ -215,7 +220,7 @@ def train_multi_kg_ranker(prepared: Sequence[_Prepared], config: Any, *, log: Ca
     for p in used:
         ranker = dataclasses.replace(p.ranker, params=params, temperature=1.0, _forward=None)
         for q, (cands, probs, _) in zip(p.part.val, ranker.score(p.part.val), strict=True):
-            target = path_targets(q, cands, ranker.index) if cands else np.zeros(0, np.float32)
+            target = path_targets(q, cands, ranker.index, shortest=config.shortest_targets) if cands else np.zeros(0, np.float32)
             if target.any():
                 scored.append(probs)
                 targets.append(target)

@@ -180,6 +180,48 @@ def enumerate_paths(index: KGIndex, topic: int, *, max_hops: int = 2, fan_cap: i
     return found[:max_paths]
 
 
+def _pair_keys(heads: np.ndarray, tails: np.ndarray) -> np.ndarray:
+    """One uint64 per (head, tail) pair (a bijection for ids below 2**32)."""
+    return (heads.astype(np.uint64) << np.uint64(32)) | tails.astype(np.uint64)
+
+
+def mirrored_relations(index: KGIndex) -> dict[str, str]:
+    """Relations stored twice, once each way: ``{mirror: kept}`` for every relation ``b`` whose triples are exactly
+    another relation ``a``'s reversed (``plays_in_club_inverse`` beside ``plays_in_club``); the relation kept is
+    the one with the shorter name (then the first in sort order).
+
+    Walking ``b`` forward is walking ``a`` backward: the same step under two names, which a ranker that reads
+    relation names and orientation sees as two different plans; :class:`PathCatalog` can leave the mirror out.
+    """
+    triples = np.asarray(index.triples, np.int64)
+    if not len(triples):
+        return {}
+    order = np.argsort(triples[:, 1], kind="stable")
+    rel = triples[order, 1]
+    bounds = np.r_[0, np.flatnonzero(rel[1:] != rel[:-1]) + 1, len(rel)]
+    forward: dict[int, np.ndarray] = {}
+    groups: dict[tuple[int, int], list[int]] = {}  # (triple count, order-free checksum of reversed pairs)
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        r = int(rel[lo])
+        rows = triples[order[lo:hi]]
+        forward[r] = np.sort(_pair_keys(rows[:, 0], rows[:, 2]))
+        groups.setdefault((hi - lo, int(np.sort(_pair_keys(rows[:, 2], rows[:, 0])).sum(dtype=np.uint64))),
+                          []).append(r)
+    mirrors: dict[str, str] = {}
+    for r, keys in forward.items():
+        for other in groups.get((len(keys), int(keys.sum(dtype=np.uint64))), []):
+            if other == r:  # a symmetric relation is its own mirror: nothing to leave out
+                continue
+            rows = triples[order[np.searchsorted(rel, other): np.searchsorted(rel, other, side="right")]]
+            if not np.array_equal(keys, np.sort(_pair_keys(rows[:, 2], rows[:, 0]))):
+                continue
+            a, b = index.relations[r], index.relations[other]
+            kept, mirror = sorted((a, b), key=lambda name: (len(name), name))
+            if mirror not in mirrors and kept not in mirrors:
+                mirrors[mirror] = kept
+    return mirrors
+
+
 CACHED_PATHS = 1 << 18  # candidate paths a catalog keeps (about 100-200 bytes each, plus its end set)
 
 
@@ -190,8 +232,12 @@ class PathCatalog:
     enumerated again when asked again)."""
 
     def __init__(self, index: KGIndex, *, max_hops: int = 2, fan_cap: int = 64, hub_cap: int = 2000,
-                 mediators: np.ndarray | None = None, max_paths: int = 4096, cached_paths: int = CACHED_PATHS) -> None:
+                 mediators: np.ndarray | None = None, max_paths: int = 4096, cached_paths: int = CACHED_PATHS,
+                 skip_relations: Iterable[str] = ()) -> None:
         self.index = index
+        # paths through these relations are left out (the mirrors of :func:`mirrored_relations`: the same walk is
+        # listed under the kept relation's name)
+        self.skip_relations = frozenset(skip_relations)
         self.options = dict(max_hops=max_hops, fan_cap=fan_cap, hub_cap=hub_cap, max_paths=max_paths)
         self.mediators = mediators
         self.cached_paths = cached_paths
@@ -205,6 +251,8 @@ class PathCatalog:
             self._cache.move_to_end(topic)
             return found
         found = enumerate_paths(self.index, topic, mediators=self.mediators, **self.options)
+        if self.skip_relations:
+            found = [c for c in found if not any(s.relation in self.skip_relations for s in c.path)]
         self.enumerated += 1
         self._cache[topic] = found
         self._held += len(found)

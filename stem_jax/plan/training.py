@@ -117,13 +117,18 @@ def few_shot_applies(dataset: Dataset, train: list, val: list, encoder: Any) -> 
     return with_plans < FEW_SHOT_GOLD_PLANS
 
 
+# fewer held-out questions with a right path than this keep the pretrained planner's temperature (few-shot)
+MIN_TEMPERATURE_QUESTIONS = 20
+
+
 def train_few_shot(dataset: Dataset, train: list, val: list, config: StemConfig, *, encoder: Any,
                    embed: Callable[[list[str]], np.ndarray], log: Callable[[str], None] = print,
                    base: Path | None = None) -> Any:
     """The pretrained path planner (or the one saved in ``base``) adapted to ``dataset``'s questions: trained from
     its parameters on the questions' answers (each candidate path's target is the F1 of its end set; a gold path,
     where given, counts as right), its temperature fitted on ``val`` when there is one. Returns the adapted
-    PathRanker."""
+    PathRanker. The temperature is refitted only when ``val`` has at least :data:`MIN_TEMPERATURE_QUESTIONS`
+    questions with a right candidate path."""
     from stem_jax.kg.index import build_index
     from stem_jax.plan import pretrained
     from stem_jax.plan.path_ranker import PathRanker, train_path_ranker
@@ -135,8 +140,11 @@ def train_few_shot(dataset: Dataset, train: list, val: list, config: StemConfig,
                                extra_pairs=extra_pairs(dataset) if config.planner.path_pairs else (),
                                config=dataclasses.replace(base.config, seed=config.seed), log=log, catalog=catalog,
                                init=base.params)
-    if not val:
+    if ranker.report.get("val", {}).get("with_right_path", 0) < MIN_TEMPERATURE_QUESTIONS:
+        # a temperature fitted on a handful of held-out questions is noise that reweighs the beam's answers: the
+        # pretrained one, fitted on hundreds, is kept
         ranker.temperature = base.temperature
+        ranker._forward = None
     ranker.report.update(pretrained_from=pretrained.describe(base), few_shot=True)
     return ranker
 

@@ -60,13 +60,13 @@ def test_the_catalog_keeps_a_bounded_number_of_paths_and_reenumerates_dropped_to
     assert list(shared) == [recent] and catalog.enumerated == walked
 
 
-def _ranker(seed: int, n_entities: int = 30, n_triples: int = 160) -> tuple[PathRanker, list[str]]:
+def _ranker(seed: int, n_entities: int = 30, n_triples: int = 160, end_names: int = 0) -> tuple[PathRanker, list[str]]:
     rng = np.random.default_rng(seed)
     triples = [(f"e{rng.integers(n_entities)}", RELATIONS[rng.integers(len(RELATIONS))],
                 f"e{rng.integers(n_entities)}") for _ in range(n_triples)]
     index = build_index(triples)
     encoder = get_encoder(EncoderConfig(name="hashing"))
-    config = PathRankerConfig(hidden=16, projection=8)
+    config = PathRankerConfig(hidden=16, projection=8, end_names=end_names)
     d = int(np.asarray(encoder.encode(["x"])).shape[1])
     params = {k: (v + rng.standard_normal(v.shape).astype(np.float32) * 0.3).astype(np.float32)
               for k, v in init_params(d, config).items()}
@@ -80,9 +80,10 @@ words = st.lists(st.sampled_from(["who", "directed", "written", "by", "place", "
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(0, 3), st.lists(st.tuples(st.integers(0, 40), words), min_size=1, max_size=12))
-def test_one_scoring_call_per_batch_gives_the_per_question_probabilities(seed, asked):
-    ranker, entities = _ranker(seed)
+@given(st.integers(0, 3), st.lists(st.tuples(st.integers(0, 40), words), min_size=1, max_size=12),
+       st.sampled_from([0, 2]))
+def test_one_scoring_call_per_batch_gives_the_per_question_probabilities(seed, asked, end_names):
+    ranker, entities = _ranker(seed, end_names=end_names)
     questions = [Question(qid=str(i), text=" ".join([*w, entities[t % len(entities)]]),
                           topic_entities=(entities[t % len(entities)],) if t < 38 else (), answers=())
                  for i, (t, w) in enumerate(asked)]

@@ -174,3 +174,6 @@ def test_train_planner_with_ten_answered_questions_adapts_the_pretrained_planner
     engine = Engine.open("files", data_dir=kg, cache_dir=tmp_path / "cache")
     engine.ask("who is the manager of Ada Lovelace")
     assert engine.planner_info["mode"] == "few-shot"
+    # one held-out question is too few to refit the softmax temperature: the shipped model's is kept
+    shipped = json.loads((pretrained.model_folder() / RANKER_FILE).read_text())["temperature"]
+    assert engine.planner_info["pretrained"]["temperature"] == shipped
