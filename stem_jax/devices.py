@@ -38,6 +38,15 @@ def host_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def positive_count(text: str) -> int | None:
+    """``text`` as a whole number of 1 or more, else None."""
+    try:
+        count = int(text)
+    except ValueError:
+        return None
+    return count if count >= 1 else None
+
+
 def parse_cpu_devices(value: str | int | None, *, where: str = ENV) -> int | None:
     """``value`` as a device count: ``auto`` (or empty/None) -> None (one per core), else a positive integer."""
     if value is None:
@@ -48,11 +57,8 @@ def parse_cpu_devices(value: str | int | None, *, where: str = ENV) -> int | Non
         text = value.strip().lower()
         if text in ("", AUTO):
             return None
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
+    count = positive_count(text)
+    if count is None:
         raise StemError(f"{where}={value!r} is not a CPU device count\n"
                         f"  how to fix: give a positive integer (1 = one device, tracing on one core) or '{AUTO}' "
                         "(one device per core)")

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stem_jax.cli.distributed import score_run
-from stem_jax.devices import host_cores
+from stem_jax.devices import host_cores, positive_count
 from stem_jax.errors import StemError
 
 _FLAG = "--workers"
@@ -34,11 +34,8 @@ def parse_workers(value: str | int) -> int:
     text = str(value).strip().lower()
     if text == "auto":
         return host_cores()
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
+    count = positive_count(text)
+    if count is None:
         raise StemError(f"--workers {value!r}: expected a whole number of processes, 1 or more, or auto\n"
                         "  how to fix: --workers 2 (two processes), --workers auto (one per core) or --workers 1 "
                         "(this process alone)")
