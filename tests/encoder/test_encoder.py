@@ -149,30 +149,32 @@ def test_memo_returns_remembered_vectors_and_is_bounded(minilm):
 def test_large_calls_reuse_full_row_vectors_bit_for_bit(minilm):
     """A planner's batches repeat masked wordings: a large call reads the vectors an earlier large call
     computed in full-length rows, and gets the bits a memo-less forward of the whole call gives."""
-    from stem_jax.encoder.minilm import MiniLMEncoder
-
-    encoder = MiniLMEncoder(minilm_dir(), memo=40, dot_dtype="float32")
+    encoder = minilm  # its compiled forwards; the reference is its own memo-less forward of each whole call
     rng = np.random.default_rng(3)
     wordings = [f"which films did X {verb} in {year}" for verb in ("direct", "write", "star in", "produce")
                 for year in range(1990, 2002)]  # 48 distinct, more than the memo holds
-    memo, minilm.memo_size = minilm.memo_size, 0
+    memo, encoder.memo_size = encoder.memo_size, 40
+    encoder._bulk_memo.clear()
+    small = dict(encoder._memo)
+    hits = encoder.bulk_hits
     try:
         for call in range(4):
             texts = list(rng.choice(wordings, size=encoder.MEMO_CALL + 20 * call + 1))
             got = encoder.encode(texts)
-            want = minilm.encode(texts)
+            want = encoder._encode(texts, "float32")
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), call
-        assert encoder.bulk_hits > 0 and len(encoder._bulk_memo) <= 40
+        assert encoder.bulk_hits > hits and len(encoder._bulk_memo) <= 40
         calls, remembered = encoder.forward_calls, list(encoder._bulk_memo)
         again = encoder.encode(remembered * 3)  # every wording remembered: no forward
         assert encoder.forward_calls == calls
-        assert np.array_equal(again.view(np.uint32), minilm.encode(remembered * 3).view(np.uint32))
+        assert np.array_equal(again.view(np.uint32), encoder._encode(remembered * 3, "float32").view(np.uint32))
         few = ["X"] * (encoder.MEMO_CALL + 1)  # one short wording: a short-row call, nothing remembered applies
-        assert np.array_equal(encoder.encode(few).view(np.uint32), minilm.encode(few).view(np.uint32))
+        assert np.array_equal(encoder.encode(few).view(np.uint32), encoder._encode(few, "float32").view(np.uint32))
         assert "X" not in encoder._bulk_memo
+        assert list(encoder._memo) == small  # small calls' memo untouched
     finally:
-        minilm.memo_size = memo
-    assert not encoder._memo  # small calls' memo untouched
+        encoder.memo_size = memo
+        encoder._bulk_memo.clear()
 
 
 def test_work_counters_price_forwards_not_memo_hits(small_minilm):
