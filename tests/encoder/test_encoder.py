@@ -155,7 +155,7 @@ def test_large_calls_reuse_full_row_vectors_bit_for_bit(minilm):
                 for year in range(1990, 2002)]  # 48 distinct, more than the memo holds
     memo, encoder.memo_size = encoder.memo_size, 40
     encoder._bulk_memo.clear()
-    small = dict(encoder._memo)
+    small = list(encoder._memo)
     hits = encoder.bulk_hits
     try:
         for call in range(4):
