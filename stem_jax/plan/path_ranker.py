@@ -913,7 +913,6 @@ def train_path_ranker(train: Sequence[Question], val: Sequence[Question], index:
                    for q, (cands, _, _) in zip(val, scored, strict=True)]
         usable = [i for i, t in enumerate(targets) if t.any()]
         ranker.temperature = fit_temperature([scored[i][1] for i in usable], [targets[i] for i in usable])
-        ranker._forward = None
         top1 = [float(targets[i][int(np.argmax(scored[i][1]))] > 0) for i in range(len(val)) if len(scored[i][1])]
         ranker.report["val"] = {"questions": len(val), "with_right_path": len(usable),
                                 "top1_reaches_answer": float(np.sum(top1) / max(len(val), 1)),

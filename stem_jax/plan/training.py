@@ -144,7 +144,6 @@ def train_few_shot(dataset: Dataset, train: list, val: list, config: StemConfig,
         # a temperature fitted on a handful of held-out questions is noise that reweighs the beam's answers: the
         # pretrained one, fitted on hundreds, is kept
         ranker.temperature = base.temperature
-        ranker._forward = None
     ranker.report.update(pretrained_from=pretrained.describe(base), few_shot=True)
     return ranker
 
