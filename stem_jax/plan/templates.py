@@ -36,7 +36,7 @@ class Template:
     @functools.cached_property
     def slots(self) -> int:
         """How many question entities the template needs."""
-        found = [int(m.group(1)) for h, _, t in self.triples for n in (h, t) if (m := SLOT.match(n))]
+        found = [n for h, _, t in self._filled[0] for n in (h, t) if isinstance(n, int)]
         return max(found) + 1 if found else 0
 
     @functools.cached_property
