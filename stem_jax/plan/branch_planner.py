@@ -4,8 +4,8 @@ The path planner (:mod:`stem_jax.plan.path_ranker`) plans a relation path from a
 question with several topic entities ("what movie featuring Logan Lerman had Candice White as a crew member") states
 one more condition per extra entity. :class:`BranchPlanner` wraps any planner: for each schema graph in its beam that
 is a chain from a topic, and each other topic entity of the question, it lists the branches that really meet the
-chain's answers in the KG (:func:`~stem_jax.plan.branches.meeting_branches`: 1-2 steps through mediators, either
-direction, ending at one of the chain's answers and narrowing them), scores each with a small learned model
+chain's answers in the KG (:func:`~stem_jax.plan.branches.branch_options`: 1-2 steps through mediators, either
+direction, ending at one of the chain's answers or at a mediator node on the chain, and narrowing its answers), scores each with a small learned model
 (:class:`BranchModel`) and attaches the best one when its probability reaches the model's threshold; when none
 fits, the branch is dropped and the chain stays as it was. The result is a :class:`SchemaGraph` tree over several
 question entities, which the pipeline traces from one of them and prunes to the bindings that reach the others.
@@ -35,7 +35,7 @@ from stem_jax.errors import StemError
 from stem_jax.kg.index import KGIndex, relation_text
 from stem_jax.kg.mediators import mediator_mask
 from stem_jax.plan.base import ScoredSchema
-from stem_jax.plan.branches import meeting_branches, schema_with_branches, set_f1
+from stem_jax.plan.branches import MediatorBranch, branch_options, schema_with_branches, set_f1
 from stem_jax.plan.question_text import mask_topics, topic_names
 from stem_jax.plan.relation_paths import CandidatePath, PathCatalog
 from stem_jax.plan.schema_paths import chain_path
@@ -47,7 +47,7 @@ MODEL_FILE = "branch-model.json"
 # cosine to the question) give the model each branch's alternatives: a branch is the question's condition less
 # often when many others meet the answers as well or better.
 FEATURES = ("mean_cos", "max_cos", "kept_share", "log_kept", "log_candidates", "two_steps", "mention", "log_found",
-            "cos_gap", "bias")
+            "cos_gap", "at_mediator", "bias")
 FEATURES_V1 = ("mean_cos", "max_cos", "kept_share", "log_kept", "log_candidates", "two_steps", "mention", "bias")
 THRESHOLDS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 FOLDS = 5  # threshold chosen by cross-validation over the training questions' folds and the held-out ones
@@ -153,7 +153,7 @@ class BranchFeatures:
             cos = [float(question @ self._relations[s.relation]) for s in branch.path]
             rows[i] = (np.mean(cos), max(cos), len(branch.ends) / max(candidates, 1), np.log1p(len(branch.ends)),
                        np.log1p(candidates), float(len(branch.path) == 2), float(mention), np.log(len(branches)),
-                       0.0, 1.0)
+                       0.0, float(isinstance(branch, MediatorBranch)), 1.0)
         if len(branches):
             rows[:, FEATURES.index("cos_gap")] = rows[:, 0].max() - rows[:, 0]
         return rows
@@ -226,7 +226,7 @@ def _examples(questions: Sequence[Question], golds: Sequence[set[int]], catalog:
         qvec = features.question(question)
         for f1, main in mains:
             for other, is_mention in [*((t, False) for t in topics[1:]), *((m, True) for m in extra)]:
-                found = meeting_branches(catalog, other, main.ends)
+                found = branch_options(catalog, topics[0], main.path, other, main.ends)
                 if found:
                     out.append(BranchExample(features(qvec, len(main.ends), found, is_mention),
                                              [set_f1(b.ends.astype(np.int64), goal) for b in found], f1,
@@ -385,7 +385,7 @@ class BranchPlanner:
             for other, is_mention in [*((t, False) for t in topics), *((m, True) for m in extra)]:
                 if other == main:
                     continue
-                found = meeting_branches(self.catalog, other, ends)
+                found = branch_options(self.catalog, main, path, other, ends)
                 if not found:
                     continue
                 p = self.model.probabilities(self.features(qvec, len(ends), found, is_mention))
@@ -396,7 +396,7 @@ class BranchPlanner:
                     # a mentioned entity's branch ends at a constant named exactly as the KG entity, which the
                     # tracer checks (schema.ground); a topic entity is named as the question names it
                     name = self.index.entities[other] if is_mention else self.display(other)
-                    branches.append((name, found[best].path))
+                    branches.append((name, found[best].path, getattr(found[best], "at", 0)))
                     ends = found[best].ends
                     self.stats[f"branches attached ({kind})"] += 1
                 else:

@@ -2,7 +2,8 @@
 
 A question with several conditions is a schema *graph*: a main relation path from one topic entity, and from each
 other entity the question names a branch, a real relation path of that entity in the KG (1-2 steps, through
-mediator nodes, either direction) that ends at the answer node. The answers are what every chosen path reaches.
+mediator nodes, either direction) that ends at the answer node, or one step that ends at a mediator (CVT) node on
+the main path ("who played Jacob Black in Twilight": the film is tied to the performance node). The answers are what every chosen path reaches.
 Enumeration is KG-constrained: a branch is offered only when it meets the main path's candidate answers.
 
 :func:`evidence_bound` asks, per question, what the data allow: whether some such schema graph (a main path from
@@ -22,9 +23,9 @@ from stem_jax.data.answer_names import gold_entities
 from stem_jax.data.types import PathStep
 from stem_jax.kg.index import build_index
 from stem_jax.kg.mediators import mediator_mask
-from stem_jax.plan.oracle import schema_from_constraints
-from stem_jax.plan.relation_paths import CandidatePath, PathCatalog, path_key
-from stem_jax.plan.schema import SchemaGraph, Strategy
+from stem_jax.plan.oracle import schema_from_constraints, schema_from_path
+from stem_jax.plan.relation_paths import CandidatePath, PathCatalog, _steps_from, path_key
+from stem_jax.plan.schema import SchemaGraph, SchemaTriple, Strategy
 
 MAX_BRANCHES = 32  # branch options kept per other topic (the ones that narrow the main path's answers most usefully)
 
@@ -68,6 +69,72 @@ def meeting_branches(catalog: PathCatalog, topic: int, candidates: np.ndarray,
 
 
 @dataclasses.dataclass(frozen=True)
+class MediatorBranch(CandidatePath):
+    """A one-step branch that meets a mediator (CVT) node on the main path rather than its answer: "who played
+    Jacob Black in Twilight" ties the film to the performance node between the character and the actor. ``ends``
+    are the main path's answers reached through the mediators it keeps."""
+
+    at: int = 1  # the main path's node it meets: after step ``at`` (1-based, before the last step)
+
+
+def _walk(index, nodes: np.ndarray, steps: Sequence[PathStep], hub_cap: int) -> np.ndarray:
+    """The distinct nodes ``steps`` lead to from ``nodes``."""
+    for step in steps:
+        code = 2 * index.relation_ids[step.relation] + int(step.forward)
+        _, codes, targets = _steps_from(index, np.unique(nodes), hub_cap)
+        nodes = targets[codes == code]
+        if not len(nodes):
+            break
+    return np.unique(nodes)
+
+
+def mediator_branches(catalog: PathCatalog, topic: int, path: Sequence[PathStep], other: int,
+                      candidates: np.ndarray) -> list[MediatorBranch]:
+    """The one-step branches of ``other`` that meet the mediator nodes ``path`` (from ``topic``) passes through,
+    each with the answers the path reaches through the mediators it keeps; only those that narrow ``candidates``
+    (the path's answers, sorted ids) to a non-empty part, one per distinct answer set."""
+    index, mediators = catalog.index, catalog.mediators
+    if mediators is None or len(path) < 2:
+        return []
+    hub_cap = catalog.options["hub_cap"]
+    _, codes, targets = _steps_from(index, np.asarray([other], np.int64), max(hub_cap, len(index.triples)))
+    if not len(codes):
+        return []
+    out: list[MediatorBranch] = []
+    seen: set[bytes] = set()
+    nodes = np.asarray([topic], np.int64)
+    for at in range(1, len(path)):
+        # the topic's own triples are all read, as path enumeration reads them (a hub topic is still a topic)
+        nodes = _walk(index, nodes, path[at - 1:at], max(hub_cap, len(index.triples)) if at == 1 else hub_cap)
+        middle = nodes[mediators[nodes]]
+        if not len(middle):
+            continue
+        meets = np.isin(targets, middle)
+        for code in np.unique(codes[meets]).tolist():
+            kept = np.unique(targets[meets & (codes == code)])
+            ends = _walk(index, kept, path[at:], hub_cap)
+            ends = ends[(ends != topic) & ~mediators[ends]]
+            ends = np.intersect1d(ends, candidates)
+            if not len(ends) or len(ends) == len(candidates) or ends.tobytes() in seen:
+                continue
+            seen.add(ends.tobytes())
+            step = PathStep(index.relations[code // 2], bool(code % 2))
+            out.append(MediatorBranch((step,), ends.astype(np.int32), at))
+    return out
+
+
+def branch_options(catalog: PathCatalog, topic: int, path: Sequence[PathStep], other: int, candidates: np.ndarray,
+                   max_steps: int = BRANCH_MAX_STEPS) -> list[CandidatePath]:
+    """Every branch of ``other`` for the main ``path`` from ``topic`` with answers ``candidates``: those meeting
+    the answers (:func:`meeting_branches`), then those meeting a mediator on the path (:func:`mediator_branches`)
+    that keep other answers than any of the first kind do."""
+    found = meeting_branches(catalog, other, candidates, max_steps)
+    kept = {b.ends.tobytes() for b in found}
+    return found + [b for b in mediator_branches(catalog, topic, path, other, candidates)
+                    if b.ends.tobytes() not in kept]
+
+
+@dataclasses.dataclass(frozen=True)
 class EvidenceBound:
     """What the KG allows for one question.
 
@@ -76,7 +143,8 @@ class EvidenceBound:
       best_f1: the best answer-set F1 any one yields (0.0 when none reaches a gold answer).
       main_topic: the KG id of the best graph's main topic (-1 when none).
       main_path: its main relation path (from the main topic to the answer).
-      branches: (topic id, relation path from that topic to the answer) of each branch it uses.
+      branches: (topic id, relation path from that topic, the main path's node it meets: 0 for the answer, else
+        the mediator after that many steps) of each branch it uses.
       topics: how many of the question's topic entities are in the KG.
     """
 
@@ -84,7 +152,7 @@ class EvidenceBound:
     best_f1: float
     main_topic: int = -1
     main_path: tuple[PathStep, ...] = ()
-    branches: tuple[tuple[int, tuple[PathStep, ...]], ...] = ()
+    branches: tuple[tuple[int, tuple[PathStep, ...], int], ...] = ()
     topics: int = 0
 
     def describe(self, entities: Sequence[str]) -> str:
@@ -92,7 +160,7 @@ class EvidenceBound:
         if self.main_topic < 0:
             return ""
         parts = [f"{entities[self.main_topic]}: {path_key(self.main_path)}"]
-        parts += [f"{entities[t]}: {path_key(p)}" for t, p in self.branches]
+        parts += [f"{entities[t]}: {path_key(p)}" + (f" (at step {at})" if at else "") for t, p, at in self.branches]
         return " + ".join(parts)
 
     def schema(self, name_of: Callable[[int], str], strategy: Strategy = "Breadth") -> SchemaGraph | None:
@@ -100,7 +168,7 @@ class EvidenceBound:
         if self.main_topic < 0:
             return None
         return schema_with_branches(name_of(self.main_topic), self.main_path,
-                                    [(name_of(t), p) for t, p in self.branches], strategy)
+                                    [(name_of(t), p, at) for t, p, at in self.branches], strategy)
 
 
 def evidence_bound(topics: Sequence[int], gold: Sequence[int], catalog: PathCatalog, *,
@@ -108,8 +176,8 @@ def evidence_bound(topics: Sequence[int], gold: Sequence[int], catalog: PathCata
     """The :class:`EvidenceBound` of a question with KG topic ids ``topics`` and gold answer ids ``gold``.
 
     Every topic is tried as the main one; every catalog path of it that reaches a gold answer is a main path; each
-    other topic adds one of its :func:`meeting_branches` (the ``max_branches`` that keep the most gold answers,
-    then the fewest others) or none."""
+    other topic adds one of its :func:`branch_options` (the ``max_branches`` that keep the most gold answers, then
+    the fewest others) or none."""
     topics = list(dict.fromkeys(int(t) for t in topics if t >= 0))
     goal = np.unique(np.asarray(list(gold), np.int64))
     best = EvidenceBound(False, 0.0, topics=len(topics))
@@ -123,8 +191,8 @@ def evidence_bound(topics: Sequence[int], gold: Sequence[int], catalog: PathCata
                 continue
             options = []
             for other in others:
-                found = [(len(np.intersect1d(b.ends, goal, assume_unique=True)), b)
-                         for b in meeting_branches(catalog, other, ends, max_steps=catalog.options["max_hops"])]
+                offered = branch_options(catalog, main, candidate.path, other, ends, catalog.options["max_hops"])
+                found = [(len(np.intersect1d(b.ends, goal, assume_unique=True)), b) for b in offered]
                 found = sorted((item for item in found if item[0]), key=lambda item: (-item[0], len(item[1].ends)))
                 options.append([None, *(b for _, b in found[:max_branches])])
             for choice in itertools.product(*options):
@@ -134,7 +202,8 @@ def evidence_bound(topics: Sequence[int], gold: Sequence[int], catalog: PathCata
                         kept = np.intersect1d(kept, branch.ends, assume_unique=True)
                 f1 = set_f1(kept, goal)
                 if f1 > best.best_f1 + 1e-12:
-                    used = tuple((t, b.path) for t, b in zip(others, choice, strict=True) if b is not None)
+                    used = tuple((t, b.path, getattr(b, "at", 0)) for t, b in zip(others, choice, strict=True)
+                                 if b is not None)
                     best = EvidenceBound(bool(np.array_equal(kept, goal)), f1, main, candidate.path, used,
                                          len(topics))
                     if best.exact:
@@ -142,12 +211,32 @@ def evidence_bound(topics: Sequence[int], gold: Sequence[int], catalog: PathCata
     return best
 
 
-def schema_with_branches(topic: str, path: Sequence[PathStep], branches: Sequence[tuple[str, Sequence[PathStep]]],
+def schema_with_branches(topic: str, path: Sequence[PathStep],
+                         branches: Sequence[tuple[str, Sequence[PathStep]] | tuple[str, Sequence[PathStep], int]],
                          strategy: Strategy = "Precision") -> SchemaGraph:
-    """The schema graph of a main path from ``topic`` and a branch from each other entity, all meeting at the
-    answer: the tree the tracer walks from ``topic`` and prunes to the bindings that reach every branch's entity
-    (:func:`~stem_jax.plan.oracle.schema_from_constraints`)."""
-    return schema_from_constraints([(topic, tuple(path)), *((t, tuple(p)) for t, p in branches)], strategy)
+    """The schema graph of a main path from ``topic`` and a branch from each other entity: the tree the tracer
+    walks from ``topic`` and prunes to the bindings that reach every branch's entity. A branch ``(entity, path)``
+    meets the answer (as :func:`~stem_jax.plan.oracle.schema_from_constraints` writes it); ``(entity, path, at)``
+    meets the main path's node after step ``at`` (a mediator, :class:`MediatorBranch`)."""
+    if all(len(b) == 2 or b[2] in (0, len(path)) for b in branches):
+        return schema_from_constraints([(topic, tuple(path)), *((b[0], tuple(b[1])) for b in branches)], strategy)
+    main = schema_from_path(topic, path, strategy)
+    triples = list(main.triples)
+    counter = len(path)
+    for entity, steps, *rest in branches:
+        at = rest[0] if rest and rest[0] else len(path)
+        meet = main.answer if at == len(path) else f"[ENT{at}]"
+        previous = entity
+        for i, step in enumerate(steps):
+            if i == len(steps) - 1:
+                current = meet
+            else:
+                counter += 1
+                current = f"[ENT{counter}]"
+            head, tail = (previous, current) if step.forward else (current, previous)
+            triples.append(SchemaTriple(head, step.relation, tail))
+            previous = current
+    return SchemaGraph(triples=tuple(triples), answer=main.answer, strategy=strategy)
 
 
 def evidence_bounds(dataset, *, max_hops: int = 2, index=None) -> dict[str, EvidenceBound]:

@@ -60,7 +60,7 @@ def test_a_one_topic_question_is_planned_as_before():
 
 
 def test_a_stored_model_round_trips_and_a_folder_without_one_keeps_the_base(tmp_path):
-    model = BranchModel((0.5, -1.0, 2.0, 0.1, 0.0, 0.3, 0.0, 0.4, -0.6, -0.2), 0.6, 0.7, {"note": 1})
+    model = BranchModel((0.5, -1.0, 2.0, 0.1, 0.0, 0.3, 0.0, 0.4, -0.6, 0.2, -0.2), 0.6, 0.7, {"note": 1})
     model.save(tmp_path / "branches")
     assert BranchModel.load(tmp_path / "branches") == model
     base = Chain()

@@ -8,7 +8,13 @@ import pytest
 
 from stem_jax.data.types import PathStep
 from stem_jax.kg.index import build_index
-from stem_jax.plan.branches import evidence_bound, meeting_branches, schema_with_branches, set_f1
+from stem_jax.plan.branches import (
+    evidence_bound,
+    mediator_branches,
+    meeting_branches,
+    schema_with_branches,
+    set_f1,
+)
 from stem_jax.plan.relation_paths import PathCatalog
 
 TRIPLES = [("Fury", "film.film.starring", "Logan Lerman"), ("Perks", "film.film.starring", "Logan Lerman"),
@@ -31,7 +37,7 @@ def test_only_the_second_topics_branch_gives_the_exact_answer(catalog):
     assert not alone.exact and alone.best_f1 == pytest.approx(0.5)
     both = evidence_bound([ids["Logan Lerman"], ids["Candice White"]], [ids["Fury"]], paths)
     assert both.exact and both.best_f1 == 1.0
-    assert [topic for topic, _ in both.branches] in ([ids["Candice White"]], [])
+    assert [topic for topic, _, _ in both.branches] in ([ids["Candice White"]], [])
     assert both.main_topic in (ids["Logan Lerman"], ids["Candice White"])
 
 
@@ -119,3 +125,92 @@ def test_branches_stay_within_two_steps_when_main_paths_are_longer():
     assert all(len(b.path) <= 2 for b in found)
     longer = meeting_branches(long_paths, ids["Aronofsky"], films, max_steps=3)
     assert any(len(b.path) == 3 for b in longer)  # what the cap leaves out: the genre detour
+
+
+PERFORMANCES = [("m.p1", "film.performance.actor", "Taylor Lautner"), ("m.p1", "film.performance.film", "Twilight"),
+                ("m.p1", "film.performance.character", "Jacob Black"),
+                ("m.p2", "film.performance.actor", "Taylor Lautner"), ("m.p2", "film.performance.film", "Abduction"),
+                ("m.p2", "film.performance.character", "Nathan Harper"),
+                ("m.p3", "film.performance.actor", "Taylor Lautner"), ("m.p3", "film.performance.film", "Eclipse"),
+                ("m.p3", "film.performance.character", "Jacob Black"),
+                ("m.p4", "film.performance.actor", "Anne Other"), ("m.p4", "film.performance.film", "Abduction"),
+                ("m.p4", "film.performance.character", "Jacob Black"),
+                ("Twilight", "film.film.genre", "Drama"), ("Abduction", "film.film.genre", "Drama")]
+ACTOR_TO_CHARACTER = (PathStep("film.performance.actor", False), PathStep("film.performance.character", True))
+
+
+def performances():
+    index = build_index(PERFORMANCES)
+    return index, PathCatalog(index, mediators=np.asarray([e.startswith("m.") for e in index.entities]))
+
+
+def test_a_branch_meets_the_mediator_on_the_main_path_and_keeps_what_it_leads_to():
+    index, catalog = performances()
+    ids = index.entity_ids
+    characters = np.asarray(sorted(ids[c] for c in ("Jacob Black", "Nathan Harper")))
+    # through any performance, Abduction has both characters (another actor played Jacob Black in it): only the
+    # performance node between this actor and the character ties the film to one of them
+    assert meeting_branches(catalog, ids["Abduction"], characters) == []
+    [branch] = mediator_branches(catalog, ids["Taylor Lautner"], ACTOR_TO_CHARACTER, ids["Abduction"], characters)
+    assert branch.at == 1 and branch.path == (PathStep("film.performance.film", False),)
+    assert branch.ends.tolist() == [ids["Nathan Harper"]]
+    # the evidence bound finds it too: the actor's characters narrowed by the film, exactly the gold one
+    bound = evidence_bound([ids["Taylor Lautner"], ids["Abduction"]], [ids["Nathan Harper"]], catalog)
+    assert bound.exact and bound.branches == ((ids["Abduction"], branch.path, 1),)
+
+
+def test_a_mediator_branch_that_keeps_every_answer_is_not_offered():
+    index, catalog = performances()
+    ids = index.entity_ids
+    jacob = np.asarray([ids["Jacob Black"]])
+    # Twilight keeps Jacob Black, the only candidate: it narrows nothing
+    assert mediator_branches(catalog, ids["Taylor Lautner"], ACTOR_TO_CHARACTER, ids["Twilight"], jacob) == []
+
+
+def _mediator_branches_reference(triples, topic, path, other, candidates, mediators):
+    """Plain sets: walk the path node set by node set; a step of ``other`` onto a mediator node at some position
+    keeps those nodes, and the rest of the path from them gives the answers."""
+    def step(nodes, relation, forward):
+        return {t if forward else h for h, r, t in triples if r == relation and (h if forward else t) in nodes}
+
+    out = set()
+    nodes = {topic}
+    for at in range(1, len(path)):
+        nodes = step(nodes, path[at - 1].relation, path[at - 1].forward)
+        middle = {n for n in nodes if n in mediators}
+        for relation, forward in {(r, h == other) for h, r, t in triples if other in (h, t)}:
+            kept = middle & step({other}, relation, forward)
+            if not kept:
+                continue
+            ends = kept
+            for s in path[at:]:
+                ends = step(ends, s.relation, s.forward)
+            ends = {e for e in ends if e != topic and e not in mediators} & set(candidates)
+            if ends and len(ends) < len(candidates):
+                out.add(frozenset(ends))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mediator_branches_match_a_plain_reference(seed):
+    rng = np.random.default_rng(seed)
+    names = [f"e{i}" for i in range(8)] + [f"m.{i}" for i in range(5)]
+    relations = ["r0", "r1", "r2"]
+    triples = sorted({(names[rng.integers(len(names))], relations[rng.integers(3)], names[rng.integers(len(names))])
+                      for _ in range(40)})
+    index = build_index(triples)
+    mediators = np.asarray([e.startswith("m.") for e in index.entities])
+    catalog = PathCatalog(index, mediators=mediators)
+    id_triples = [(index.entity_ids[h], r, index.entity_ids[t]) for h, r, t in triples]
+    mediator_ids = {i for i, m in enumerate(mediators) if m}
+    for topic in (index.entity_ids[n] for n in names if n in index.entity_ids and not n.startswith("m.")):
+        for candidate in catalog.paths(topic):
+            if len(candidate.path) != 2:
+                continue
+            for other in range(index.num_entities):
+                if other == topic or mediators[other]:
+                    continue
+                got = mediator_branches(catalog, topic, candidate.path, other, candidate.ends)
+                expected = _mediator_branches_reference(id_triples, topic, candidate.path, other,
+                                                        candidate.ends.tolist(), mediator_ids)
+                assert {frozenset(b.ends.tolist()) for b in got} == expected
