@@ -143,6 +143,9 @@ class EngineConfig:
     # "auto": re-rank and cut answers with the KG's learned answer scorer when train-planner stored one
     # (stem_jax/answer/scorer.py; kept only where it beat the tracer's ranking on held-out questions); "off": never
     answer_scorer: str = "auto"
+    # "auto": a value condition the question states ("after 1990", "the largest") is applied to the answers where
+    # the KG holds the values as literal entities (stem_jax/answer/values.py); "off": never
+    value_conditions: str = "auto"
     # where the runs of a batch are ranked into answers when no answer scorer is used: "host" (numpy,
     # stem_jax/answer/rank.py), "device" (one jitted call, kernels/answers.py; identical answers), "auto": device
     # on an accelerator, host on CPU (where the host measured faster: docs/performance.md)
@@ -340,6 +343,7 @@ _CHOICES = {
     "engine.preset": ("default", "paper"),
     "engine.rank": ("beam", "max"),
     "engine.answer_scorer": ("auto", "off"),
+    "engine.value_conditions": ("auto", "off"),
     "engine.answers_on": ("host", "device", "auto"),
     "engine.strategy": ("planner", "breadth"),
     "engine.direction": ("undirected", "directed"),

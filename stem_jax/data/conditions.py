@@ -29,7 +29,7 @@ NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
 KINDS = ("date", "comparison", "superlative", "number")
 
 
-def _outside_names(text: str, names: Iterable[str]) -> str:
+def outside_names(text: str, names: Iterable[str]) -> str:
     """``text`` with every (case-insensitive) occurrence of ``names`` blanked out."""
     for name in sorted({n for n in names if n}, key=len, reverse=True):
         text = re.sub(re.escape(name), " ", text, flags=re.I)
@@ -39,7 +39,7 @@ def _outside_names(text: str, names: Iterable[str]) -> str:
 def value_conditions(question: str, topic_names: Sequence[str] = ()) -> tuple[str, ...]:
     """The kinds of value condition (:data:`KINDS`, in that order) the question's wording states outside its topic
     entities' names; empty when it states none."""
-    text = _outside_names(question, topic_names)
+    text = outside_names(question, topic_names)
     found = []
     if DATE.search(text):
         found.append("date")

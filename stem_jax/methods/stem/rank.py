@@ -15,6 +15,7 @@ import numpy as np
 
 from kernels.answers import pack_runs, rank_answers, ranked_lists
 from stem_jax.answer.rank import ChunkAnswers, answer_depths
+from stem_jax.answer.values import ValueIndex, read_condition
 from stem_jax.data.types import Question
 from stem_jax.kg.index import KGIndex
 from stem_jax.methods.base import Retrieval
@@ -114,6 +115,7 @@ def rank(index: KGIndex, rules: RankRules, questions: Sequence[Question], runs: 
                         pruned=[pruned[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True)])
         # confidence stays the plans' agreement: the beam support of the answer the scorer puts first
         support = [tracer[qi].get(r[0][0], 0.0) if r else 0.0 for qi, r in enumerate(ranked)]
+    notes = apply_value_conditions(rules.values, questions, ranked, display) if rules.values is not None else {}
     evidence = chunk.evidence()
     theta = round(float(hyper.theta), 6)  # effective θ (calibrated, --tracer.theta or a grid point's)
     results = []
@@ -130,10 +132,30 @@ def rank(index: KGIndex, rules: RankRules, questions: Sequence[Question], runs: 
         }
         if support[qi] is not None:
             info["support"] = round(float(support[qi]), 6)
+        if qi in notes:
+            info["value_condition"] = notes[qi]
         results.append(Retrieval(question.qid, answers=ranked[qi], evidence=evidence[qi],
                                  stage_ms=dict(stage), info=info, overflow=overflow[qi]))
     note_unmatched(index, runs, outputs, results, exclude, display)
     return results
+
+
+def apply_value_conditions(values: ValueIndex, questions: Sequence[Question], ranked: list[list[tuple[int, float]]],
+                           display: Callable[[str], str]) -> dict[int, dict]:
+    """Apply the value condition each question states (:func:`~stem_jax.answer.values.read_condition`) to its
+    ranked answers in place, where the KG holds the values; returns, per question it concerned, the note for its
+    record."""
+    notes = {}
+    for qi, question in enumerate(questions):
+        if not ranked[qi]:
+            continue
+        condition = read_condition(question.text, [display(t) for t in question.topic_entities])
+        if condition is None:
+            continue
+        ranked[qi], note = values.apply(condition, question.text, ranked[qi])
+        if note is not None:
+            notes[qi] = note
+    return notes
 
 
 def note_unmatched(index: KGIndex, runs: Sequence[Sequence[Run]], outputs: Sequence[Sequence[Output]],

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from stem_jax.answer.values import ValueIndex
 from stem_jax.config import StemConfig
 from stem_jax.data.types import Dataset
 from stem_jax.encoder.base import TextEncoder
@@ -96,6 +97,7 @@ class StemResources:
         self.mediators = self.context.mediators  # walked through, never returned
         self._mediator_mask: jax.Array | None = None  # the mediators on device, made on first use
         self.answer_scorer: Any = None  # the KG's learned answer scorer; StemMethod sets it from its context
+        self._values: Any = ...  # the KG's literal values (ValueIndex, or None without any), read on first use
         self.kg = KGArrays.from_index(index, embeddings.trace_rows())  # float16, or compact (encoder.row_format)
         # float32 on device once: anchoring reads the whole table for every batch
         self.entity_emb = jnp.asarray(np.asarray(embeddings.entities.array, dtype=np.float32))
@@ -253,6 +255,17 @@ class StemResources:
         where = self.engine.answers_on
         return where == "device" or (where == "auto" and jax.default_backend() != "cpu")
 
+    def value_index(self) -> ValueIndex | None:
+        """The KG's literal values when ``engine.value_conditions`` applies them (built once); None when it does
+        not, or when no entity of the KG is a literal value."""
+        if self.engine.value_conditions != "auto":
+            return None
+        if self._values is ...:
+            index = self.context.index
+            self._values = ValueIndex.build([self.names.get(e, e) for e in index.entities], index.relations,
+                                            index.triples)
+        return self._values
+
     def rank_rules(self) -> RankRules:
         """The :class:`~stem_jax.methods.stem.types.RankRules` of this holder's effective engine."""
         engine = self.engine
@@ -262,5 +275,5 @@ class StemResources:
         return RankRules(rule=engine.rank, answer_cut=engine.answer_cut, beam_gap=engine.beam_gap,
                          exclude_topic=engine.exclude_topic, on_device=on_device, min_beams=self.config.planner.beam,
                          mediators=self.mediators, mediator_mask=self.mediator_mask() if device else None,
-                         scorer=self.answer_scorer, device_answers=self.DEVICE_ANSWERS,
+                         scorer=self.answer_scorer, values=self.value_index(), device_answers=self.DEVICE_ANSWERS,
                          device_padding=dict(self.DEVICE_PADDING))

@@ -22,7 +22,8 @@ from stem_jax.methods.stem.calibration import applies, load_calibration
 
 PAPER_ENGINE = {"relation_bonus": False, "exact_anchor": False, "exclude_topic": False, "rank": "max",
                 "answer_cut": 0.0, "strategy": "planner", "calibrated": False,
-                "guidance_admits": True, "direction": "undirected", "used_triples": "run", "answer_scorer": "off"}
+                "guidance_admits": True, "direction": "undirected", "used_triples": "run", "answer_scorer": "off",
+                "value_conditions": "off"}
 CONVENTIONS = ("direction", "used_triples", "exclude_topic")  # per-KG, chosen on dev by `stem-jax calibrate`
 PRESETS = ("default", "paper")
 STRATEGY_MODES = ("planner", "breadth")

@@ -108,6 +108,7 @@ class RankRules:
     mediators: np.ndarray | None  # bool [entities], walked through and never returned
     mediator_mask: Any = None  # the same mask on device (used when ``on_device``)
     scorer: Any = None  # a learned answer scorer, or None
+    values: Any = None  # the KG's literal values (stem_jax.answer.values.ValueIndex) when conditions are applied
     device_answers: int = 64  # answers per question the device ranking returns in its first call
     device_padding: dict[str, int] = dataclasses.field(default_factory=dict)  # pack_runs' minimum shapes
 
