@@ -32,6 +32,7 @@ _YEAR = r"(1\d{3}|20\d{2})"
 _ISO = re.compile(r"^(\d{4})-(\d{2})(?:-(\d{2}))?")
 _PLAIN = re.compile(r"^-?\d[\d,]*(?:\.\d+)?$")
 _MONTH_NAMES = MONTHS.split("|")
+_MONTH_PREFIXES = frozenset(m[:3] for m in _MONTH_NAMES)
 
 # (pattern over the question's wording outside topic names, what it compares as, operator); the first match wins
 _COMPARISONS = (
@@ -133,15 +134,20 @@ class ValueIndex:
     @classmethod
     def build(cls, entities: Sequence[str], relations: Sequence[str], triples: np.ndarray) -> ValueIndex | None:
         """The index of a KG (``triples``: [n, 3] head, relation, tail ids); None when no entity is a literal."""
-        literal = {i: v for i, name in enumerate(entities) if (v := read_value(name)) is not None}
+        literal = {i: v for i, name in enumerate(entities) if name[:1].isdigit() or name[:1] in "-" or
+                   name[:3].lower() in _MONTH_PREFIXES if (v := read_value(name)) is not None}
         if not literal:
             return None
+        is_literal = np.zeros(len(entities), bool)
+        is_literal[list(literal)] = True
+        triples = np.asarray(triples)
+        heads, tails = is_literal[triples[:, 0]], is_literal[triples[:, 2]]
         values: dict[int, list[tuple[int, str, float]]] = defaultdict(list)
-        for head, relation, tail in np.asarray(triples).tolist():
-            if tail in literal and head not in literal:
-                values[head].append((relation, *literal[tail]))
-            elif head in literal and tail not in literal:
-                values[tail].append((relation, *literal[head]))
+        # only the triples with exactly one literal end are read (a KG's few thousand, not its millions)
+        for head, relation, tail in triples[tails & ~heads].tolist():
+            values[head].append((relation, *literal[tail]))
+        for head, relation, tail in triples[heads & ~tails].tolist():
+            values[tail].append((relation, *literal[head]))
         return cls(dict(values), relations) if values else None
 
     def relation_for(self, condition: ValueCondition, question: str, candidates: Sequence[int]) -> int | None:
