@@ -213,6 +213,8 @@ def main() -> int:
                         help="HOPS=DIR,...: also a pattern row whose path ranker enumerates paths of up to HOPS "
                              "steps, with its own cache folder DIR (trained there first when it has no planner), "
                              "and the evidence bound at HOPS")
+    parser.add_argument("--bound-hops", default="", help="H,...: the evidence bound also at paths and branches of "
+                        "up to H steps (without a planner row; --hop-caches adds both)")
     args = parser.parse_args()
     data = Path(os.environ.get("STEM_DATA_DIR", ROOT.parent / "shared" / "data")) / "cwq-e"
     kind_of = kinds(data)
@@ -224,7 +226,8 @@ def main() -> int:
         row.pop("env", None)
         rows[name] = json.loads(json.dumps(row).replace(str(cache), f"$CACHE_{hops}_STEPS"))
     limit = bound(data, kind_of)
-    wider = {hops: bound(data, kind_of, hops) for hops in hop_caches}
+    bound_hops = sorted({*hop_caches, *(int(h) for h in args.bound_hops.split(",") if h)})
+    wider = {hops: bound(data, kind_of, hops) for hops in bound_hops}
     counts = {k: sum(v == k for v in kind_of.values()) for k in KINDS}
 
     def cells(by_kind: dict) -> list[str]:
