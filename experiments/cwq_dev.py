@@ -258,7 +258,8 @@ def main() -> int:
           f"average {', '.join(f'{x:.2f}' for x in meta['load_average'])} at {meta['date']}.\n\n"
           + table(header, body)
           + "\n\nEvidence bound: per question, the best schema graph over the KG (a main path of 1-2 steps from one "
-            "topic plus at most one branch from each other topic, meeting at the answer): Hit = some graph reaches a "
+            "topic plus at most one branch from each other topic, meeting at the answer or at a mediator on the main "
+            "path): Hit = some graph reaches a "
             "gold answer, Hit@1 column = some graph yields exactly the gold set, F1 = the best F1 any one yields.\n"
           + "\nBy whether the question states a value condition (a date, comparison, superlative or number outside "
             "its topic names, `stem_jax.data.conditions.value_conditions`). The KG holds no literal values (share of "
