@@ -402,6 +402,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
         plans = answer.record.get("plans")
         if plans:
             print("plans: " + " || ".join(plans[: args.top]))
+        condition = answer.record.get("value_condition")
+        if condition:
+            print(f"value condition: {condition['words']!r} through {condition['relation']}: "
+                  + (f"{condition['dropped']} answer(s) that fail it dropped" if condition["applied"]
+                     else "no answer meets it, so the answers are left as they are"))
         if not answer.answers:
             print(f"no answer: {answer.reason}" if answer.reason else "no answer found")
         elif answer.reason:  # answers that do not follow the plan (a relation that matched no edge)

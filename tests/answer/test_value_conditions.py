@@ -109,12 +109,15 @@ def test_the_engine_applies_the_condition_and_off_returns_every_film(tmp_path):
          "topic_entities": ["Ann Actor"], "answers": ["New Film", "Newer Film"]}) + "\n")
     plans = tmp_path / "plans.jsonl"
     plans.write_text(json.dumps({"id": "q1", "paths": [["^starring"]]}) + "\n")
-    found = {}
+    found, notes = {}, {}
     for setting in ("auto", "off"):
         config = StemConfig(encoder=EncoderConfig(name="hashing"), engine=EngineConfig(value_conditions=setting))
         engine = Engine.open("files", config=config, planner=PlannerSpec(plans_file=plans), data_dir=tmp_path,
                              split="train", cache_dir=tmp_path / "cache")
         [answer] = engine.retrieve(engine.dataset.questions)
         found[setting] = {a for a, _ in answer.answers}
+        notes[setting] = answer.record.get("value_condition")
     assert found["auto"] == {"New Film", "Newer Film", "Undated Film"}
+    assert notes == {"auto": {"words": "after 1990", "relation": "release_year", "applied": True, "dropped": 1},
+                     "off": None}
     assert found["off"] == {"Old Film", "New Film", "Newer Film", "Undated Film"}
