@@ -23,9 +23,9 @@ from stem_jax.data.answer_names import gold_entities
 from stem_jax.data.types import PathStep
 from stem_jax.kg.index import build_index
 from stem_jax.kg.mediators import mediator_mask
-from stem_jax.plan.oracle import schema_from_constraints, schema_from_path
+from stem_jax.plan.oracle import schema_from_constraints
 from stem_jax.plan.relation_paths import CandidatePath, PathCatalog, _steps_from, path_key
-from stem_jax.plan.schema import SchemaGraph, SchemaTriple, Strategy
+from stem_jax.plan.schema import SchemaGraph, Strategy
 
 MAX_BRANCHES = 32  # branch options kept per other topic (the ones that narrow the main path's answers most usefully)
 
@@ -215,28 +215,12 @@ def schema_with_branches(topic: str, path: Sequence[PathStep],
                          branches: Sequence[tuple[str, Sequence[PathStep]] | tuple[str, Sequence[PathStep], int]],
                          strategy: Strategy = "Precision") -> SchemaGraph:
     """The schema graph of a main path from ``topic`` and a branch from each other entity: the tree the tracer
-    walks from ``topic`` and prunes to the bindings that reach every branch's entity. A branch ``(entity, path)``
-    meets the answer (as :func:`~stem_jax.plan.oracle.schema_from_constraints` writes it); ``(entity, path, at)``
-    meets the main path's node after step ``at`` (a mediator, :class:`MediatorBranch`)."""
-    if all(len(b) == 2 or b[2] in (0, len(path)) for b in branches):
-        return schema_from_constraints([(topic, tuple(path)), *((b[0], tuple(b[1])) for b in branches)], strategy)
-    main = schema_from_path(topic, path, strategy)
-    triples = list(main.triples)
-    counter = len(path)
-    for entity, steps, *rest in branches:
-        at = rest[0] if rest and rest[0] else len(path)
-        meet = main.answer if at == len(path) else f"[ENT{at}]"
-        previous = entity
-        for i, step in enumerate(steps):
-            if i == len(steps) - 1:
-                current = meet
-            else:
-                counter += 1
-                current = f"[ENT{counter}]"
-            head, tail = (previous, current) if step.forward else (current, previous)
-            triples.append(SchemaTriple(head, step.relation, tail))
-            previous = current
-    return SchemaGraph(triples=tuple(triples), answer=main.answer, strategy=strategy)
+    walks from ``topic`` and prunes to the bindings that reach every branch's entity
+    (:func:`~stem_jax.plan.oracle.schema_from_constraints`). A branch ``(entity, path)`` meets the answer;
+    ``(entity, path, at)`` meets the main path's node after step ``at`` (a mediator, :class:`MediatorBranch`; 0:
+    the answer)."""
+    return schema_from_constraints([(topic, tuple(path)), *((b[0], tuple(b[1]), *b[2:]) for b in branches)],
+                                   strategy)
 
 
 def evidence_bounds(dataset, *, max_hops: int = 2, index=None) -> dict[str, EvidenceBound]:

@@ -187,32 +187,35 @@ def schema_from_path(topic: str, path: Sequence[PathStep], strategy: Strategy = 
     return SchemaGraph(triples=tuple(triples), answer=previous, strategy=strategy)
 
 
-def schema_from_constraints(constraints: Sequence[tuple[str, Sequence[PathStep]]],
+def schema_from_constraints(constraints: Sequence[tuple[str, Sequence[PathStep]] | tuple[str, Sequence[PathStep], int]],
                             strategy: Strategy = "Precision") -> SchemaGraph:
     """One tree for a question with several topic entities: a chain from each topic, all ending at one answer.
 
     The first constraint is written as :func:`schema_from_path` writes a path; every other one is a
     chain from its topic whose intermediate nodes are new placeholders and whose last step meets the
     first chain's answer node. ``[("Club_X", [plays_in_club_inverse]), ("Forward", [plays_position_inverse])]``
-    becomes ``(Club_X, plays_in_club_inverse, [ENT1]), (Forward, plays_position_inverse, [ENT1])``.
+    becomes ``(Club_X, plays_in_club_inverse, [ENT1]), (Forward, plays_position_inverse, [ENT1])``. A later
+    constraint written ``(topic, path, at)`` meets the first chain's node after step ``at`` instead (0: the
+    answer): a tie to a mediator on the way.
 
     Raises:
       StemError: no constraint, or one with an empty path.
     """
     if not constraints:
         raise StemError("cannot build a schema graph without constraints")
-    first_topic, first_path = constraints[0]
+    first_topic, first_path = constraints[0][:2]
     schema = schema_from_path(first_topic, first_path, strategy)
     triples = list(schema.triples)
     answer = schema.answer
     counter = len(first_path)
-    for topic, path in constraints[1:]:
+    for topic, path, *at in constraints[1:]:
         if not path:
             raise StemError(f"cannot build a schema graph for {topic!r} from an empty relation path")
+        meet = f"[ENT{at[0]}]" if at and 0 < at[0] < len(first_path) else answer
         previous = topic
         for i, step in enumerate(path):
             if i == len(path) - 1:
-                current = answer
+                current = meet
             else:
                 counter += 1
                 current = f"[ENT{counter}]"

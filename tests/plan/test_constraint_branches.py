@@ -214,3 +214,30 @@ def test_mediator_branches_match_a_plain_reference(seed):
                 expected = _mediator_branches_reference(id_triples, topic, candidate.path, other,
                                                         candidate.ends.tolist(), mediator_ids)
                 assert {frozenset(b.ends.tolist()) for b in got} == expected
+
+
+def test_a_mediator_branch_is_written_at_the_mediator_and_the_tracer_keeps_what_it_ties(tmp_path):
+    import json
+
+    from stem_jax.config import EncoderConfig, StemConfig
+    from stem_jax.engine import Engine
+    from stem_jax.plan.factory import PlannerSpec
+
+    schema = schema_with_branches("Taylor Lautner", ACTOR_TO_CHARACTER,
+                                  [("Abduction", (PathStep("film.performance.film", False),), 1)])
+    assert schema.answer == "[ENT2]"
+    assert ("[ENT1]", "film.performance.film", "Abduction") in {(t.head, t.relation, t.tail) for t in schema.triples}
+    (tmp_path / "triples.tsv").write_text("".join("\t".join(t) + "\n" for t in PERFORMANCES))
+    (tmp_path / "train.jsonl").write_text(json.dumps(
+        {"id": "q1", "question": "who did Taylor Lautner play in Abduction",
+         "topic_entities": ["Taylor Lautner", "Abduction"], "answers": ["Nathan Harper"]}) + "\n")
+    plans = tmp_path / "plans.jsonl"
+    plans.write_text(json.dumps({"id": "q1", "schemas": [{"triples": [[t.head, t.relation, t.tail]
+                                                                      for t in schema.triples],
+                                                          "answer": schema.answer}]}) + "\n")
+    config = StemConfig(encoder=EncoderConfig(name="hashing"))
+    engine = Engine.open("files", config=config, planner=PlannerSpec(plans_file=plans), data_dir=tmp_path,
+                         split="train", cache_dir=tmp_path / "cache")
+    [found] = engine.retrieve(engine.dataset.questions)
+    # Abduction's other performance (another actor as Jacob Black) ties no answer: only this actor's is kept
+    assert [a for a, _ in found.answers] == ["Nathan Harper"]
