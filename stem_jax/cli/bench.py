@@ -6,9 +6,12 @@ import argparse
 import os
 import time
 from pathlib import Path
+from typing import Any
 
-from stem_jax.cli.args import config_from_args
+from stem_jax.cli.args import command_parser, config_from_args
 from stem_jax.cli.engine_args import open_engine
+from stem_jax.cli.gnn import add_guidance_flags
+from stem_jax.cli.planning import add_planner_flags
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import as_dict
 
@@ -25,17 +28,14 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def add_bench_stages_parser(bench_sub, add_dataset_flags, add_cache_flags, add_config_flags, add_planner_flags,
-                            add_guidance_flags) -> None:
-    p = bench_sub.add_parser(
-        "stages", help="per-stage latency (p50/p95/p99), throughput, compiles and memory by batch size",
+def add_bench_stages_parser(bench_sub: Any) -> None:
+    p = command_parser(
+        bench_sub, "stages", dataset="metaqa",
+        help="per-stage latency (p50/p95/p99), throughput, compiles and memory by batch size",
         description="Open the engine once, then time question encoding, planning, schema encoding, GNN guidance, "
         "anchoring, tracing and answers for batches of 1, 8, 64, 256 and 1024 questions: first call (compiles) and "
         "warm calls on other questions, planned afresh. Writes JSON + Markdown + a PNG.")
-    add_dataset_flags(p, default="metaqa")
     p.set_defaults(hops=(2,))
-    add_cache_flags(p)
-    add_config_flags(p)
     add_planner_flags(p, default="pattern")
     add_guidance_flags(p)
     p.add_argument("--batch-sizes", type=parse_sizes, default=(1, 8, 64, 256, 1024),
