@@ -51,8 +51,19 @@ def instrument_child(*, waiting=None, paused=None, go=None, pause_at_manifest: b
         os.replace = stopping_replace
 
 
+# What the children's test modules import, imported once by the fork server instead of by every child (JAX,
+# Flax and TensorStore cost a child seconds). The server does not see the tests' sys.path (Python 3.11 drops
+# it), so these are the library modules, not the test modules; one that does not import is skipped there.
+CHILD_MODULES = ("numpy", "pytest", "jax", "flax.linen", "stem_jax.data.demo_kg", "stem_jax.encoder",
+                 "stem_jax.gnn.cache", "stem_jax.kg.index", "stem_jax.plan.oracle", "stem_jax.plan.store")
+
+
 def spawn_context():
-    return multiprocessing.get_context("spawn")  # no fork of a process that may hold JAX's threads
+    """Children forked from a fork server: a fresh process that imports :data:`CHILD_MODULES` and never runs
+    JAX, so no child is a fork of a process that may hold JAX's threads, and none imports JAX again."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(CHILD_MODULES))  # read when the server starts: the first child of the process
+    return ctx
 
 
 def wait_until_waiting_or_done(proc, waiting) -> None:

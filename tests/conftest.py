@@ -97,7 +97,7 @@ def demo_hashing64(tmp_path_factory):
     return dataset, index, encoder, embeddings
 
 
-_MAPS_BEFORE_CLEARING = 20_000
+_MAPS_BEFORE_CLEARING = 40_000
 
 
 def _mapped_regions() -> int:
@@ -115,7 +115,9 @@ def _release_compiled_programs():
     Every CPU executable XLA compiles keeps memory mappings; the suite compiles thousands of tracer,
     GNN and encoder shapes in one process, and past the kernel's vm.max_map_count (65,530 here) the next
     compile's mmap fails inside LLVM and the process segfaults (seen in test_tracer_equivalence, after
-    ~85% of the suite). Clearing only above a threshold keeps modules that share compiled shapes fast."""
+    ~85% of the suite). Clearing only above a threshold keeps modules that share compiled shapes fast: every
+    clear makes the modules after it trace again what they share with the ones before. The threshold leaves the
+    kernel's limit more than three times what the largest module adds between two checks."""
     yield
     if _mapped_regions() > _MAPS_BEFORE_CLEARING:
         import gc

@@ -6,9 +6,12 @@ import argparse
 import os
 import time
 from pathlib import Path
+from typing import Any
 
-from stem_jax.cli.args import config_from_args
+from stem_jax.cli.args import ValuedFlag, add_valued_flags, command_parser, config_from_args
 from stem_jax.cli.engine_args import open_engine
+from stem_jax.cli.gnn import add_guidance_flags
+from stem_jax.cli.planning import add_planner_flags
 from stem_jax.cli.report import markdown_table, run_metadata, write_report
 from stem_jax.config import as_dict
 
@@ -25,34 +28,38 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def add_bench_stages_parser(bench_sub, add_dataset_flags, add_cache_flags, add_config_flags, add_planner_flags,
-                            add_guidance_flags) -> None:
-    p = bench_sub.add_parser(
-        "stages", help="per-stage latency (p50/p95/p99), throughput, compiles and memory by batch size",
+# bench stages' valued flags: (flag, type, default, help)
+STAGES_FLAGS: tuple[ValuedFlag, ...] = (
+    ("--batch-sizes", parse_sizes, (1, 8, 64, 256, 1024), "batch sizes (default 1,8,64,256,1024)"),
+    ("--repeats", int, None, "warm calls per batch size (default: enough for ~2048 questions, 3 to 50 calls)"),
+    ("--warmup", int, 2, "untimed calls after the first, per batch size (default 2)"),
+)
+# and the parts of the run each --no-* flag leaves out: (flag, dest, help)
+STAGES_SWITCHES = (
+    ("--no-precompile", "precompile",
+     "skip Engine.warm_up after the first call (warm calls may then compile capacity-ladder shapes)"),
+    ("--no-overlapped", "overlapped", "skip the overlapped row (as many calls again, each batch planned and encoded "
+     "on a background thread while the one before is traced and answered)"),
+    ("--no-encoder-memo", "encoder_memo", "turn off the encoder's in-memory memo of repeated strings: every question "
+     "is encoded; schema-step texts are still read from the KG's tables where they are fixed per KG (those naming an "
+     "entity, 'Kismet directed by [ENT1]', and those between two placeholders, '[ENT1] directed by [ENT2]'; "
+     "--encoder.step_table_max=0: encoded too)"),
+)
+
+
+def add_bench_stages_parser(bench_sub: Any) -> None:
+    p = command_parser(
+        bench_sub, "stages", dataset="metaqa",
+        help="per-stage latency (p50/p95/p99), throughput, compiles and memory by batch size",
         description="Open the engine once, then time question encoding, planning, schema encoding, GNN guidance, "
         "anchoring, tracing and answers for batches of 1, 8, 64, 256 and 1024 questions: first call (compiles) and "
         "warm calls on other questions, planned afresh. Writes JSON + Markdown + a PNG.")
-    add_dataset_flags(p, default="metaqa")
     p.set_defaults(hops=(2,))
-    add_cache_flags(p)
-    add_config_flags(p)
     add_planner_flags(p, default="pattern")
     add_guidance_flags(p)
-    p.add_argument("--batch-sizes", type=parse_sizes, default=(1, 8, 64, 256, 1024),
-                   help="batch sizes (default 1,8,64,256,1024)")
-    p.add_argument("--repeats", type=int, default=None,
-                   help="warm calls per batch size (default: enough for ~2048 questions, 3 to 50 calls)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed calls after the first, per batch size (default 2)")
-    p.add_argument("--no-precompile", dest="precompile", action="store_false",
-                   help="skip Engine.warm_up after the first call (warm calls may then compile capacity-ladder shapes)")
-    p.add_argument("--no-overlapped", dest="overlapped", action="store_false",
-                   help="skip the overlapped row (as many calls again, each batch planned and encoded on a background "
-                   "thread while the one before is traced and answered)")
-    p.add_argument("--no-encoder-memo", dest="encoder_memo", action="store_false",
-                   help="turn off the encoder's in-memory memo of repeated strings: every question is encoded; schema-step "
-                   "texts are still read from the KG's tables where they are fixed per KG (those naming an entity, "
-                   "'Kismet directed by [ENT1]', and those between two placeholders, '[ENT1] directed by [ENT2]'; "
-                   "--encoder.step_table_max=0: encoded too)")
+    add_valued_flags(p, STAGES_FLAGS)
+    for flag, dest, text in STAGES_SWITCHES:
+        p.add_argument(flag, dest=dest, action="store_false", help=text)
     p.add_argument("--out", type=Path, default=None,
                    help="where to write bench-stages-*.json/.md/.png (default runs/bench)")
     p.add_argument("--record", action="store_true",

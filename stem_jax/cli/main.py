@@ -19,9 +19,7 @@ from stem_jax.cli.args import (
     STEM_SECTIONS,
     StemParser,
     StemSubParser,
-    add_cache_flags,
     add_config_flags,
-    add_dataset_flags,
     add_help_all,
     annotate_defaults,
     command_parser,
@@ -161,14 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
                           help="drop the predictions of a different run in --out instead of refusing to mix them")
     evaluate.set_defaults(func=commands.cmd_eval)
 
-    ask = sub.add_parser("ask", help="answer a question with a loaded engine (answers, evidence chains, timing)",
+    ask = command_parser(sub, "ask", help="answer a question with a loaded engine (answers, evidence chains, timing)",
                          description="Load the dataset's KG, caches and planner once and answer the given question(s). "
                          "Name the topic entity in [brackets], or the entity linker finds it (exact, case-insensitive, "
                          "then fuzzy n-gram match).")
     ask.add_argument("question", nargs="+", metavar="QUESTION", help="e.g. 'what films did [Tom Hanks] star in'")
-    add_dataset_flags(ask)
-    add_cache_flags(ask)
-    add_config_flags(ask)
     planning.add_planner_flags(ask, default="pattern")
     gnn.add_guidance_flags(ask)
     add_method_flags(ask)
@@ -188,13 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks (tables + JSON under experiments/results/)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
-    bench_trace = bench_sub.add_parser("trace", help="jit tracer vs reference tracer on the same runs",
-                                       description="Trace the same oracle-planned questions with the JAX tracer and the "
-                                       "reference tracer; report the speed ratio, compiles, memory and agreement.")
-    add_dataset_flags(bench_trace, default="metaqa")
+    bench_trace = command_parser(bench_sub, "trace", dataset="metaqa", help="jit tracer vs reference tracer on the same runs",
+                                 description="Trace the same oracle-planned questions with the JAX tracer and the "
+                                 "reference tracer; report the speed ratio, compiles, memory and agreement.")
     bench_trace.set_defaults(hops=(2,))
-    add_cache_flags(bench_trace)
-    add_config_flags(bench_trace)
     bench_trace.add_argument("--num-questions", dest="num_questions", type=int, default=256, help="questions to trace (default 256)")
     bench_trace.add_argument("--repeats", type=int, default=3, help="timed JAX repeats after the compile call")
     bench_trace.add_argument("--out", type=Path, default=None, help="where to write results (default runs/bench)")
@@ -202,8 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
                              help="write into experiments/results/ (the committed results) instead of --out")
     bench_trace.set_defaults(func=commands.cmd_bench_trace)
 
-    add_bench_stages_parser(bench_sub, add_dataset_flags, add_cache_flags, add_config_flags, planning.add_planner_flags,
-                            gnn.add_guidance_flags)
+    add_bench_stages_parser(bench_sub)
     add_bench_serve_parser(bench_sub)
 
     config = sub.add_parser("config", help="print every config option with its value")

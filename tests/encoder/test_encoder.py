@@ -276,8 +276,10 @@ def test_row_pieces_give_bit_identical_vectors(minilm):
              for i in range(150)]
     memo, minilm.memo_size = minilm.memo_size, 0
     try:
-        for size in (3, 7, 63, 150):  # short rows (3 texts), a few full rows, a server batch, more than 32 rows
-            chunks = [texts[i : i + size] for i in range(0, len(texts), size)]
+        # short rows (3 texts), a few full rows, a server batch, more than 32 rows; the small chunks repeat one
+        # shape each, so 42 texts give them every piece that 150 would
+        for size, count in ((3, 42), (7, 42), (63, 150), (150, 150)):
+            chunks = [texts[i : i + size] for i in range(0, count, size)]
             new = np.concatenate([minilm.encode(c) for c in chunks])
             minilm._pieces = padded
             try:

@@ -27,6 +27,7 @@ from stem_jax.serve.warm import WARM_UP_MODES, ServerWarmUp
 
 FAST = {"encoder.name": "hashing", "engine.batch_precision": "32", "engine.batch_breadth": "8"}
 ASK = {"qid": "demo/test/2-hop/1", "top": 5}
+MAX_BATCH = 2  # the staged split needs a batch above one question; each larger one adds shapes to compile
 
 
 def _engine(cache) -> Engine:
@@ -52,10 +53,10 @@ def _same_answer(a: dict, b: dict) -> None:
 def full_answer(tmp_path_factory) -> dict:
     """The answer of a fully warmed server (everything compiled before serving)."""
     engine = _engine(tmp_path_factory.mktemp("full"))
-    warm = ServerWarmUp(engine, 4, mode="full", log=lambda _: None)
+    warm = ServerWarmUp(engine, MAX_BATCH, mode="full", log=lambda _: None)
     warm.before_serving()
     assert warm.status()["state"] == "ready"
-    with TestClient(create_app(engine, max_batch=4, max_wait_ms=1, warm_up=warm)) as client:
+    with TestClient(create_app(engine, max_batch=MAX_BATCH, max_wait_ms=1, warm_up=warm)) as client:
         assert client.get("/healthz").json()["ready"] is True
         return client.post("/v1/ask", json=ASK).json()
 
@@ -72,10 +73,10 @@ def test_staged_warm_up_answers_before_the_background_part_ends_as_a_fully_warme
 
     engine.warm_up_rest = held_rest
     lines: list[str] = []
-    warm = ServerWarmUp(engine, 4, mode="staged", log=lines.append)
+    warm = ServerWarmUp(engine, MAX_BATCH, mode="staged", log=lines.append)
     warm.before_serving()
     assert warm.status()["state"] == "warming"
-    with TestClient(create_app(engine, max_batch=4, max_wait_ms=1, warm_up=warm)) as client:
+    with TestClient(create_app(engine, max_batch=MAX_BATCH, max_wait_ms=1, warm_up=warm)) as client:
         assert entered.wait(60)
         health = client.get("/healthz").json()
         assert health["ready"] is False and health["warm_up"]["state"] == "warming"
@@ -91,11 +92,11 @@ def test_staged_warm_up_answers_before_the_background_part_ends_as_a_fully_warme
         _same_answer(client.post("/v1/ask", json=ASK).json(), full_answer)
         # ready means a request of the largest batch compiles no tracer shape
         before = _compile_counts()
-        batch = [{"qid": q.qid} for q in engine.dataset.questions[:4]]
+        batch = [{"qid": q.qid} for q in engine.dataset.questions[:MAX_BATCH]]
         assert client.post("/v1/retrieve", json={"questions": batch}).status_code == 200
         assert _compile_counts() == before
     text = "\n".join(lines)
-    assert "background warm-up for batches of up to 4 questions" in text and "background warm-up done in" in text
+    assert f"background warm-up for batches of up to {MAX_BATCH} questions" in text and "background warm-up done in" in text
 
 
 def test_the_staged_shapes_are_the_full_warm_ups_split_in_two(tmp_path):
