@@ -91,16 +91,17 @@ class PathRankerConfig:
     end_names_weight: float = 1.0  # the named text's weight beside the relation's own text (weight 1)
 
 
-def _logits(params: dict[str, Any], table, q, rel_idx, steps, extra):
+def _logits(params: dict[str, Any], table, q, rel_idx, steps, extra, projected_table=None):
     """Path logits for [..., C] candidates: q [..., d], rel_idx [..., C, L], steps [..., C, L, S], extra [..., C, E].
 
     Question and relations are projected to ``k`` dimensions first (the relation table once, not per
-    candidate), so a step's features are ``[r', q' * r', cos(q, r), its S flags]``."""
+    candidate), so a step's features are ``[r', q' * r', cos(q, r), its S flags]``. ``projected_table``: the
+    relation table already projected (``table @ params["wr"]``), when the parameters are fixed."""
     import jax
 
     rel = table[rel_idx]  # [..., C, L, d]
     cos = (q[..., None, None, :] * rel).sum(-1, keepdims=True)
-    projected = (table @ params["wr"])[rel_idx]  # [..., C, L, k]
+    projected = (table @ params["wr"] if projected_table is None else projected_table)[rel_idx]  # [..., C, L, k]
     qp = q @ params["wq"]  # [..., k]
     per_step = jax.numpy.concatenate([projected, qp[..., None, None, :] * projected, cos, steps], axis=-1)
     flat = per_step.reshape(*per_step.shape[:-2], -1)
@@ -402,7 +403,9 @@ class PathRanker(TrainedModel):
                 # rows are candidates of any question (``segment``: its row of ``qvec``); _logits reads each as a
                 # question with one candidate, and the softmax runs over each question's rows
                 q = qvec[segment]
-                logits = _logits(params, table, q, rel[:, None], steps[:, None], extra[:, None])[:, 0] / temperature
+                table, projected = table
+                logits = _logits(params, table, q, rel[:, None], steps[:, None], extra[:, None],
+                                 projected)[:, 0] / temperature
                 logits = jnp.where(mask, logits, -1e9)
                 top = jax.ops.segment_max(logits, segment, num_segments=qvec.shape[0])
                 e = jnp.where(mask, jnp.exp(logits - top[segment]), 0.0)
@@ -410,7 +413,10 @@ class PathRanker(TrainedModel):
                 breadth = jax.nn.sigmoid(qvec @ params["wb"] + params["bb"][0])
                 return e / jnp.maximum(total[segment], 1e-30), breadth
 
-            self._forward = (forward, jax.device_put(self.params), jax.device_put(self.relation_table()))
+            # the relation table projected once per table (the parameters are fixed here), not in every call
+            table = jax.device_put(self.relation_table())
+            params = jax.device_put(self.params)
+            self._forward = (forward, params, (table, jax.jit(jnp.matmul)(table, params["wr"])))
         return self._forward
 
     def batch_arrays(self, questions: Sequence[Question]) -> tuple[list[list[CandidatePath]], tuple[np.ndarray, ...]]:

@@ -115,3 +115,25 @@ def test_a_batch_larger_than_one_call_is_scored_in_chunks(monkeypatch):
     for (_, a, ba), (_, b, bb) in zip(whole, chunked, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
         assert ba == pytest.approx(bb, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_logits_from_a_relation_table_projected_once_equal_the_per_call_projection(seed):
+    import jax
+
+    from stem_jax.plan.path_ranker import N_EXTRA, N_STEP, _logits
+
+    rng = np.random.default_rng(seed)
+    config = PathRankerConfig()
+    d, relations, candidates = 16, 9, 12
+    params = {k: np.asarray(v) for k, v in init_params(d, config).items()}
+    params = {k: v + rng.normal(0, 0.1, v.shape).astype(np.float32) for k, v in params.items()}
+    table = rng.normal(0, 1, (relations, d)).astype(np.float32)
+    q = rng.normal(0, 1, (candidates, d)).astype(np.float32)
+    rel = rng.integers(0, relations, (candidates, 1, config.max_hops)).astype(np.int32)
+    steps = rng.integers(0, 2, (candidates, 1, config.max_hops, N_STEP)).astype(np.float32)
+    extra = rng.normal(0, 1, (candidates, 1, N_EXTRA)).astype(np.float32)
+    each_call = jax.jit(_logits)(params, table, q, rel, steps, extra)
+    projected = jax.jit(lambda t, w: t @ w)(table, params["wr"])
+    once = jax.jit(_logits)(params, table, q, rel, steps, extra, projected)
+    np.testing.assert_allclose(np.asarray(once), np.asarray(each_call), rtol=1e-6, atol=1e-6)
