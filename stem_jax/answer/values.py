@@ -134,7 +134,7 @@ class ValueIndex:
     @classmethod
     def build(cls, entities: Sequence[str], relations: Sequence[str], triples: np.ndarray) -> ValueIndex | None:
         """The index of a KG (``triples``: [n, 3] head, relation, tail ids); None when no entity is a literal."""
-        literal = {i: v for i, name in enumerate(entities) if name[:1].isdigit() or name[:1] in "-" or
+        literal = {i: v for i, name in enumerate(entities) if name[:1].isdigit() or name.startswith("-") or
                    name[:3].lower() in _MONTH_PREFIXES if (v := read_value(name)) is not None}
         if not literal:
             return None

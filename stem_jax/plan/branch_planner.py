@@ -270,13 +270,14 @@ def _gains(weights: np.ndarray, examples: Sequence[BranchExample]) -> dict[float
     return out
 
 
-def _out_of_fold_gains(examples: Sequence[BranchExample], held: Sequence[BranchExample], folds: int = FOLDS
-                       ) -> dict[bool, dict[float, float]]:
+def _out_of_fold_gains(examples: Sequence[BranchExample], held: Sequence[BranchExample], weights: np.ndarray,
+                       folds: int = FOLDS) -> dict[bool, dict[float, float]]:
     """Per kind of anchor (mention or not) and threshold, the mean F1 change on examples no fitted model saw: each
-    training fold scored by a model fitted on the other folds, the held-out questions by one fitted on all."""
+    training fold scored by a model fitted on the other folds, the held-out questions by ``weights`` (the model
+    fitted on all of ``examples``)."""
     totals = {kind: dict.fromkeys(THRESHOLDS, 0.0) for kind in (False, True)}
     counts = dict.fromkeys((False, True), 0)
-    scored = [(_fit_examples(examples), list(held))]
+    scored = [(weights, list(held))]
     for fold in range(folds):
         fitting = [e for e in examples if e.question % folds != fold]
         scoring = [e for e in examples if e.question % folds == fold]
@@ -311,7 +312,7 @@ def train_branch_model(train: Sequence[Question], held: Sequence[Question], inde
             f"another topic entity's branch, {MIN_QUESTIONS} and 1 needed)")
         return None
     weights = _fit_examples(examples)
-    gains = _out_of_fold_gains(examples, held_examples)
+    gains = _out_of_fold_gains(examples, held_examples, weights)
     threshold = max(THRESHOLDS, key=lambda t: (gains[False][t], t))
     mention_threshold = max(THRESHOLDS, key=lambda t: (gains[True][t], t))
     labels = np.concatenate([np.asarray(e.f1s) > e.base + 1e-9 for e in examples])

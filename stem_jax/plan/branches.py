@@ -23,6 +23,7 @@ from stem_jax.data.answer_names import gold_entities
 from stem_jax.data.types import PathStep
 from stem_jax.kg.index import build_index
 from stem_jax.kg.mediators import mediator_mask
+from stem_jax.kg.paths import step_edges
 from stem_jax.plan.oracle import schema_from_constraints
 from stem_jax.plan.relation_paths import CandidatePath, PathCatalog, _steps_from, path_key
 from stem_jax.plan.schema import SchemaGraph, Strategy
@@ -77,15 +78,16 @@ class MediatorBranch(CandidatePath):
     at: int = 1  # the main path's node it meets: after step ``at`` (1-based, before the last step)
 
 
-def _walk(index, nodes: np.ndarray, steps: Sequence[PathStep], hub_cap: int) -> np.ndarray:
-    """The distinct nodes ``steps`` lead to from ``nodes``."""
+def _walk(index, nodes: np.ndarray, steps: Sequence[PathStep]) -> np.ndarray:
+    """The distinct nodes ``steps`` lead to from ``nodes``, each step walked in its own direction
+    (:func:`~stem_jax.kg.paths.step_edges`, which reads only that relation's triples)."""
+    nodes = np.unique(nodes)
     for step in steps:
-        code = 2 * index.relation_ids[step.relation] + int(step.forward)
-        _, codes, targets = _steps_from(index, np.unique(nodes), hub_cap)
-        nodes = targets[codes == code]
         if not len(nodes):
             break
-    return np.unique(nodes)
+        _, _, targets = step_edges(index, nodes, index.relation_ids[step.relation], step.forward, directed=True)
+        nodes = np.unique(targets)
+    return nodes
 
 
 def mediator_branches(catalog: PathCatalog, topic: int, path: Sequence[PathStep], other: int,
@@ -96,23 +98,22 @@ def mediator_branches(catalog: PathCatalog, topic: int, path: Sequence[PathStep]
     index, mediators = catalog.index, catalog.mediators
     if mediators is None or len(path) < 2:
         return []
-    hub_cap = catalog.options["hub_cap"]
-    _, codes, targets = _steps_from(index, np.asarray([other], np.int64), max(hub_cap, len(index.triples)))
+    # every triple of the other entity is read, as path enumeration reads a topic's (a hub is still a topic)
+    _, codes, targets = _steps_from(index, np.asarray([other], np.int64), len(index.triples))
     if not len(codes):
         return []
     out: list[MediatorBranch] = []
     seen: set[bytes] = set()
     nodes = np.asarray([topic], np.int64)
     for at in range(1, len(path)):
-        # the topic's own triples are all read, as path enumeration reads them (a hub topic is still a topic)
-        nodes = _walk(index, nodes, path[at - 1:at], max(hub_cap, len(index.triples)) if at == 1 else hub_cap)
+        nodes = _walk(index, nodes, path[at - 1:at])
         middle = nodes[mediators[nodes]]
         if not len(middle):
             continue
         meets = np.isin(targets, middle)
         for code in np.unique(codes[meets]).tolist():
             kept = np.unique(targets[meets & (codes == code)])
-            ends = _walk(index, kept, path[at:], hub_cap)
+            ends = _walk(index, kept, path[at:])
             ends = ends[(ends != topic) & ~mediators[ends]]
             ends = np.intersect1d(ends, candidates)
             if not len(ends) or len(ends) == len(candidates) or ends.tobytes() in seen:

@@ -107,7 +107,8 @@ def test_no_example_is_scored_by_weights_fitted_on_it(monkeypatch):
 
     monkeypatch.setattr(branch_planner, "_fit_examples", fake_fit)
     monkeypatch.setattr(branch_planner, "_gains", fake_gains)
-    _out_of_fold_gains(examples, held)
+    on_all = fake_fit(examples)  # the model train_branch_model fits on every training example
+    _out_of_fold_gains(examples, held, on_all)
     assert len(fitted) == 1 + branch_planner.FOLDS
     for model, ids in scored:
         assert not ids & fitted[model - 1]
