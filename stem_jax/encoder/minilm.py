@@ -97,6 +97,36 @@ def model_fingerprint(model_dir: Path) -> str:
     return digest.hexdigest()[:12]
 
 
+class SharedForward:
+    """One jitted forward per (model config, dot dtype), shared by every encoder of the process: the
+    weights are an argument, so a second encoder (another engine, another test) reuses the first one's
+    traced and compiled shapes instead of tracing them again. ``traces`` counts how many times the
+    forward was traced (a compile per new shape)."""
+
+    def __init__(self, cfg: BertConfig, dot_dtype: str):
+        model = MiniLM(cfg, dot_dtype)
+        self.traces = 0
+
+        def forward(params: Any, tokens: jax.Array, segments: jax.Array, positions: jax.Array) -> jax.Array:
+            self.traces += 1  # Python side effects run only while tracing, i.e. once per compiled shape
+            return model.apply(params, tokens, segments, positions)
+
+        self.jitted = jax.jit(forward)
+
+
+_SHARED_FORWARDS: dict[tuple[BertConfig, str], SharedForward] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_forward(cfg: BertConfig, dot_dtype: str) -> SharedForward:
+    """The process's jitted MiniLM forward for ``cfg`` and ``dot_dtype``, made on first use."""
+    key = (cfg, dot_dtype)
+    with _SHARED_LOCK:
+        if key not in _SHARED_FORWARDS:
+            _SHARED_FORWARDS[key] = SharedForward(cfg, dot_dtype)
+        return _SHARED_FORWARDS[key]
+
+
 class MiniLMEncoder:
     """all-MiniLM-L6-v2 as a :class:`~stem_jax.encoder.base.TextEncoder` (float32, 384-d).
 
@@ -152,7 +182,6 @@ class MiniLMEncoder:
         self.question_encoder = question_encoder
         self._student: Any = None  # the distilled question encoder (question_encoder="student"), made on first use
         self.model_dir = model_dir  # config.json, tokenizer.json and model.safetensors
-        self._forwards: dict[str, Any] = {}  # dot dtype -> its jitted forward, made on first use
         self.dot_dtype = dot_dtype
         self.cfg = BertConfig.from_json(model_dir / "config.json")
         if max_length > self.cfg.max_position_embeddings:
@@ -215,16 +244,15 @@ class MiniLMEncoder:
             self._bulk_memo.clear()
         self._dot_dtype = value
 
-    def _forward_for(self, dot_dtype: str) -> Any:
-        forward = self._forwards.get(dot_dtype)
-        if forward is None:
-            model = MiniLM(self.cfg, dot_dtype)
+    def _forward_for(self, dot_dtype: str) -> Callable[..., jax.Array]:
+        shared = shared_forward(self.cfg, dot_dtype)
 
-            def forward(params: Any, tokens: jax.Array, segments: jax.Array, positions: jax.Array) -> jax.Array:
-                self.compile_count += 1  # Python side effects run only while tracing, i.e. per compile.
-                return model.apply(params, tokens, segments, positions)
+        def forward(params: Any, tokens: Any, segments: Any, positions: Any) -> jax.Array:
+            before = shared.traces
+            result = shared.jitted(params, tokens, segments, positions)
+            self.compile_count += shared.traces - before
+            return result
 
-            forward = self._forwards[dot_dtype] = jax.jit(forward)
         return forward
 
     @property
