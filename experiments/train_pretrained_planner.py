@@ -54,11 +54,33 @@ def load_parts(data_dir: Path, *, per_hop: int, cwq_limit: int, log=print) -> li
     return parts
 
 
+def save_branch_model(branch_parts: list, exclude: str | None, out: Path) -> None:
+    """The constraint-branch model of the families other than ``exclude``, stored in ``out/branches`` (a stale one
+    removed when none is kept)."""
+    import shutil
+
+    from stem_jax.plan.branch_planner import BRANCHES_FOLDER
+    from stem_jax.plan.pretrained import train_multi_kg_branch_model
+
+    shutil.rmtree(out / BRANCHES_FOLDER, ignore_errors=True)
+    model = train_multi_kg_branch_model(branch_parts, exclude_family=exclude)
+    if model is not None:
+        model.save(out / BRANCHES_FOLDER)
+        print(f"saved {out / BRANCHES_FOLDER} (excluded: {exclude}; threshold {model.threshold}, mentions "
+              f"{model.mention_threshold}; trained on {json.dumps(model.report['trained_on'])})", flush=True)
+
+
 def main() -> int:
     from stem_jax.config import EncoderConfig, StemConfig
     from stem_jax.encoder import get_encoder
     from stem_jax.plan.path_ranker import PathRankerConfig
-    from stem_jax.plan.pretrained import MAX_HOPS, model_folder, prepare_parts, train_multi_kg_ranker
+    from stem_jax.plan.pretrained import (
+        MAX_HOPS,
+        model_folder,
+        prepare_branch_parts,
+        prepare_parts,
+        train_multi_kg_ranker,
+    )
     from stem_jax.plan.training import masked_question_embedder
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -82,12 +104,26 @@ def main() -> int:
                         help="weight of the named text beside the relation's own text")
     parser.add_argument("--skip-mirrors", action=argparse.BooleanOptionalAction, default=True,
                         help="leave out paths through a relation stored as another's exact reverse")
+    parser.add_argument("--branches", action=argparse.BooleanOptionalAction, default=True,
+                        help="also train the constraint-branch model stored beside each ranker (branches/)")
+    parser.add_argument("--branches-only", action="store_true",
+                        help="keep the rankers already in the output folders; train and store only the branch models")
     args = parser.parse_args()
 
     began = time.perf_counter()
     parts = load_parts(args.data_dir, per_hop=args.per_hop, cwq_limit=args.cwq_limit)
     config = StemConfig()
     encoder = get_encoder(EncoderConfig())
+    jobs = [] if args.no_full else [(args.exclude, args.out or model_folder())]
+    if args.leave_one_out:
+        jobs += [(family, args.leave_one_out / family) for family in FAMILIES
+                 if not args.only or family in args.only.split(",")]
+    branch_parts = prepare_branch_parts(parts, encoder.encode) if args.branches or args.branches_only else []
+    if args.branches_only:
+        for exclude, out in jobs:
+            save_branch_model(branch_parts, exclude, Path(out))
+        print(f"done in {time.perf_counter() - began:.0f}s")
+        return 0
     ranker_config = dataclasses.replace(PathRankerConfig(), max_hops=MAX_HOPS, epochs=args.epochs,
                                          max_candidates=args.max_candidates, extra_negatives=31,
                                          shortest_targets=args.shortest_targets, skip_mirrors=args.skip_mirrors,
@@ -101,14 +137,12 @@ def main() -> int:
                                                     ("max_candidates", args.max_candidates)))
     command += ("" if args.shortest_targets else " --no-shortest-targets") + (
         "" if args.skip_mirrors else " --no-skip-mirrors") + f" --end-names {args.end_names} --end-names-weight {args.end_names_weight}"
-    jobs = [] if args.no_full else [(args.exclude, args.out or model_folder())]
-    if args.leave_one_out:
-        jobs += [(family, args.leave_one_out / family) for family in FAMILIES
-                 if not args.only or family in args.only.split(",")]
     for exclude, out in jobs:
         ranker = train_multi_kg_ranker(prepared, ranker_config, exclude_family=exclude)
         ranker.report["command"] = command + (f" --exclude {exclude}" if exclude else "")
         ranker.save(Path(out))
+        if args.branches:
+            save_branch_model(branch_parts, exclude, Path(out))
         size = sum(f.stat().st_size for f in Path(out).iterdir())
         print(f"saved {out} (excluded: {exclude}; {size / 1e6:.2f} MB; temperature {ranker.temperature}; "
               f"{ranker.report['seconds']:.0f}s)", flush=True)

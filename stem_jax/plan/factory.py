@@ -221,7 +221,17 @@ def pretrained_planner(config: StemConfig, dataset: Dataset, index: KGIndex, enc
             "catalog_hops": ranker.catalog.options["max_hops"]}
     if opaque:
         info["relations_without_names"] = len(opaque)
-    return ranker, info
+    chosen: Any = ranker
+    if config.planner.branches != "off":
+        from stem_jax.plan.branch_planner import BranchPlanner, load_branch_planner
+
+        # the constraint-branch model stored beside the ranker (the shipped one is trained on the same families)
+        chosen = load_branch_planner(ranker, Path(folder or pretrained.model_folder()), index, ranker.catalog,
+                                     encoder.encode, dataset.entity_names)
+        if isinstance(chosen, BranchPlanner):
+            info["branches"] = {"threshold": chosen.model.threshold,
+                                "trained_on": chosen.model.report.get("trained_on", {})}
+    return chosen, info
 
 
 def pattern_mode(planner: Any, config: StemConfig) -> str:

@@ -148,17 +148,24 @@ def train_few_shot(dataset: Dataset, train: list, val: list, config: StemConfig,
     return ranker
 
 
-def save_few_shot(ranker: Any, out: Path) -> None:
+def save_few_shot(ranker: Any, out: Path, base: Path | None = None) -> None:
     """Save an adapted path planner as ``out``'s only planner (a template classifier of an earlier training is
-    removed: its planner.json would otherwise be loaded instead)."""
+    removed: its planner.json would otherwise be loaded instead), with the constraint-branch model of the planner
+    it was adapted from (``base``, default the shipped one) when that has one: a few questions with answers adapt
+    the path ranker, not the branch model."""
     import shutil
 
+    from stem_jax.plan import pretrained
+    from stem_jax.plan.branch_planner import BRANCHES_FOLDER
     from stem_jax.plan.pattern import PLANNER_FILE
 
     (Path(out) / PLANNER_FILE).unlink(missing_ok=True)
-    for name in ("paths", "branches"):
+    for name in ("paths", BRANCHES_FOLDER):
         shutil.rmtree(Path(out) / name, ignore_errors=True)
     ranker.save(Path(out))
+    branches = Path(base or pretrained.model_folder()) / BRANCHES_FOLDER
+    if branches.is_dir():
+        shutil.copytree(branches, Path(out) / BRANCHES_FOLDER)
 
 
 def train_branches(dataset: Dataset, train: list, val: list, planner: Any, config: StemConfig, out: Path, *,

@@ -177,3 +177,6 @@ def test_train_planner_with_ten_answered_questions_adapts_the_pretrained_planner
     # one held-out question is too few to refit the softmax temperature: the shipped model's is kept
     shipped = json.loads((pretrained.model_folder() / RANKER_FILE).read_text())["temperature"]
     assert engine.planner_info["pretrained"]["temperature"] == shipped
+    # a few questions adapt the path ranker; the shipped constraint-branch model comes along unchanged
+    assert engine.planner_info["branches"]["threshold"] == json.loads(
+        (pretrained.model_folder() / "branches" / "branch-model.json").read_text())["threshold"]

@@ -42,9 +42,10 @@ def test_wheel_installed_offline_in_a_fresh_venv_answers_on_a_triples_only_kg(tm
                                     "Alan Turing\tworks_in\tResearch\nResearch\tlocated_in\tManchester\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
     env["STEM_CACHE_DIR"] = str(tmp_path / "cache")
-    where = subprocess.run([str(python), "-c", "import stem_jax.plan.pretrained as p; print(p.model_folder())"],
+    where = subprocess.run([str(python), "-c", "import stem_jax.plan.pretrained as p; f = p.model_folder(); "
+                            "print(f, (f / 'branches' / 'branch-model.json').is_file())"],
                            check=True, capture_output=True, text=True, cwd=tmp_path, env=env).stdout
-    assert str(venv) in where
+    assert str(venv) in where and where.split()[-1] == "True"  # the branch model ships beside the ranker
     common = ["--dataset", "files", "--data-dir", str(kg), "--no-progress"]
     stem = str(venv / "bin" / "stem-jax")
     subprocess.run([stem, "index", *common], check=True, capture_output=True, cwd=tmp_path, env=env)
