@@ -251,11 +251,17 @@ def _fit(rows: np.ndarray, labels: np.ndarray, steps: int = 500, lr: float = 0.5
     return raw
 
 
-def _fit_examples(examples: Sequence[BranchExample]) -> np.ndarray:
-    """Weights over :data:`FEATURES`: a branch is positive when it raises its main path's answer F1."""
+def _fit_examples(examples: Sequence[BranchExample], best_only: bool = False) -> np.ndarray:
+    """Weights over :data:`FEATURES`: a branch is positive when it raises its main path's answer F1 (``best_only``:
+    and no other branch of its example gives a higher F1, so the model learns which branch to attach, not only
+    which ones help)."""
     rows = np.concatenate([e.rows for e in examples])
-    labels = np.concatenate([np.asarray(e.f1s) > e.base + 1e-9 for e in examples]).astype(np.float64)
-    return _fit(rows, labels)
+    labels = []
+    for e in examples:
+        f1s = np.asarray(e.f1s)
+        raises = f1s > e.base + 1e-9
+        labels.append(raises & (f1s >= f1s.max() - 1e-9) if best_only else raises)
+    return _fit(rows, np.concatenate(labels).astype(np.float64))
 
 
 def _gains(weights: np.ndarray, examples: Sequence[BranchExample]) -> dict[float, float]:
@@ -271,7 +277,7 @@ def _gains(weights: np.ndarray, examples: Sequence[BranchExample]) -> dict[float
 
 
 def _out_of_fold_gains(examples: Sequence[BranchExample], held: Sequence[BranchExample], weights: np.ndarray,
-                       folds: int = FOLDS) -> dict[bool, dict[float, float]]:
+                       folds: int = FOLDS, best_only: bool = False) -> dict[bool, dict[float, float]]:
     """Per kind of anchor (mention or not) and threshold, the mean F1 change on examples no fitted model saw: each
     training fold scored by a model fitted on the other folds, the held-out questions by ``weights`` (the model
     fitted on all of ``examples``)."""
@@ -282,7 +288,7 @@ def _out_of_fold_gains(examples: Sequence[BranchExample], held: Sequence[BranchE
         fitting = [e for e in examples if e.question % folds != fold]
         scoring = [e for e in examples if e.question % folds == fold]
         if scoring and any(not e.mention for e in fitting):
-            scored.append((_fit_examples(fitting), scoring))
+            scored.append((_fit_examples(fitting, best_only), scoring))
     for weights, scoring in scored:
         for kind in (False, True):
             chosen = [e for e in scoring if e.mention == kind]

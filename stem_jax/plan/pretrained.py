@@ -300,8 +300,11 @@ def train_multi_kg_branch_model(parts: Sequence[BranchPart], *, exclude_family: 
         log(f"branch model: not trained (too few main paths with another topic entity's branch once "
             f"{exclude_family} is left out)")
         return None
-    weights = _fit_examples(train)
-    gains = _out_of_fold_gains(train, held, weights)
+    # labelled by the best branch of each example: one model serves KGs whose branches differ in how many answers
+    # they keep (a 2-step branch through a country keeps a club's players' compatriots too), and the pointwise
+    # label ("it helps") taught it to prefer the branch that keeps more
+    weights = _fit_examples(train, best_only=True)
+    gains = _out_of_fold_gains(train, held, weights, best_only=True)
     threshold = max(THRESHOLDS, key=lambda t: (gains[False][t], t))
     mention_threshold = max(THRESHOLDS, key=lambda t: (gains[True][t], t))
     if gains[False][threshold] <= 0:
@@ -310,7 +313,7 @@ def train_multi_kg_branch_model(parts: Sequence[BranchPart], *, exclude_family: 
     keep_mentions = any(e.mention for e in [*train, *held]) and gains[True][mention_threshold] > 0
     report = {"version": VERSION, "trained_on": {p.name: len(p.train) for p in used if p.train},
               "excluded_family": exclude_family, "train_main_paths": len(train),
-              "held_out_main_paths": sum(not e.mention for e in held),
+              "held_out_main_paths": sum(not e.mention for e in held), "labels": "best branch",
               "out_of_fold_f1_gain": {str(t): g for t, g in gains[False].items()},
               "out_of_fold_mention_f1_gain": {str(t): g for t, g in gains[True].items()}}
     log(f"branch model: threshold {threshold}, answer F1 +{gains[False][threshold]:.3f} per main path out of fold; "

@@ -97,7 +97,7 @@ def test_no_example_is_scored_by_weights_fitted_on_it(monkeypatch):
     fitted: list[set[int]] = []
     scored: list[tuple[int, set[int]]] = []
 
-    def fake_fit(chosen):
+    def fake_fit(chosen, best_only=False):
         fitted.append({id(e) for e in chosen})
         return np.full(len(FEATURES), float(len(fitted)))
 
@@ -135,3 +135,22 @@ def test_a_stored_model_with_an_unknown_feature_is_a_clear_error(tmp_path):
                                                    "weights": [1.0, 2.0], "threshold": 0.5}))
     with pytest.raises(StemError, match="(?s)shoe_size.*retrain"):
         BranchModel.load(tmp_path)
+
+
+def test_best_only_labels_teach_which_of_two_helpful_branches_to_attach():
+    """Two branches raise F1 in every example: the exact one (higher cosine, keeps one answer) and a looser one
+    (keeps many). Labelled "it helps", both are positive and the model cannot tell them apart; labelled by the
+    best branch, it ranks the exact one first."""
+    rng = np.random.default_rng(0)
+    examples = []
+    for question in range(40):
+        exact = np.zeros(len(FEATURES))
+        loose = np.zeros(len(FEATURES))
+        exact[FEATURES.index("mean_cos")] = 0.7 + 0.1 * rng.random()
+        loose[FEATURES.index("mean_cos")] = 0.3 + 0.1 * rng.random()
+        exact[FEATURES.index("log_kept")], loose[FEATURES.index("log_kept")] = np.log1p(1), np.log1p(30)
+        exact[-1] = loose[-1] = 1.0
+        examples.append(BranchExample(np.stack([exact, loose]), [1.0, 0.6], 0.1, False, question))
+    weights = branch_planner._fit_examples(examples, best_only=True)
+    assert all(int(np.argmax(e.rows @ weights)) == 0 for e in examples)
+    assert _gains(weights, examples)[0.2] == pytest.approx(0.9 * len(examples))
