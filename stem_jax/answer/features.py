@@ -611,11 +611,16 @@ class CandidateFeaturizer:
             cos = np.full(count, -np.inf)
             path_cos = np.full(count, -np.inf)
             read_path = "path_cos" in self.reads
-            for at, relation, has, path in bound:
-                if has.any():
-                    np.maximum.at(cos, at[has], np.asarray([dot(r) for r in relation[has].tolist()], np.float64))
-                if path and read_path:
-                    np.maximum.at(path_cos, at, float(np.mean([q @ rows[r] for r in path])))
+            held = [(at[has], relation[has]) for at, relation, has, _ in bound if has.any()]
+            if held:  # every run's bindings at once, each distinct relation's cosine read once
+                relation = np.concatenate([r for _, r in held])
+                distinct, which = np.unique(relation, return_inverse=True)
+                np.maximum.at(cos, np.concatenate([a for a, _ in held]),
+                              np.asarray([dot(r) for r in distinct.tolist()], np.float64)[which.reshape(-1)])
+            if read_path:
+                for at, _, _, path in bound:
+                    if path:
+                        np.maximum.at(path_cos, at, float(np.mean([q @ rows[r] for r in path])))
             cos = np.where(np.isfinite(cos), cos, 0.0)
             path_cos = np.where(np.isfinite(path_cos), path_cos, 0.0)
             mention_of = self._constraint_pass(mentioned[qi], dot)
