@@ -470,14 +470,14 @@ class CandidateFeaturizer:
         mediators never count."""
         found = self._mentioned.get(question.text)
         if found is None:
-            if self._linker is None:
-                from stem_jax.data.linker import EntityLinker
+            if self._linker is None:  # shared with the path planner's constraint branches: a text is linked once
+                from stem_jax.plan.branch_planner import text_links
 
-                self._linker = EntityLinker.from_index(self.index, self.names or None)
+                self._linker = text_links(self.index, self.names or None)
             topics = {self.index.entity_ids.get(t, -1) for t in question.topic_entities}
             covered = [t.lower() for t in topic_names(question, self.names)]
             found = tuple(dict.fromkeys(
-                self.index.entity_ids[link.entity] for link in self._linker.mentions(question.text)
+                self.index.entity_ids[link.entity] for link in self._linker.links(question.text)
                 if link.entity in self.index.entity_ids and self.index.entity_ids[link.entity] not in topics
                 and not self.ties.mediators[self.index.entity_ids[link.entity]]
                 and not any(link.mention.lower() in name for name in covered)))
