@@ -7,11 +7,13 @@ Command (repo root; both KGs indexed, their pattern planners and answer scorers 
 runs, for each KG, ``stem-jax bench stages --dataset files --data-dir $STEM_DATA_DIR/<kg> --split dev --planner
 pattern --batch-sizes 1,16,64 --repeats 20 --no-encoder-memo --out <out>/<kg>`` one after the other (costs about
 10-20 minutes on a 2-core CPU), then writes ``experiments/results/<name>.{json,md}``: per KG and batch size the
-end-to-end p50 / p99, questions/s, the question encoding, planning, schema encoding, answers and tracing stages'
-p50, and each run's load average, machine and commit. ``--collect DIR ...`` only reads finished bench folders
-(``--label`` names the rows, e.g. before/after; ``--commits`` names the commit each folder measured, for benches run
-from a git archive, whose recorded commit is the checkout's around it; a bench of a commit that counted a wrapped
-template classifier's question encoding as planning shows 0 for it).
+end-to-end p50 / p99, questions/s, the bench's ``overlapped`` questions/s (as many calls again, each batch encoded and
+planned on a background thread while the one before is traced and answered; `bench stages` times it unless
+``--no-overlapped``), the question encoding, planning, schema encoding, answers and tracing stages' p50, and each
+run's load average, machine and commit. ``--collect DIR ...`` only reads finished bench folders (``--label`` names the
+rows, e.g. before/after; ``--commits`` names the commit each folder measured, for benches run from a git archive,
+whose recorded commit is the checkout's around it; a bench of a commit that counted a wrapped template classifier's
+question encoding as planning shows 0 for it).
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ def rows_of(folder: Path, label: str, commit: str | None = None) -> list[dict]:
         out.append({"label": label, "dataset": result["dataset"], "batch": int(size),
                     "p50_ms": warm["total"]["p50"], "p99_ms": warm["total"]["p99"],
                     "questions_per_second": row["questions_per_second"],
+                    # the same number of calls again with each batch's front half (encoding, planning) on a
+                    # background thread while the batch before is traced and answered (None: not timed)
+                    "overlapped_questions_per_second": (row.get("overlapped") or {}).get("questions_per_second"),
                     "question_encoding_p50_ms": warm["question_encoding"]["p50"],
                     "planning_p50_ms": warm["planning"]["p50"], "answers_p50_ms": warm["answers"]["p50"],
                     "schema_encoding_p50_ms": warm["schema_encoding"]["p50"],
@@ -64,6 +69,10 @@ def rows_of(folder: Path, label: str, commit: str | None = None) -> list[dict]:
                     "commit": commit or meta["commit"], "time_utc": meta["time_utc"], "machine": meta["machine"],
                     "cpu_count": meta["cpu_count"], "command": portable_paths(result["command"], ROOT, data_root())})
     return out
+
+
+def _rounded(value: float | None) -> float | str:
+    return "" if value is None else round(value, 1)
 
 
 def main() -> int:
@@ -82,11 +91,12 @@ def main() -> int:
                 for r in rows_of(folder, label, commit)]
     else:
         rows = [r for kg in KGS for r in rows_of(run_bench(kg, args.out), "this commit")]
-    headers = ["", "KG (dev)", "batch", "p50 ms", "p99 ms", "q/s", "question encoding p50", "planning p50",
+    headers = ["", "KG (dev)", "batch", "p50 ms", "p99 ms", "q/s", "q/s overlapped", "question encoding p50", "planning p50",
                "schema encoding p50", "answers p50", "tracing p50", "process CPU p50", "load (1-min) before / after",
                "commit"]
     table = markdown_table(headers, [[r["label"], r["dataset"], r["batch"], round(r["p50_ms"], 1),
                                       round(r["p99_ms"], 1), round(r["questions_per_second"], 1),
+                                      _rounded(r.get("overlapped_questions_per_second")),
                                       round(r.get("question_encoding_p50_ms", 0.0), 1), round(r["planning_p50_ms"], 1),
                                       round(r.get("schema_encoding_p50_ms", 0.0), 1), round(r["answers_p50_ms"], 1),
                                       round(r["tracing_p50_ms"], 1), round(r["process_cpu_p50_ms"], 1),

@@ -470,14 +470,14 @@ class CandidateFeaturizer:
         mediators never count."""
         found = self._mentioned.get(question.text)
         if found is None:
-            if self._linker is None:
-                from stem_jax.data.linker import EntityLinker
+            if self._linker is None:  # shared with the path planner's constraint branches: a text is linked once
+                from stem_jax.plan.branch_planner import text_links
 
-                self._linker = EntityLinker.from_index(self.index, self.names or None)
+                self._linker = text_links(self.index, self.names or None)
             topics = {self.index.entity_ids.get(t, -1) for t in question.topic_entities}
             covered = [t.lower() for t in topic_names(question, self.names)]
             found = tuple(dict.fromkeys(
-                self.index.entity_ids[link.entity] for link in self._linker.mentions(question.text)
+                self.index.entity_ids[link.entity] for link in self._linker.links(question.text)
                 if link.entity in self.index.entity_ids and self.index.entity_ids[link.entity] not in topics
                 and not self.ties.mediators[self.index.entity_ids[link.entity]]
                 and not any(link.mention.lower() in name for name in covered)))
@@ -611,11 +611,16 @@ class CandidateFeaturizer:
             cos = np.full(count, -np.inf)
             path_cos = np.full(count, -np.inf)
             read_path = "path_cos" in self.reads
-            for at, relation, has, path in bound:
-                if has.any():
-                    np.maximum.at(cos, at[has], np.asarray([dot(r) for r in relation[has].tolist()], np.float64))
-                if path and read_path:
-                    np.maximum.at(path_cos, at, float(np.mean([q @ rows[r] for r in path])))
+            held = [(at[has], relation[has]) for at, relation, has, _ in bound if has.any()]
+            if held:  # every run's bindings at once, each distinct relation's cosine read once
+                relation = np.concatenate([r for _, r in held])
+                distinct, which = np.unique(relation, return_inverse=True)
+                np.maximum.at(cos, np.concatenate([a for a, _ in held]),
+                              np.asarray([dot(r) for r in distinct.tolist()], np.float64)[which.reshape(-1)])
+            if read_path:
+                for at, _, _, path in bound:
+                    if path:
+                        np.maximum.at(path_cos, at, float(np.mean([q @ rows[r] for r in path])))
             cos = np.where(np.isfinite(cos), cos, 0.0)
             path_cos = np.where(np.isfinite(path_cos), path_cos, 0.0)
             mention_of = self._constraint_pass(mentioned[qi], dot)

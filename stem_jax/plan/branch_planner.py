@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -163,29 +165,64 @@ def _topic_ids(question: Question, index: KGIndex) -> list[int]:
     return list(dict.fromkeys(index.entity_ids[t] for t in question.topic_entities if t in index.entity_ids))
 
 
-class Mentions:
+class TextLinks:
+    """A KG's entity linker and its mentions of the latest texts (:meth:`EntityLinker.mentions
+    <stem_jax.data.linker.EntityLinker.mentions>`): a text asked again, as a served question often is, is not linked
+    again. Bounded to :data:`LINKED_TEXTS` texts, least recently asked first out; safe to share between threads."""
+
+    _lock = threading.Lock()  # one for every memo, held only while one is read or updated, never while linking
+
+    def __init__(self, index: KGIndex, names: dict[str, str] | None) -> None:
+        self.linker = EntityLinker.from_index(index, names or None)
+        self._links: OrderedDict[str, list] = OrderedDict()
+
+    def links(self, text: str) -> list:
+        """The linker's mentions in ``text``, kept for the latest :data:`LINKED_TEXTS` texts."""
+        with self._lock:
+            found = self._links.get(text)
+            if found is not None:
+                self._links.move_to_end(text)
+                return found
+        found = list(self.linker.mentions(text))  # linking reads the linker's tables only
+        with self._lock:
+            self._links[text] = found
+            while len(self._links) > LINKED_TEXTS:
+                self._links.popitem(last=False)
+        return found
+
+
+# (the KG index, its names, their TextLinks) of each KG opened in this process; an index is held weakly (it is not
+# hashable, so the few entries are searched by identity), and the entries of a dropped one go on the next lookup
+_TEXT_LINKS: list[tuple[weakref.ref, Any, TextLinks]] = []
+_TEXT_LINKS_LOCK = threading.Lock()
+
+
+def text_links(index: KGIndex, names: dict[str, str] | None) -> TextLinks:
+    """The one :class:`TextLinks` of ``index`` with the display names ``names`` (the same dict object, or both
+    empty): the constraint branches of the path planner and the answer scorer's mention features link a question's
+    text once between them, with one linker."""
+    names = names or None
+    with _TEXT_LINKS_LOCK:
+        _TEXT_LINKS[:] = [entry for entry in _TEXT_LINKS if entry[0]() is not None]
+        for ref, known, links in _TEXT_LINKS:
+            if ref() is index and known is names:
+                return links
+        links = TextLinks(index, names)
+        _TEXT_LINKS.append((weakref.ref(index), names, links))
+        return links
+
+
+class Mentions(TextLinks):
     """The entities a question's text mentions besides its topic entities (:meth:`EntityLinker.mentions
-    <stem_jax.data.linker.EntityLinker.mentions>`), mediators and mentions inside a topic's name left out."""
+    <stem_jax.data.linker.EntityLinker.mentions>`), mediators and mentions inside a topic's name left out. The linker
+    and its kept mentions are the KG's shared ones (:func:`text_links`)."""
 
     def __init__(self, index: KGIndex, names: dict[str, str] | None, mediators: np.ndarray) -> None:
         self.index = index
         self.names = names or {}
         self.mediators = mediators
-        self.linker = EntityLinker.from_index(index, names or None)
-        # the linker's mentions of the latest texts (a text asked again, as a served question often is, is not
-        # linked again); bounded, least recently asked first out
-        self._links: OrderedDict[str, list] = OrderedDict()
-
-    def links(self, text: str) -> list:
-        """The linker's mentions in ``text``, kept for the latest :data:`LINKED_TEXTS` texts."""
-        found = self._links.get(text)
-        if found is None:
-            found = self._links[text] = list(self.linker.mentions(text))
-            while len(self._links) > LINKED_TEXTS:
-                self._links.popitem(last=False)
-        else:
-            self._links.move_to_end(text)
-        return found
+        shared = text_links(index, names)
+        self.linker, self._links = shared.linker, shared._links
 
     def __call__(self, question: Question) -> list[int]:
         topics = set(_topic_ids(question, self.index))

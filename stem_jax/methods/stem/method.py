@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import gc
 import threading
 import time
 import weakref
@@ -181,10 +182,18 @@ class StemMethod:
     def warm_up(self, step_buckets: Sequence[int], max_runs: int) -> int:
         """Compile every tracer a call of at most ``max_runs`` runs can reach (and the device ranking when answers
         are ranked there), so warm calls never compile; returns the tracer shapes visited. The KG's relation-step
-        table is opened (built the first time) too, so that a first request does not pay for it."""
+        table is opened (built the first time) too, so that a first request does not pay for it.
+
+        What is alive then (the loaded tables, the compiled programs and JAX's traces of them) lives as long as the
+        engine, so it is moved out of the garbage collector's generations (:func:`gc.freeze`): a full collection
+        during a request would otherwise walk those hundreds of thousands of objects, a pause that lands on
+        whichever call triggers it."""
         with self.lock:
             self.pipeline.relation_steps()
-        return self.pipeline.warm_up(step_buckets, max_runs)
+        visited = self.pipeline.warm_up(step_buckets, max_runs)
+        gc.collect()  # garbage cycles left by loading and compiling are freed, not frozen
+        gc.freeze()
+        return visited
 
     def warm_up_rest(self, step_buckets: Sequence[int], after_runs: int, max_runs: int, *,
                      stop: threading.Event | None = None, progress: Callable[[int, int], None] | None = None,

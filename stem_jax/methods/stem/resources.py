@@ -116,6 +116,9 @@ class StemResources:
         # Breadth runs that overflow are re-traced one bucket up (2x frontier and per-node matches),
         # in batches halved per bucket so the padded work per batch stays about the same.
         self.ladder = capacity_ladder(self.shapes[False], max(engine.max_frontier, engine.frontier))
+        # triples incident to each entity: a run's first step matches at most its anchor's, which picks the ladder
+        # level a run starts at (stem_jax.methods.stem.trace.first_levels)
+        self.degree = np.asarray(index.degree)
         self.shared_bucket = 1  # steps bucket of every retry from SHARED_BUCKET_LEVEL up (see note_buckets)
         self.batch = {True: self.sharding.round_up(engine.batch_precision),
                       False: self.sharding.round_up(engine.batch_breadth)}

@@ -145,30 +145,70 @@ def trace(res: StemResources, anchored: Anchored, *, grid_batch: int | None = -1
     widest = res.note_buckets(runs, buckets)
     own_slots = (buckets + 1).tolist()  # slots of each run's own bucket: outputs are cut to them
     every_point = frozenset(range(n_points))
-    for precision in sorted({precision for (precision, _), _ in by_group}):
-        ladder = res.ladder_for(precision)
-        # (ladder level, steps bucket) -> run -> the points that trace it there
-        waiting: dict[tuple[int, int], dict[int, set[int]]] = {
-            (0, bucket): {i: set(every_point) for i in group} for (p, bucket), group in by_group if p == precision}
-        for level in range(len(ladder)):
-            for bucket in sorted(b for lvl, b in list(waiting) if lvl == level):
-                members = waiting.pop((level, bucket))
-                seconds["trace"] += _trace_level(res, anchored, members, level, bucket, ladder, precision, traced,
-                                                 outputs, waiting, widest, grid_batch, own_slots)
+    ladders = {precision: res.ladder_for(precision) for (precision, _), _ in by_group}
+    # per strategy: (ladder level, steps bucket) -> run -> the points that trace it there; each run starts at the
+    # level its anchor's degree asks for, in the bucket a retry to that level would take
+    waiting: dict[bool, dict[tuple[int, int], dict[int, set[int]]]] = {precision: {} for precision in ladders}
+    for (precision, bucket), group in by_group:
+        first = first_levels(res, anchored.entity[:, group], ladders[precision]).tolist()
+        for i, level in zip(group, first, strict=True):
+            key = (level, widest if level >= res.SHARED_BUCKET_LEVEL else bucket)
+            waiting[precision].setdefault(key, {})[i] = set(every_point)
+    for level in range(max(map(len, ladders.values()), default=0)):
+        # every (strategy, steps bucket) group of a level is dispatched before any result is read: one wait per
+        # level, not one per group, and the groups' batches run side by side
+        levels = []
+        for precision in sorted(ladders):
+            ladder = ladders[precision]
+            for bucket in sorted(b for lvl, b in list(waiting[precision]) if lvl == level):
+                members = waiting[precision].pop((level, bucket))
+                levels.append(_dispatch_level(res, anchored, members, level, bucket, ladder, precision, traced,
+                                              n_points, grid_batch))
+        if not levels:
+            continue
+        began = time.perf_counter()
+        fetched = jax.device_get([pending for _, pending in levels])
+        seconds["trace"] += sum(job.seconds for job, _ in levels) + time.perf_counter() - began
+        for (job, _), host in zip(levels, fetched, strict=True):
+            _collect_level(res, job, host, outputs, waiting[job.precision], widest, own_slots)
     return Traced(runs, hypers, outputs, seconds)  # type: ignore[arg-type]
 
 
-def _trace_level(res: StemResources, anchored: Anchored, members: dict[int, set[int]], level: int, bucket: int,
-                 ladder: Sequence[TracerShapes], precision: bool, traced: Hyper,
-                 outputs: list[list[Output | None]], waiting: dict[tuple[int, int], dict[int, set[int]]],
-                 widest: int, grid_batch: int | None, own_slots: Sequence[int]) -> float:
-    """Trace ``members`` (run index -> the points that need it) at one ladder level in steps bucket
-    ``bucket``, for every point at once; fitting runs go to ``outputs[point]`` (cut to ``own_slots[run]``, the
-    slots of their own bucket), overflowing ones to ``waiting`` for a higher level. Returns the seconds spent
-    tracing."""
+def first_levels(res: StemResources, entity: np.ndarray, ladder: Sequence[TracerShapes]) -> np.ndarray:
+    """Per run, the capacity-ladder level it is first traced at: the lowest whose capacities hold its anchor's degree
+    (``entity``: int [P, R], each run's anchor at each point, -1 for none; the lowest such level over the points).
+
+    A run's first step leaves its anchor alone, so it matches at most the anchor's incident triples: every level
+    below overflows there whenever all of them qualify, which is what a Breadth run's first step mostly sees, and a
+    run that starts at a level it would have fitted under is cut to what the lower level gives
+    (:func:`~stem_jax.trace.tracer.fitting_levels`, :func:`narrowed`). Starting there spares the traces at the
+    levels below, which would overflow and be thrown away, and the wait for each."""
+    if entity.size == 0 or len(ladder) == 1:
+        return np.zeros(entity.shape[1], np.int64)
+    degree = np.where(entity >= 0, res.degree[np.maximum(entity, 0)], 0).reshape(-1)
+    levels = fitting_levels(ladder, np.stack([degree, degree], axis=1)).reshape(entity.shape)
+    return np.minimum(levels.min(axis=0), len(ladder) - 1)
+
+
+class LevelJob(NamedTuple):
+    """One ladder level's batches of one (strategy, steps bucket) group, dispatched and not read yet."""
+
+    members: dict[int, set[int]]  # run index -> the points that trace it here
+    chunks: list[list[int]]  # the run indices of each batch
+    level: int
+    bucket: int
+    ladder: Sequence[TracerShapes]
+    precision: bool
+    seconds: float  # spent preparing and dispatching the batches
+
+
+def _dispatch_level(res: StemResources, anchored: Anchored, members: dict[int, set[int]], level: int, bucket: int,
+                    ladder: Sequence[TracerShapes], precision: bool, traced: Hyper, n_points: int,
+                    grid_batch: int | None) -> tuple[LevelJob, list[Any]]:
+    """Dispatch the batches that trace ``members`` (run index -> the points that need it) at one ladder level in
+    steps bucket ``bucket``, for every point at once; returns the job and its device results (not waited for)."""
     runs, anchors, anchor_scores, guidance = anchored.runs, anchored.entity, anchored.score, anchored.guidance
     shapes = ladder[level]
-    n_points = len(outputs)
     switches = res.tracer_switches()
     backend = res.config.tracer.backend
     # Padded to what the whole call needs, not this level's tail: a split-sized call then uses one batch
@@ -179,10 +219,10 @@ def _trace_level(res: StemResources, anchored: Anchored, members: dict[int, set[
     chunks = [order[start : start + size] for start in range(0, len(order), size)]
     halt = level + 1 < len(ladder)
     began = time.perf_counter()
-    # Every batch of the level is dispatched before any result is read (JAX runs them
-    # asynchronously, the host prepares the next batch meanwhile), then one transfer brings
-    # them all back. Below the ladder's top a run that overflows is traced again higher up, so it
-    # stops expanding at its first overflowing step (its later steps would be thrown away).
+    # Every batch is dispatched before any result is read (JAX runs them asynchronously, the host prepares the
+    # next batch meanwhile); the caller brings them all back in one transfer. Below the ladder's top a run that
+    # overflows is traced again higher up, so it stops expanding at its first overflowing step (its later steps
+    # would be thrown away).
     pending = []
     for chunk in chunks:
         batch = make_batch(res, [runs[i] for i in chunk], anchors[0, chunk], anchor_scores[0, chunk], size,
@@ -200,9 +240,17 @@ def _trace_level(res: StemResources, anchored: Anchored, members: dict[int, set[
         pending.append(trace_grid_batch(res.kg, batch._replace(anchor=anchor, anchor_score=score, guidance=rows),
                                         traced, shapes=shapes, precision=precision, halt_overflowed=halt,
                                         grid_batch=grid_batch, backend=backend, **switches))
-    fetched = jax.device_get(pending)
-    spent = time.perf_counter() - began
-    for chunk, host in zip(chunks, fetched, strict=True):
+    return LevelJob(members, chunks, level, bucket, ladder, precision, time.perf_counter() - began), pending
+
+
+def _collect_level(res: StemResources, job: LevelJob, fetched: list[Any], outputs: list[list[Output | None]],
+                   waiting: dict[tuple[int, int], dict[int, set[int]]], widest: int, own_slots: Sequence[int]) -> None:
+    """Read back ``job``'s batches (``fetched``: their host results): fitting runs go to ``outputs[point]`` (cut to
+    ``own_slots[run]``, the slots of their own bucket), overflowing ones to ``waiting`` for a higher level."""
+    members, level, bucket, ladder = job.members, job.level, job.bucket, job.ladder
+    n_points = len(outputs)
+    halt = level + 1 < len(ladder)
+    for chunk, host in zip(job.chunks, fetched, strict=True):
         if n_points == 1:  # the plain kernel's [B, ...] arrays as a grid of one point (views)
             host = jax.tree.map(lambda x: x[None], host)
         fits_by_point = fitting_levels(ladder, host.need[:, : len(chunk)].reshape(-1, 2)).reshape(n_points, -1)
@@ -229,7 +277,6 @@ def _trace_level(res: StemResources, anchored: Anchored, members: dict[int, set[
                     out = narrowed(out, ladder[fits].frontier)
                 out["capacity"] = ladder[min(fits, level)].frontier
                 outputs_p[i] = out
-    return spent
 
 
 class WarmShape(NamedTuple):
