@@ -335,31 +335,39 @@ def _out_of_fold_gains(examples: Sequence[BranchExample], held: Sequence[BranchE
     return {kind: {t: g / max(counts[kind], 1) for t, g in totals[kind].items()} for kind in (False, True)}
 
 
-def train_branch_model(train: Sequence[Question], held: Sequence[Question], index: KGIndex, catalog: PathCatalog,
-                       embed: Callable[[list[str]], np.ndarray], names: dict[str, str] | None, *,
-                       log: Callable[[str], None] = print) -> BranchModel | None:
-    """A :class:`BranchModel` from ``train``'s answers; None when too few questions name a second topic, or when no
-    threshold raises answer F1 out of fold. The thresholds (one for topic entities, one for entities the text
-    mentions) are chosen on the mean F1 change over every example no fitted model saw: ``train``'s, fold by fold
-    (:data:`FOLDS`), and ``held``'s; so a threshold is chosen on about ten times as many main paths as ``held``
-    alone offers."""
+def branch_examples(train: Sequence[Question], held: Sequence[Question], index: KGIndex, catalog: PathCatalog,
+                    embed: Callable[[list[str]], np.ndarray], names: dict[str, str] | None,
+                    ) -> tuple[list[BranchExample], list[BranchExample]]:
+    """The :class:`BranchExample` lists of ``train`` and ``held``: for each question that names a second entity (a
+    topic, or one its text mentions), the branches that meet a main path's answers, with the answer F1 each gives.
+    ``embed`` embeds the masked questions and the relation texts."""
     features = BranchFeatures(index, embed, names)
     mentions = Mentions(index, names, _mediators(catalog, names))
     features.questions([q for q in [*train, *held] if q.topic_entities])
-    examples = _examples(train, gold_entities(train, index.entities, names), catalog, features, mentions)
-    held_examples = _examples(held, gold_entities(held, index.entities, names), catalog, features, mentions)
+    return tuple(_examples(qs, gold_entities(qs, index.entities, names), catalog, features, mentions)
+                 for qs in (train, held))  # type: ignore[return-value]
+
+
+def fit_branch_model(examples: Sequence[BranchExample], held_examples: Sequence[BranchExample], *,
+                     best_only: bool = False, report: dict[str, Any] | None = None,
+                     log: Callable[[str], None] = print) -> BranchModel | None:
+    """A :class:`BranchModel` fitted on ``examples``; None when too few of them come from a second topic, or when no
+    threshold raises answer F1 out of fold. The thresholds (one for topic entities, one for entities the text
+    mentions) are chosen on the mean F1 change over every example no fitted model saw: ``examples``, fold by fold
+    (:data:`FOLDS`), and ``held_examples``; so a threshold is chosen on about ten times as many main paths as the
+    held-out ones alone offer. ``best_only``: see :func:`_fit_examples`; ``report``: more keys for the model's."""
     held_topics = [e for e in held_examples if not e.mention]
     train_topics = sum(not e.mention for e in examples)
     if train_topics < MIN_QUESTIONS or not held_topics:
         log(f"branch model: not trained ({train_topics} training and {len(held_topics)} held-out main paths with "
             f"another topic entity's branch, {MIN_QUESTIONS} and 1 needed)")
         return None
-    weights = _fit_examples(examples)
-    gains = _out_of_fold_gains(examples, held_examples, weights)
+    weights = _fit_examples(examples, best_only)
+    gains = _out_of_fold_gains(examples, held_examples, weights, best_only=best_only)
     threshold = max(THRESHOLDS, key=lambda t: (gains[False][t], t))
     mention_threshold = max(THRESHOLDS, key=lambda t: (gains[True][t], t))
     labels = np.concatenate([np.asarray(e.f1s) > e.base + 1e-9 for e in examples])
-    report = {"train_main_paths": len(examples), "held_out_main_paths": len(held_topics),
+    report = {**(report or {}), "train_main_paths": len(examples), "held_out_main_paths": len(held_topics),
               "held_out_mention_main_paths": len(held_examples) - len(held_topics),
               "positive_share": float(labels.mean()), "folds": FOLDS,
               "out_of_fold_f1_gain": {str(t): g for t, g in gains[False].items()},
@@ -374,6 +382,15 @@ def train_branch_model(train: Sequence[Question], held: Sequence[Question], inde
            else "not used"))
     return BranchModel(tuple(float(w) for w in weights), threshold, mention_threshold if keep_mentions else None,
                        report)
+
+
+def train_branch_model(train: Sequence[Question], held: Sequence[Question], index: KGIndex, catalog: PathCatalog,
+                       embed: Callable[[list[str]], np.ndarray], names: dict[str, str] | None, *,
+                       log: Callable[[str], None] = print) -> BranchModel | None:
+    """A :class:`BranchModel` from ``train``'s answers (:func:`branch_examples`, :func:`fit_branch_model`), its
+    thresholds also chosen on ``held``'s."""
+    examples, held_examples = branch_examples(train, held, index, catalog, embed, names)
+    return fit_branch_model(examples, held_examples, log=log)
 
 
 class BranchPlanner:

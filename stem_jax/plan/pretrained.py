@@ -252,71 +252,38 @@ class BranchPart:
 
 def prepare_branch_parts(parts: Sequence[KGPart], embed: Callable[[list[str]], np.ndarray],
                          log: Callable[[str], None] = print) -> list[BranchPart]:
-    """Each prepared KG's branch examples: for the questions that name a second entity (a topic, or one the text
-    mentions), the branches that meet a main path's answers, labelled by the answer F1 they give; built once and
-    shared by every model the run trains. ``embed``: the encoder's text embedder (masked questions, relation
-    texts), as ``train-planner`` uses it."""
-    from stem_jax.data.answer_names import gold_entities
+    """Each KG's branch examples (:func:`~stem_jax.plan.branch_planner.branch_examples` over the catalog
+    ``train-planner``'s branch model walks), built once and shared by every model the run trains. ``embed``: the
+    encoder's text embedder, as ``train-planner`` uses it."""
     from stem_jax.kg.index import build_index
     from stem_jax.kg.mediators import mediator_mask
-    from stem_jax.plan.branch_planner import BranchFeatures, Mentions, _examples
+    from stem_jax.plan.branch_planner import branch_examples
     from stem_jax.plan.relation_paths import PathCatalog
 
     out = []
     for part in parts:
         began = time.perf_counter()
         index, names = build_index(part.dataset.triples), part.dataset.entity_names
-        mediators = mediator_mask(index.entities, names)
-        catalog = PathCatalog(index, mediators=mediators)  # what train-planner's branch model walks
-        features = BranchFeatures(index, embed, names)
-        mentions = Mentions(index, names, mediators)
-        features.questions([q for q in [*part.train, *part.val] if q.topic_entities])
-        examples = [_examples(qs, gold_entities(qs, index.entities, names), catalog, features, mentions)
-                    for qs in (part.train, part.val)]
-        out.append(BranchPart(part.name, part.family, *examples))
-        log(f"  {part.name}: {len(examples[0])} + {len(examples[1])} branch examples "
-            f"[{time.perf_counter() - began:.1f}s]")
+        catalog = PathCatalog(index, mediators=mediator_mask(index.entities, names))
+        train, held = branch_examples(part.train, part.val, index, catalog, embed, names)
+        out.append(BranchPart(part.name, part.family, train, held))
+        log(f"  {part.name}: {len(train)} + {len(held)} branch examples [{time.perf_counter() - began:.1f}s]")
     return out
 
 
 def train_multi_kg_branch_model(parts: Sequence[BranchPart], *, exclude_family: str | None = None,
                                 log: Callable[[str], None] = print) -> Any:
     """One constraint-branch model (:class:`~stem_jax.plan.branch_planner.BranchModel`) fitted on the branch
-    examples of every KG (those of ``exclude_family`` left out), its thresholds chosen as ``train-planner``
-    chooses them (out of fold over the training examples, and on the held-out ones); None when no KG given names
-    a second entity often enough, or when attaching branches does not raise answer F1 out of fold."""
-    from stem_jax.plan.branch_planner import (
-        MIN_QUESTIONS,
-        THRESHOLDS,
-        BranchModel,
-        _fit_examples,
-        _out_of_fold_gains,
-    )
+    examples of every KG (those of ``exclude_family`` left out) by
+    :func:`~stem_jax.plan.branch_planner.fit_branch_model`, as ``train-planner`` fits one KG's; None when no KG
+    given names a second entity often enough, or when attaching branches does not raise answer F1 out of fold."""
+    from stem_jax.plan.branch_planner import fit_branch_model
 
     used = [p for p in parts if p.family != exclude_family]
-    train = [e for p in used for e in p.train]
-    held = [e for p in used for e in p.held]
-    if sum(not e.mention for e in train) < MIN_QUESTIONS or not any(not e.mention for e in held):
-        log(f"branch model: not trained (too few main paths with another topic entity's branch once "
-            f"{exclude_family} is left out)")
-        return None
     # labelled by the best branch of each example: one model serves KGs whose branches differ in how many answers
     # they keep (a 2-step branch through a country keeps a club's players' compatriots too), and the pointwise
     # label ("it helps") taught it to prefer the branch that keeps more
-    weights = _fit_examples(train, best_only=True)
-    gains = _out_of_fold_gains(train, held, weights, best_only=True)
-    threshold = max(THRESHOLDS, key=lambda t: (gains[False][t], t))
-    mention_threshold = max(THRESHOLDS, key=lambda t: (gains[True][t], t))
-    if gains[False][threshold] <= 0:
-        log(f"branch model: not kept (no threshold raises answer F1 out of fold: {gains[False]})")
-        return None
-    keep_mentions = any(e.mention for e in [*train, *held]) and gains[True][mention_threshold] > 0
     report = {"version": VERSION, "trained_on": {p.name: len(p.train) for p in used if p.train},
-              "excluded_family": exclude_family, "train_main_paths": len(train),
-              "held_out_main_paths": sum(not e.mention for e in held), "labels": "best branch",
-              "out_of_fold_f1_gain": {str(t): g for t, g in gains[False].items()},
-              "out_of_fold_mention_f1_gain": {str(t): g for t, g in gains[True].items()}}
-    log(f"branch model: threshold {threshold}, answer F1 +{gains[False][threshold]:.3f} per main path out of fold; "
-        + (f"mentioned entities at {mention_threshold}" if keep_mentions else "mentioned entities not used"))
-    return BranchModel(tuple(float(w) for w in weights), threshold, mention_threshold if keep_mentions else None,
-                       report)
+              "excluded_family": exclude_family, "labels": "best branch"}
+    return fit_branch_model([e for p in used for e in p.train], [e for p in used for e in p.held], best_only=True,
+                            report=report, log=log)

@@ -55,14 +55,6 @@ def test_the_pooled_branch_model_leaves_the_excluded_family_out():
     assert train_multi_kg_branch_model(parts, exclude_family="films", log=lambda _: None) is None
 
 
-LERMAN = [("Fury", "film.film.starring", "Logan Lerman"), ("Perks", "film.film.starring", "Logan Lerman"),
-          ("Yuma", "film.film.starring", "Logan Lerman"), ("Fury", "film.film.other_crew", "m.0crew"),
-          ("m.0crew", "film.crew_gig.crew_member", "Candice White"), ("Elsewhere", "film.film.other_crew", "m.0c2"),
-          ("m.0c2", "film.crew_gig.crew_member", "Candice White")]
-QUESTION = Question("q1", "On what movie featuring Logan Lerman was Candice White a crew member?",
-                    ("Logan Lerman", "Candice White"), ("Fury",))
-
-
 @pytest.mark.skipif(not pretrained.available(), reason="the pretrained planner is not built")
 def test_the_pretrained_planner_attaches_the_branch_model_stored_beside_it(tmp_path):
     try:
@@ -75,18 +67,19 @@ def test_the_pretrained_planner_attaches_the_branch_model_stored_beside_it(tmp_p
     shutil.copytree(pretrained.model_folder(), folder, ignore=shutil.ignore_patterns(BRANCHES_FOLDER))
     weights = tuple(0.0 for _ in FEATURES[:-1]) + (1.0,)  # every branch scores sigmoid(1) = 0.73
     BranchModel(weights, 0.5, report={"trained_on": {"films": 30}}).save(folder / BRANCHES_FOLDER)
-    dataset = Dataset("files-lerman", [QUESTION], LERMAN)
-    index, encoder = build_index(LERMAN), get_encoder(EncoderConfig())
+    dataset = crew_part("films").dataset
+    question = dataset.questions[3]  # "which film with Ann Actor had Crew 3 in its crew"
+    index, encoder = build_index(dataset.triples), get_encoder(EncoderConfig())
 
     planner, info = build_planner(PlannerSpec("pattern", path=folder), StemConfig(), dataset, index,
                                   cache_root=tmp_path, encoder=encoder)
     assert isinstance(planner, BranchPlanner)
     assert info["branches"] == {"threshold": 0.5, "trained_on": {"films": 30}}
-    [beam] = planner.plan_batch([QUESTION])
-    assert any(set(entry.schema.constants()) == {"Logan Lerman", "Candice White"} for entry in beam)
+    [beam] = planner.plan_batch([question])
+    assert any(set(entry.schema.constants()) == {"Ann Actor", "Crew 3"} for entry in beam)
 
     off = apply_overrides(StemConfig(), {"planner.branches": "off"})
     plain, info = build_planner(PlannerSpec("pattern", path=folder), off, dataset, index, cache_root=tmp_path,
                                 encoder=encoder)
     assert not isinstance(plain, BranchPlanner) and "branches" not in info
-    assert all(entry.schema.constants() == ["Logan Lerman"] for entry in plain.plan_batch([QUESTION])[0])
+    assert all(entry.schema.constants() == ["Ann Actor"] for entry in plain.plan_batch([question])[0])
